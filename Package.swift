@@ -1,0 +1,58 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+/// One settings list for every Swift target: Swift 6 language mode with strict concurrency.
+let swiftSettings: [SwiftSetting] = [
+    .swiftLanguageMode(.v6),
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "Storekeeper",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "storekeeper", targets: ["storekeeper"]),
+        .library(name: "AppStoreEmulator", targets: ["AppStoreEmulator"]),
+    ],
+    targets: [
+        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+
+        .target(name: "AppStoreModels", swiftSettings: swiftSettings),
+        .target(name: "HTTP", swiftSettings: swiftSettings),
+        .target(name: "HTTPServer", dependencies: ["HTTP", "CMicroHTTPD"], swiftSettings: swiftSettings),
+        .target(name: "AppStoreCrypto", dependencies: ["AppStoreModels", "COpenSSL"], swiftSettings: swiftSettings),
+        .target(name: "Storage", swiftSettings: swiftSettings),
+        .target(name: "SQLiteStorage", dependencies: ["Storage", "CSQLite"], swiftSettings: swiftSettings),
+        .target(
+            name: "AppStoreEmulator",
+            dependencies: ["AppStoreModels", "AppStoreCrypto", "HTTP", "Storage"],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "StorekeeperTesting",
+            dependencies: ["AppStoreEmulator", "HTTP", "Storage", "SQLiteStorage"],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "storekeeper",
+            dependencies: ["AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPServer", "SQLiteStorage"],
+            swiftSettings: swiftSettings
+        ),
+
+        .testTarget(name: "AppStoreModelsTests", dependencies: ["AppStoreModels"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "AppStoreCryptoTests",
+            dependencies: ["AppStoreCrypto", "AppStoreModels"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(name: "HTTPTests", dependencies: ["HTTP", "HTTPServer"], swiftSettings: swiftSettings),
+        .testTarget(name: "SQLiteStorageTests", dependencies: ["Storage", "SQLiteStorage"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "AppStoreEmulatorTests",
+            dependencies: ["AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "StorekeeperTesting"],
+            swiftSettings: swiftSettings
+        ),
+    ]
+)

@@ -1,0 +1,63 @@
+import COpenSSL
+import Foundation
+
+/// Verifies certificate chains against configured roots at a chosen time, with Apple's OID policy.
+public struct ChainVerifier: Sendable {
+    /// The trust anchors.
+    public let roots: [Certificate]
+    /// Accept chains that end at any certificate in `roots`, even one that is not self-signed
+    /// (needed for the iTunes Store CA of iOS 6 receipts).
+    public let allowPartialChain: Bool
+
+    /// Creates a verifier.
+    public init(roots: [Certificate], allowPartialChain: Bool = false) {
+        self.roots = roots
+        self.allowPartialChain = allowPartialChain
+    }
+
+    /// Which Apple marker extensions to require.
+    public enum Policy: Sendable {
+        /// Leaf needs 1.2.840.113635.100.6.11.1 and the first intermediate 1.2.840.113635.100.6.2.1.
+        case appleReceiptSigning
+        /// Chain validity only.
+        case none
+    }
+
+    /// Throws unless `leaf` chains through `intermediates` to a root, valid at `date`.
+    public func verify(leaf: Certificate, intermediates: [Certificate], at date: Date, policy: Policy) throws {
+        guard let store = X509_STORE_new() else { throw CryptoError.openSSL("chain_failed", "no store") }
+        defer { X509_STORE_free(store) }
+        for root in roots { X509_STORE_add_cert(store, root.pointer) }
+        guard let untrusted = shim_sk_X509_new_null() else { throw CryptoError.openSSL("chain_failed", "no stack") }
+        defer { shim_sk_X509_free(untrusted) }
+        for certificate in intermediates { _ = shim_sk_X509_push(untrusted, certificate.pointer) }
+        guard let context = X509_STORE_CTX_new() else { throw CryptoError.openSSL("chain_failed", "no context") }
+        defer { X509_STORE_CTX_free(context) }
+        guard X509_STORE_CTX_init(context, store, leaf.pointer, untrusted) == 1 else {
+            throw CryptoError.openSSL("chain_failed", "cannot initialise verification")
+        }
+        let parameters = X509_STORE_CTX_get0_param(context)
+        X509_VERIFY_PARAM_set_time(parameters, time_t(date.timeIntervalSince1970))
+        // Apple still signs with SHA-1 and 1024-bit keys in old chains; judge them by validity, not strength.
+        X509_VERIFY_PARAM_set_auth_level(parameters, 0)
+        if allowPartialChain { X509_VERIFY_PARAM_set_flags(parameters, UInt(X509_V_FLAG_PARTIAL_CHAIN)) }
+        if X509_verify_cert(context) != 1 {
+            let code = X509_STORE_CTX_get_error(context)
+            let reason = String(cString: X509_verify_cert_error_string(Int(code)))
+            ERR_clear_error()
+            throw CryptoError("invalid_certificate_chain", "certificate chain rejected: \(reason)")
+        }
+        if case .appleReceiptSigning = policy {
+            guard leaf.hasExtension(OID.appleReceiptSigner) else {
+                throw CryptoError("missing_receipt_signer_oid", "the signing certificate lacks 1.2.840.113635.100.6.11.1")
+            }
+            let issuerSubject = try leaf.fields.issuer
+            if let intermediate = intermediates.first(where: { (try? $0.fields.subject) == issuerSubject }),
+               !roots.contains(where: { $0.der == intermediate.der }) {
+                guard intermediate.hasExtension(OID.appleWWDRIntermediate) else {
+                    throw CryptoError("missing_intermediate_oid", "the intermediate certificate lacks 1.2.840.113635.100.6.2.1")
+                }
+            }
+        }
+    }
+}

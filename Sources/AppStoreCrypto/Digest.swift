@@ -1,0 +1,32 @@
+import COpenSSL
+
+/// The message digests receipts use.
+public enum Digest: Sendable {
+    case sha1
+    case sha256
+
+    var md: OpaquePointer? { self == .sha1 ? EVP_sha1() : EVP_sha256() }
+
+    /// The algorithm's object identifier.
+    public var oid: String { self == .sha1 ? OID.sha1 : OID.sha256 }
+
+    /// The digest for an object identifier (SHA-1 or SHA-256 only).
+    public init?(oid: String) {
+        switch oid {
+        case OID.sha1, OID.sha1WithRSA: self = .sha1
+        case OID.sha256, OID.sha256WithRSA: self = .sha256
+        default: return nil
+        }
+    }
+
+    /// Hashes bytes.
+    public func hash<Bytes: Collection>(_ bytes: Bytes) -> [UInt8] where Bytes.Element == UInt8 {
+        let input = Array(bytes)
+        var output = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+        var length: UInt32 = 0
+        _ = input.withUnsafeBytes { buffer in
+            EVP_Digest(buffer.baseAddress, buffer.count, &output, &length, md, nil)
+        }
+        return Array(output.prefix(Int(length)))
+    }
+}

@@ -1,0 +1,165 @@
+import AppStoreModels
+import Foundation
+
+/// Encodes and decodes the ASN.1 payload of app receipts (reference §2.2–2.5).
+public enum ReceiptPayload {
+    /// Attribute type numbers of the app receipt.
+    public enum Field {
+        public static let receiptType = 0, appItemId = 1, bundleId = 2, applicationVersion = 3, opaqueValue = 4, sha1Hash = 5
+        public static let ageRating = 10, developerId = 11, creationDate = 12, downloadId = 15, installerVersion = 16
+        public static let inAppPurchase = 17, originalPurchaseDate = 18, originalApplicationVersion = 19, expirationDate = 21
+    }
+
+    /// Attribute type numbers inside an in-app purchase.
+    public enum InAppField {
+        public static let quantity = 1701, productId = 1702, transactionId = 1703, purchaseDate = 1704
+        public static let originalTransactionId = 1705, originalPurchaseDate = 1706, productType = 1707, expiresDate = 1708
+        public static let webOrderLineItemId = 1711, cancellationDate = 1712, isTrialPeriod = 1713
+        public static let isInIntroOfferPeriod = 1719, cancellationReason = 1720, promotionalOfferId = 1721
+    }
+
+    static func attribute(_ type: Int, _ value: [UInt8], version: Int64 = 1) -> [UInt8] {
+        DER.sequence([DER.integer(Int64(type)), DER.integer(version), DER.octetString(value)])
+    }
+
+    static func date(_ date: Date?) -> [UInt8] { DER.ia5String(date.map(ReceiptDate.rfc3339) ?? "") }
+
+    /// The DER bytes of attribute 2's value for a bundle id (what the device hash covers).
+    public static func bundleIdBytes(_ bundleId: String) -> [UInt8] { DER.utf8String(bundleId) }
+
+    /// Encodes a receipt as Apple does: a DER SET of attributes, sorted by encoding.
+    public static func encode(_ receipt: AppReceipt) -> [UInt8] {
+        let sandbox = receipt.receiptType.environment == .sandbox
+        var attributes: [[UInt8]] = [
+            attribute(Field.receiptType, DER.utf8String(receipt.receiptType.rawValue)),
+            attribute(Field.appItemId, DER.integer(receipt.appItemId)),
+            attribute(Field.bundleId, bundleIdBytes(receipt.bundleId)),
+            attribute(Field.applicationVersion, DER.utf8String(receipt.applicationVersion)),
+            attribute(Field.opaqueValue, Array(receipt.opaqueValue), version: 2),
+            attribute(Field.sha1Hash, Array(receipt.sha1Hash)),
+            attribute(8, DER.ia5String(sandbox ? "" : receipt.creationDate.map(ReceiptDate.rfc3339) ?? "")),
+            attribute(9, DER.integer(0)),
+            attribute(Field.ageRating, DER.ia5String("4+")),
+            attribute(Field.developerId, DER.integer(0)),
+            attribute(Field.creationDate, date(receipt.creationDate)),
+            attribute(Field.downloadId, DER.integer(receipt.downloadId)),
+            attribute(Field.installerVersion, DER.integer(receipt.versionExternalIdentifier)),
+            attribute(Field.originalPurchaseDate, date(receipt.originalPurchaseDate)),
+            attribute(20, DER.utf8String("")),
+            attribute(25, DER.integer(3)),
+        ]
+        if let version = receipt.originalApplicationVersion {
+            attributes.append(attribute(Field.originalApplicationVersion, DER.utf8String(version)))
+        }
+        if let expiration = receipt.expirationDate {
+            attributes.append(attribute(Field.expirationDate, date(expiration)))
+        }
+        for purchase in receipt.inApp {
+            attributes.append(attribute(Field.inAppPurchase, encode(purchase)))
+        }
+        return DER.setOf(attributes)
+    }
+
+    static func encode(_ purchase: InAppPurchase) -> [UInt8] {
+        var attributes: [[UInt8]] = [
+            attribute(InAppField.quantity, DER.integer(Int64(purchase.quantity))),
+            attribute(InAppField.productId, DER.utf8String(purchase.productId)),
+            attribute(InAppField.transactionId, DER.utf8String(purchase.transactionId)),
+            attribute(InAppField.purchaseDate, date(purchase.purchaseDate)),
+            attribute(InAppField.originalTransactionId, DER.utf8String(purchase.originalTransactionId ?? purchase.transactionId)),
+            attribute(InAppField.originalPurchaseDate, date(purchase.originalPurchaseDate ?? purchase.purchaseDate)),
+            attribute(InAppField.productType, DER.integer(Int64(max(0, purchase.productTypeCode ?? 0)))),
+            attribute(InAppField.expiresDate, date(purchase.expiresDate)),
+            attribute(1709, DER.utf8String("")),
+            attribute(1710, DER.integer(0)),
+            attribute(InAppField.webOrderLineItemId, DER.integer(purchase.webOrderLineItemId ?? 0)),
+            attribute(InAppField.cancellationDate, date(purchase.cancellationDate)),
+            attribute(InAppField.isTrialPeriod, DER.integer(purchase.isTrialPeriod ? 1 : 0)),
+            attribute(InAppField.isInIntroOfferPeriod, DER.integer(purchase.isInIntroOfferPeriod == true ? 1 : 0)),
+            attribute(InAppField.promotionalOfferId, DER.utf8String(purchase.promotionalOfferId ?? "")),
+            attribute(1722, DER.integer(0)),
+        ]
+        for unknown in 1714...1718 { attributes.append(attribute(unknown, DER.utf8String(""))) }
+        if let reason = purchase.cancellationReason {
+            attributes.append(attribute(InAppField.cancellationReason, DER.integer(Int64(reason))))
+        }
+        return DER.setOf(attributes)
+    }
+
+    /// Decodes a payload (DER or BER). Unknown attributes are skipped; empty dates mean absent.
+    public static func decode(_ payload: [UInt8]) throws -> AppReceipt {
+        var receipt = AppReceipt(receiptType: ReceiptType(rawValue: ""), bundleId: "", applicationVersion: "", creationDate: nil)
+        var sawBundle = false
+        for (type, value) in try attributes(of: payload) {
+            switch type {
+            case Field.receiptType: receipt.receiptType = ReceiptType(rawValue: try string(value))
+            case Field.appItemId: receipt.appItemId = try integer(value)
+            case Field.bundleId:
+                receipt.bundleId = try string(value)
+                receipt.bundleIdBytes = Data(value)
+                sawBundle = true
+            case Field.applicationVersion: receipt.applicationVersion = try string(value)
+            case Field.opaqueValue: receipt.opaqueValue = Data(value)
+            case Field.sha1Hash: receipt.sha1Hash = Data(value)
+            case Field.creationDate: receipt.creationDate = try dateValue(value)
+            case Field.downloadId: receipt.downloadId = (try? integer(value)) ?? 0
+            case Field.installerVersion: receipt.versionExternalIdentifier = (try? integer(value)) ?? 0
+            case Field.originalPurchaseDate: receipt.originalPurchaseDate = try dateValue(value)
+            case Field.originalApplicationVersion: receipt.originalApplicationVersion = try string(value)
+            case Field.expirationDate: receipt.expirationDate = try dateValue(value)
+            case Field.inAppPurchase: receipt.inApp.append(try decodePurchase(value))
+            default: continue
+            }
+        }
+        guard sawBundle else { throw ASN1Error("receipt payload has no bundle id") }
+        return receipt
+    }
+
+    static func decodePurchase(_ bytes: [UInt8]) throws -> InAppPurchase {
+        var purchase = InAppPurchase(productId: "", transactionId: "", purchaseDate: nil)
+        for (type, value) in try attributes(of: bytes) {
+            switch type {
+            case InAppField.quantity: purchase.quantity = Int(try integer(value))
+            case InAppField.productId: purchase.productId = try string(value)
+            case InAppField.transactionId: purchase.transactionId = try string(value)
+            case InAppField.purchaseDate: purchase.purchaseDate = try dateValue(value)
+            case InAppField.originalTransactionId: purchase.originalTransactionId = try string(value)
+            case InAppField.originalPurchaseDate: purchase.originalPurchaseDate = try dateValue(value)
+            case InAppField.productType: purchase.productTypeCode = Int(try integer(value))
+            case InAppField.expiresDate: purchase.expiresDate = try dateValue(value)
+            case InAppField.webOrderLineItemId:
+                let id = try integer(value)
+                purchase.webOrderLineItemId = id == 0 ? nil : id
+            case InAppField.cancellationDate: purchase.cancellationDate = try dateValue(value)
+            case InAppField.isTrialPeriod: purchase.isTrialPeriod = try integer(value) != 0
+            case InAppField.isInIntroOfferPeriod: purchase.isInIntroOfferPeriod = try integer(value) != 0
+            case InAppField.cancellationReason: purchase.cancellationReason = Int(try integer(value))
+            case InAppField.promotionalOfferId:
+                let text = try string(value)
+                purchase.promotionalOfferId = text.isEmpty ? nil : text
+            default: continue
+            }
+        }
+        return purchase
+    }
+
+    /// The (type, value bytes) pairs of a SET of receipt attributes.
+    static func attributes(of bytes: [UInt8]) throws -> [(Int, [UInt8])] {
+        let set = try ASN1Element.parse(bytes)
+        guard set.tag == DER.Tag.set else { throw ASN1Error("receipt payload is not a SET") }
+        return try set.children().map { element in
+            let parts = try element.children(expecting: DER.Tag.sequence, "receipt attribute")
+            guard parts.count == 3 else { throw ASN1Error("receipt attribute needs three fields") }
+            return (Int(try parts[0].integer()), try parts[2].octets())
+        }
+    }
+
+    static func string(_ value: [UInt8]) throws -> String { try ASN1Element.parse(value).string() }
+    static func integer(_ value: [UInt8]) throws -> Int64 { try ASN1Element.parse(value).integer() }
+    static func dateValue(_ value: [UInt8]) throws -> Date? {
+        let text = try string(value)
+        if text.isEmpty { return nil }
+        guard let date = ReceiptDate.parseRFC3339(text) else { throw ASN1Error("bad date in receipt") }
+        return date
+    }
+}

@@ -1,0 +1,159 @@
+import Foundation
+
+/// A price of a product in one storefront.
+public struct ProductPrice: Codable, Sendable, Equatable {
+    /// ISO 3166-1 alpha-3 storefront, e.g. `USA`, `JPN`, `CHN`.
+    public var storefront: String
+    /// ISO 4217 currency code.
+    public var currency: String
+    /// Decimal amount as text (`"0.99"`, `"120"`).
+    public var amount: String
+
+    /// Creates a price.
+    public init(storefront: String, currency: String, amount: String) {
+        self.storefront = storefront
+        self.currency = currency
+        self.amount = amount
+    }
+
+    /// The amount in milliunits, as StoreKit 2 reports prices.
+    public var milliunits: Int64 {
+        let decimal = Decimal(string: amount) ?? 0
+        return NSDecimalNumber(decimal: decimal * 1000).int64Value
+    }
+}
+
+/// A display name and description in one locale.
+public struct ProductLocalization: Codable, Sendable, Equatable {
+    /// Locale identifier such as `en_US` or `zh_CN`.
+    public var locale: String
+    public var displayName: String
+    public var description: String
+
+    /// Creates a localization.
+    public init(locale: String, displayName: String, description: String) {
+        self.locale = locale
+        self.displayName = displayName
+        self.description = description
+    }
+}
+
+/// An introductory offer of an auto-renewable subscription.
+public struct IntroductoryOffer: Codable, Sendable, Equatable {
+    /// How the customer pays during the offer.
+    public enum PaymentMode: String, Codable, Sendable {
+        case free = "free"
+        case payAsYouGo = "payAsYouGo"
+        case payUpFront = "payUpFront"
+    }
+    public var paymentMode: PaymentMode
+    /// The length of one offer period.
+    public var period: SubscriptionPeriod
+    /// How many periods the offer lasts (pay as you go), 1 otherwise.
+    public var numberOfPeriods: Int
+    /// The offer price, absent for free trials.
+    public var amount: String?
+
+    /// Creates an offer.
+    public init(paymentMode: PaymentMode, period: SubscriptionPeriod, numberOfPeriods: Int = 1, amount: String? = nil) {
+        self.paymentMode = paymentMode
+        self.period = period
+        self.numberOfPeriods = numberOfPeriods
+        self.amount = amount
+    }
+}
+
+/// An in-app purchase product as App Store Connect holds it.
+public struct CatalogProduct: Codable, Sendable, Equatable {
+    public var productId: String
+    public var type: ProductType
+    public var referenceName: String
+    /// The price tier, when the price came from one.
+    public var priceTier: Int?
+    /// Prices per storefront.
+    public var prices: [ProductPrice]
+    public var localizations: [ProductLocalization]
+    public var reviewState: ReviewState
+    public var clearedForSale: Bool
+    public var familyShareable: Bool
+    /// Subscription group id (auto-renewables).
+    public var subscriptionGroupId: String?
+    /// Level inside the group, 1 = highest.
+    public var groupLevel: Int?
+    /// Renewal period (auto-renewables) or duration (non-renewing, informational).
+    public var period: SubscriptionPeriod?
+    public var introductoryOffer: IntroductoryOffer?
+
+    /// Creates a product.
+    public init(productId: String, type: ProductType, referenceName: String, priceTier: Int? = nil, prices: [ProductPrice],
+                localizations: [ProductLocalization] = [], reviewState: ReviewState = .readyForSale, clearedForSale: Bool = true,
+                familyShareable: Bool = false, subscriptionGroupId: String? = nil, groupLevel: Int? = nil,
+                period: SubscriptionPeriod? = nil, introductoryOffer: IntroductoryOffer? = nil) {
+        self.productId = productId
+        self.type = type
+        self.referenceName = referenceName
+        self.priceTier = priceTier
+        self.prices = prices
+        self.localizations = localizations
+        self.reviewState = reviewState
+        self.clearedForSale = clearedForSale
+        self.familyShareable = familyShareable
+        self.subscriptionGroupId = subscriptionGroupId
+        self.groupLevel = groupLevel
+        self.period = period
+        self.introductoryOffer = introductoryOffer
+    }
+
+    /// The price for a storefront, falling back to the first price.
+    public func price(for storefront: String) -> ProductPrice? {
+        prices.first { $0.storefront == storefront } ?? prices.first
+    }
+
+    /// The localization for a locale, falling back by language and then to the first one.
+    public func localization(for locale: String) -> ProductLocalization? {
+        let language = locale.split(whereSeparator: { $0 == "_" || $0 == "-" }).first.map(String.init)
+        return localizations.first { $0.locale == locale }
+            ?? localizations.first { $0.locale.hasPrefix((language ?? "") + "_") || $0.locale == language }
+            ?? localizations.first
+    }
+
+    /// Apple's product identifier rule: letters, digits, periods and underscores, not empty.
+    public static func isValidIdentifier(_ identifier: String) -> Bool {
+        !identifier.isEmpty && identifier.count <= 100
+            && identifier.unicodeScalars.allSatisfy { ($0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0))) || $0 == "." || $0 == "_" }
+    }
+}
+
+/// An app as App Store Connect holds it.
+public struct CatalogApp: Codable, Sendable, Equatable {
+    public var bundleId: String
+    /// The app's Apple id (`app_item_id` in production receipts).
+    public var appAppleId: Int64
+    public var name: String
+    /// The app-specific shared secret verifyReceipt checks.
+    public var sharedSecret: String
+    /// The app version written into receipts.
+    public var version: String
+    public var products: [CatalogProduct]
+    /// Subscription group names by id.
+    public var subscriptionGroups: [String: String]
+
+    /// Creates an app.
+    public init(bundleId: String, appAppleId: Int64, name: String, sharedSecret: String, version: String = "1.0",
+                products: [CatalogProduct] = [], subscriptionGroups: [String: String] = [:]) {
+        self.bundleId = bundleId
+        self.appAppleId = appAppleId
+        self.name = name
+        self.sharedSecret = sharedSecret
+        self.version = version
+        self.products = products
+        self.subscriptionGroups = subscriptionGroups
+    }
+}
+
+/// Storekeeper's own catalog file: apps with every product attribute.
+public struct CatalogFile: Codable, Sendable {
+    public var apps: [CatalogApp]
+    /// Creates a file.
+    public init(apps: [CatalogApp]) { self.apps = apps }
+}

@@ -1,0 +1,122 @@
+import Foundation
+
+/// Apple's date encodings: RFC 3339 in binary receipts, and the three verifyReceipt forms
+/// (`Etc/GMT`, milliseconds as a string, `America/Los_Angeles` local time).
+public enum ReceiptDate {
+    private static let pacific = TimeZone(identifier: "America/Los_Angeles") ?? TimeZone(secondsFromGMT: -8 * 3600)!
+
+    /// Integer Unix milliseconds of a date.
+    public static func milliseconds(_ date: Date) -> Int64 {
+        Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+    }
+
+    /// A date from Unix milliseconds.
+    public static func date(milliseconds: Int64) -> Date {
+        Date(timeIntervalSince1970: Double(milliseconds) / 1000)
+    }
+
+    /// `2013-08-01 07:00:00 Etc/GMT`
+    public static func gmtString(_ date: Date) -> String {
+        civil(seconds: Int64(date.timeIntervalSince1970.rounded(.down)), separator: " ") + " Etc/GMT"
+    }
+
+    /// `2013-08-01 00:00:00 America/Los_Angeles` (follows daylight saving time).
+    public static func pacificString(_ date: Date) -> String {
+        let offset = Int64(pacific.secondsFromGMT(for: date))
+        return civil(seconds: Int64(date.timeIntervalSince1970.rounded(.down)) + offset, separator: " ") + " America/Los_Angeles"
+    }
+
+    /// `2013-08-01T07:00:00Z`, as binary receipts store dates.
+    public static func rfc3339(_ date: Date) -> String {
+        civil(seconds: Int64(date.timeIntervalSince1970.rounded(.down)), separator: "T") + "Z"
+    }
+
+    /// Parses RFC 3339 with `Z`, `±HH:MM` or `±HHMM` offsets and optional fractions; nil for empty or invalid text.
+    public static func parseRFC3339(_ text: String) -> Date? {
+        let bytes = Array(text.utf8)
+        guard bytes.count >= 19 else { return nil }
+        func number(_ range: Range<Int>) -> Int? {
+            var value = 0
+            for index in range {
+                guard bytes[index] >= 48, bytes[index] <= 57 else { return nil }
+                value = value * 10 + Int(bytes[index] - 48)
+            }
+            return value
+        }
+        guard let year = number(0..<4), bytes[4] == 45, let month = number(5..<7), bytes[7] == 45,
+              let day = number(8..<10), bytes[10] == 84 || bytes[10] == 32, let hour = number(11..<13), bytes[13] == 58,
+              let minute = number(14..<16), bytes[16] == 58, let second = number(17..<19),
+              (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61 else { return nil }
+        var index = 19
+        var fraction = 0.0
+        if index < bytes.count, bytes[index] == 46 {
+            index += 1
+            var scale = 0.1
+            while index < bytes.count, bytes[index] >= 48, bytes[index] <= 57 {
+                fraction += Double(bytes[index] - 48) * scale
+                scale /= 10
+                index += 1
+            }
+        }
+        var offset = 0
+        if index < bytes.count {
+            let sign = bytes[index]
+            if sign == 90 || sign == 122 {
+                index += 1
+            } else if sign == 43 || sign == 45 {
+                let rest = Array(bytes[(index + 1)...])
+                let digits = rest.filter { $0 != 58 }
+                guard digits.count == 4, digits.allSatisfy({ $0 >= 48 && $0 <= 57 }) else { return nil }
+                let hours = Int(digits[0] - 48) * 10 + Int(digits[1] - 48)
+                let minutes = Int(digits[2] - 48) * 10 + Int(digits[3] - 48)
+                offset = (hours * 3600 + minutes * 60) * (sign == 45 ? -1 : 1)
+                index = bytes.count
+            } else {
+                return nil
+            }
+        }
+        guard index == bytes.count else { return nil }
+        let days = daysFromCivil(year: year, month: month, day: day)
+        let seconds = days * 86400 + Int64(hour * 3600 + minute * 60 + second) - Int64(offset)
+        return Date(timeIntervalSince1970: Double(seconds) + fraction)
+    }
+
+    /// Formats Unix seconds as `YYYY-MM-DD<sep>HH:MM:SS`.
+    static func civil(seconds: Int64, separator: String) -> String {
+        var days = seconds / 86400
+        var remainder = seconds % 86400
+        if remainder < 0 { remainder += 86400; days -= 1 }
+        let (year, month, day) = civilFromDays(days)
+        let hour = remainder / 3600, minute = (remainder % 3600) / 60, second = remainder % 60
+        return pad(year, 4) + "-" + pad(month, 2) + "-" + pad(day, 2) + separator + pad(hour, 2) + ":" + pad(minute, 2) + ":" + pad(second, 2)
+    }
+
+    private static func pad(_ value: Int64, _ width: Int) -> String {
+        let text = String(value)
+        return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
+    }
+
+    // Howard Hinnant's civil-from-days and days-from-civil algorithms (public domain arithmetic).
+    static func civilFromDays(_ days: Int64) -> (Int64, Int64, Int64) {
+        let z = days + 719468
+        let era = (z >= 0 ? z : z - 146096) / 146097
+        let doe = z - era * 146097
+        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365
+        let y = yoe + era * 400
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let d = doy - (153 * mp + 2) / 5 + 1
+        let m = mp < 10 ? mp + 3 : mp - 9
+        return (m <= 2 ? y + 1 : y, m, d)
+    }
+
+    static func daysFromCivil(year: Int, month: Int, day: Int) -> Int64 {
+        let y = Int64(month <= 2 ? year - 1 : year)
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yoe = y - era * 400
+        let m = Int64(month)
+        let doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + Int64(day) - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        return era * 146097 + doe - 719468
+    }
+}

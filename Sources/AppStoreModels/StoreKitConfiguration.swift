@@ -1,0 +1,96 @@
+import Foundation
+
+/// An Xcode `.storekit` configuration file (versions 2.0–5.0), read leniently: unknown keys are ignored.
+public struct StoreKitConfiguration: Sendable {
+    /// A file that cannot be read as a StoreKit configuration.
+    public struct ParseError: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// The products of every section, as catalog products (Ready for Sale, cleared).
+    public var products: [CatalogProduct]
+    /// Subscription group names by id.
+    public var subscriptionGroups: [String: String]
+    /// `settings._timeRate` mapped to a renewal rate, when set.
+    public var renewalRate: RenewalRate?
+    /// `settings._storefront`, default USA.
+    public var storefront: String
+    /// `settings._locale`, default en_US.
+    public var locale: String
+    /// `settings._askToBuyEnabled`.
+    public var askToBuyEnabled: Bool
+    /// `version.major`.`minor`, when present.
+    public var version: String?
+
+    /// Parses the JSON of a `.storekit` file.
+    public init(data: Data) throws {
+        guard let root = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
+            throw ParseError(description: "not a JSON object")
+        }
+        let settings = root["settings"] as? [String: Any] ?? [:]
+        let storefrontCode = settings["_storefront"] as? String ?? "USA"
+        storefront = storefrontCode
+        locale = settings["_locale"] as? String ?? "en_US"
+        askToBuyEnabled = settings["_askToBuyEnabled"] as? Bool ?? false
+        renewalRate = (settings["_timeRate"] as? Int).flatMap(RenewalRate.init(storeKitTimeRate:))
+        if let version = root["version"] as? [String: Any], let major = version["major"] as? Int {
+            self.version = "\(major).\(version["minor"] as? Int ?? 0)"
+        }
+        let currency = Storefront.currency(for: storefrontCode)
+        var products: [CatalogProduct] = []
+        var groups: [String: String] = [:]
+
+        func product(_ entry: [String: Any], fallbackType: ProductType) throws -> CatalogProduct {
+            guard let productId = entry["productID"] as? String else { throw ParseError(description: "a product has no productID") }
+            let type = (entry["type"] as? String).flatMap(ProductType.init(loose:)) ?? fallbackType
+            let localizations = (entry["localizations"] as? [[String: Any]] ?? []).map {
+                ProductLocalization(locale: $0["locale"] as? String ?? "en_US",
+                                    displayName: $0["displayName"] as? String ?? productId,
+                                    description: $0["description"] as? String ?? "")
+            }
+            let amount = StoreKitConfiguration.priceText(entry["displayPrice"]) ?? "0"
+            return CatalogProduct(productId: productId, type: type, referenceName: entry["referenceName"] as? String ?? productId,
+                                  prices: [ProductPrice(storefront: storefrontCode, currency: currency, amount: amount)],
+                                  localizations: localizations, familyShareable: entry["familyShareable"] as? Bool ?? false)
+        }
+
+        for entry in root["products"] as? [[String: Any]] ?? [] {
+            products.append(try product(entry, fallbackType: .consumable))
+        }
+        for entry in root["nonRenewingSubscriptions"] as? [[String: Any]] ?? [] {
+            var item = try product(entry, fallbackType: .nonRenewing)
+            item.type = .nonRenewing
+            products.append(item)
+        }
+        for group in root["subscriptionGroups"] as? [[String: Any]] ?? [] {
+            let groupId = group["id"] as? String ?? UUID().uuidString
+            groups[groupId] = group["name"] as? String ?? groupId
+            for entry in group["subscriptions"] as? [[String: Any]] ?? [] {
+                var item = try product(entry, fallbackType: .autoRenewable)
+                item.type = .autoRenewable
+                item.subscriptionGroupId = entry["subscriptionGroupID"] as? String ?? groupId
+                item.groupLevel = entry["groupNumber"] as? Int ?? 1
+                item.period = (entry["recurringSubscriptionPeriod"] as? String).flatMap(SubscriptionPeriod.init(loose:)) ?? .oneMonth
+                let offer = (entry["introductoryOffer"] as? [String: Any]) ?? (entry["introductoryOffers"] as? [[String: Any]])?.first
+                if let offer, let mode = (offer["paymentMode"] as? String).flatMap(IntroductoryOffer.PaymentMode.init(rawValue:)) {
+                    item.introductoryOffer = IntroductoryOffer(
+                        paymentMode: mode,
+                        period: (offer["subscriptionPeriod"] as? String).flatMap(SubscriptionPeriod.init(loose:)) ?? .oneWeek,
+                        numberOfPeriods: offer["numberOfPeriods"] as? Int ?? 1,
+                        amount: StoreKitConfiguration.priceText(offer["displayPrice"]))
+                }
+                products.append(item)
+            }
+        }
+        self.products = products
+        subscriptionGroups = groups
+    }
+
+    private static func priceText(_ value: Any?) -> String? {
+        switch value {
+        case let text as String: return text
+        case let number as NSNumber: return number.stringValue
+        default: return nil
+        }
+    }
+}

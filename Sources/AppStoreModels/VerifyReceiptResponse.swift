@@ -1,0 +1,337 @@
+import Foundation
+
+/// A date in verifyReceipt's three string forms.
+public struct ReceiptDateTriple: Sendable, Equatable {
+    public var gmt: String
+    public var milliseconds: String
+    public var pacific: String
+
+    /// The three forms of one date.
+    public init(_ date: Date) {
+        gmt = ReceiptDate.gmtString(date)
+        milliseconds = String(ReceiptDate.milliseconds(date))
+        pacific = ReceiptDate.pacificString(date)
+    }
+
+    /// The date (from the milliseconds form).
+    public var date: Date? { Int64(milliseconds).map(ReceiptDate.date(milliseconds:)) }
+}
+
+/// Keys of the verifyReceipt JSON that carry a date triple: `name`, `name_ms`, `name_pst`.
+struct DynamicKey: CodingKey {
+    var stringValue: String
+    var intValue: Int? { nil }
+    init(_ string: String) { stringValue = string }
+    init?(stringValue: String) { self.stringValue = stringValue }
+    init?(intValue: Int) { nil }
+}
+
+extension KeyedEncodingContainer where K == DynamicKey {
+    mutating func encodeTriple(_ triple: ReceiptDateTriple?, _ name: String) throws {
+        guard let triple else { return }
+        try encode(triple.gmt, forKey: DynamicKey(name))
+        try encode(triple.milliseconds, forKey: DynamicKey(name + "_ms"))
+        try encode(triple.pacific, forKey: DynamicKey(name + "_pst"))
+    }
+    mutating func encodeOptional<T: Encodable>(_ value: T?, _ name: String) throws {
+        if let value { try encode(value, forKey: DynamicKey(name)) }
+    }
+}
+
+extension KeyedDecodingContainer where K == DynamicKey {
+    func decodeTriple(_ name: String) -> ReceiptDateTriple? {
+        guard let ms = string(name + "_ms"), let value = Int64(ms) else { return nil }
+        var triple = ReceiptDateTriple(ReceiptDate.date(milliseconds: value))
+        if let gmt = string(name) { triple.gmt = gmt }
+        if let pacific = string(name + "_pst") { triple.pacific = pacific }
+        triple.milliseconds = ms
+        return triple
+    }
+    func string(_ name: String) -> String? {
+        if let text = try? decodeIfPresent(String.self, forKey: DynamicKey(name)) { return text }
+        if let number = try? decodeIfPresent(Int64.self, forKey: DynamicKey(name)) { return String(number) }
+        return nil
+    }
+    func int64(_ name: String) -> Int64? {
+        if let number = try? decodeIfPresent(Int64.self, forKey: DynamicKey(name)) { return number }
+        return (try? decodeIfPresent(String.self, forKey: DynamicKey(name))).flatMap { $0.flatMap(Int64.init) }
+    }
+}
+
+/// One transaction as verifyReceipt renders it in `in_app` and `latest_receipt_info`.
+public struct ReceiptTransactionInfo: Codable, Sendable, Equatable {
+    public var quantity: String
+    public var productId: String
+    public var transactionId: String
+    public var originalTransactionId: String?
+    public var purchaseDate: ReceiptDateTriple?
+    public var originalPurchaseDate: ReceiptDateTriple?
+    public var expiresDate: ReceiptDateTriple?
+    public var webOrderLineItemId: String?
+    public var isTrialPeriod: String?
+    public var isInIntroOfferPeriod: String?
+    public var cancellationDate: ReceiptDateTriple?
+    public var cancellationReason: String?
+    public var promotionalOfferId: String?
+    public var inAppOwnershipType: String?
+    public var subscriptionGroupIdentifier: String?
+    public var isUpgraded: String?
+    public var appAccountToken: String?
+
+    /// Creates an entry.
+    public init(quantity: String, productId: String, transactionId: String, originalTransactionId: String? = nil,
+                purchaseDate: ReceiptDateTriple? = nil, originalPurchaseDate: ReceiptDateTriple? = nil,
+                expiresDate: ReceiptDateTriple? = nil, webOrderLineItemId: String? = nil, isTrialPeriod: String? = nil,
+                isInIntroOfferPeriod: String? = nil, cancellationDate: ReceiptDateTriple? = nil,
+                cancellationReason: String? = nil, promotionalOfferId: String? = nil, inAppOwnershipType: String? = nil,
+                subscriptionGroupIdentifier: String? = nil, isUpgraded: String? = nil, appAccountToken: String? = nil) {
+        self.quantity = quantity
+        self.productId = productId
+        self.transactionId = transactionId
+        self.originalTransactionId = originalTransactionId
+        self.purchaseDate = purchaseDate
+        self.originalPurchaseDate = originalPurchaseDate
+        self.expiresDate = expiresDate
+        self.webOrderLineItemId = webOrderLineItemId
+        self.isTrialPeriod = isTrialPeriod
+        self.isInIntroOfferPeriod = isInIntroOfferPeriod
+        self.cancellationDate = cancellationDate
+        self.cancellationReason = cancellationReason
+        self.promotionalOfferId = promotionalOfferId
+        self.inAppOwnershipType = inAppOwnershipType
+        self.subscriptionGroupIdentifier = subscriptionGroupIdentifier
+        self.isUpgraded = isUpgraded
+        self.appAccountToken = appAccountToken
+    }
+
+    /// Renders a decoded receipt purchase the way verifyReceipt does in `receipt.in_app`.
+    public init(_ purchase: InAppPurchase) {
+        self.init(quantity: String(purchase.quantity), productId: purchase.productId, transactionId: purchase.transactionId,
+                  originalTransactionId: purchase.originalTransactionId,
+                  purchaseDate: purchase.purchaseDate.map(ReceiptDateTriple.init),
+                  originalPurchaseDate: purchase.originalPurchaseDate.map(ReceiptDateTriple.init),
+                  expiresDate: purchase.expiresDate.map(ReceiptDateTriple.init),
+                  webOrderLineItemId: purchase.webOrderLineItemId.map { String($0) },
+                  isTrialPeriod: purchase.isTrialPeriod ? "true" : "false",
+                  isInIntroOfferPeriod: purchase.isInIntroOfferPeriod.map { $0 ? "true" : "false" },
+                  cancellationDate: purchase.cancellationDate.map(ReceiptDateTriple.init),
+                  cancellationReason: purchase.cancellationReason.map { String($0) },
+                  promotionalOfferId: purchase.promotionalOfferId)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: DynamicKey.self)
+        try c.encode(quantity, forKey: DynamicKey("quantity"))
+        try c.encode(productId, forKey: DynamicKey("product_id"))
+        try c.encode(transactionId, forKey: DynamicKey("transaction_id"))
+        try c.encodeOptional(originalTransactionId, "original_transaction_id")
+        try c.encodeTriple(purchaseDate, "purchase_date")
+        try c.encodeTriple(originalPurchaseDate, "original_purchase_date")
+        try c.encodeTriple(expiresDate, "expires_date")
+        try c.encodeOptional(webOrderLineItemId, "web_order_line_item_id")
+        try c.encodeOptional(isTrialPeriod, "is_trial_period")
+        try c.encodeOptional(isInIntroOfferPeriod, "is_in_intro_offer_period")
+        try c.encodeTriple(cancellationDate, "cancellation_date")
+        try c.encodeOptional(cancellationReason, "cancellation_reason")
+        try c.encodeOptional(promotionalOfferId, "promotional_offer_id")
+        try c.encodeOptional(inAppOwnershipType, "in_app_ownership_type")
+        try c.encodeOptional(subscriptionGroupIdentifier, "subscription_group_identifier")
+        try c.encodeOptional(isUpgraded, "is_upgraded")
+        try c.encodeOptional(appAccountToken, "app_account_token")
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: DynamicKey.self)
+        guard let productId = c.string("product_id"), let transactionId = c.string("transaction_id") else {
+            throw DecodingError.keyNotFound(DynamicKey("product_id"), .init(codingPath: decoder.codingPath, debugDescription: "product_id and transaction_id are required"))
+        }
+        self.init(quantity: c.string("quantity") ?? "1", productId: productId, transactionId: transactionId,
+                  originalTransactionId: c.string("original_transaction_id"),
+                  purchaseDate: c.decodeTriple("purchase_date"), originalPurchaseDate: c.decodeTriple("original_purchase_date"),
+                  expiresDate: c.decodeTriple("expires_date"), webOrderLineItemId: c.string("web_order_line_item_id"),
+                  isTrialPeriod: c.string("is_trial_period"), isInIntroOfferPeriod: c.string("is_in_intro_offer_period"),
+                  cancellationDate: c.decodeTriple("cancellation_date"), cancellationReason: c.string("cancellation_reason"),
+                  promotionalOfferId: c.string("promotional_offer_id"), inAppOwnershipType: c.string("in_app_ownership_type"),
+                  subscriptionGroupIdentifier: c.string("subscription_group_identifier"), isUpgraded: c.string("is_upgraded"),
+                  appAccountToken: c.string("app_account_token"))
+    }
+}
+
+/// The `receipt` object of a verifyReceipt response for an app receipt.
+public struct ReceiptInfo: Codable, Sendable, Equatable {
+    public var receiptType: String
+    public var adamId: Int64
+    public var appItemId: Int64
+    public var bundleId: String
+    public var applicationVersion: String
+    public var downloadId: Int64
+    public var versionExternalIdentifier: Int64
+    public var receiptCreationDate: ReceiptDateTriple?
+    public var requestDate: ReceiptDateTriple?
+    public var originalPurchaseDate: ReceiptDateTriple?
+    public var originalApplicationVersion: String?
+    public var expirationDate: ReceiptDateTriple?
+    public var inApp: [ReceiptTransactionInfo]
+
+    /// Renders a decoded receipt; `requestDate` is when verifyReceipt handled it (nil for offline decoding).
+    public init(_ receipt: AppReceipt, requestDate: Date?) {
+        receiptType = receipt.receiptType.rawValue
+        adamId = receipt.appItemId
+        appItemId = receipt.appItemId
+        bundleId = receipt.bundleId
+        applicationVersion = receipt.applicationVersion
+        downloadId = receipt.downloadId
+        versionExternalIdentifier = receipt.versionExternalIdentifier
+        receiptCreationDate = receipt.creationDate.map(ReceiptDateTriple.init)
+        self.requestDate = requestDate.map(ReceiptDateTriple.init)
+        originalPurchaseDate = receipt.originalPurchaseDate.map(ReceiptDateTriple.init)
+        originalApplicationVersion = receipt.originalApplicationVersion
+        expirationDate = receipt.expirationDate.map(ReceiptDateTriple.init)
+        inApp = receipt.inApp.map(ReceiptTransactionInfo.init)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: DynamicKey.self)
+        try c.encode(receiptType, forKey: DynamicKey("receipt_type"))
+        try c.encode(adamId, forKey: DynamicKey("adam_id"))
+        try c.encode(appItemId, forKey: DynamicKey("app_item_id"))
+        try c.encode(bundleId, forKey: DynamicKey("bundle_id"))
+        try c.encode(applicationVersion, forKey: DynamicKey("application_version"))
+        try c.encode(downloadId, forKey: DynamicKey("download_id"))
+        try c.encode(versionExternalIdentifier, forKey: DynamicKey("version_external_identifier"))
+        try c.encodeTriple(receiptCreationDate, "receipt_creation_date")
+        try c.encodeTriple(requestDate, "request_date")
+        try c.encodeTriple(originalPurchaseDate, "original_purchase_date")
+        try c.encodeOptional(originalApplicationVersion, "original_application_version")
+        try c.encodeTriple(expirationDate, "expiration_date")
+        try c.encode(inApp, forKey: DynamicKey("in_app"))
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: DynamicKey.self)
+        receiptType = c.string("receipt_type") ?? ""
+        adamId = c.int64("adam_id") ?? 0
+        appItemId = c.int64("app_item_id") ?? 0
+        bundleId = c.string("bundle_id") ?? ""
+        applicationVersion = c.string("application_version") ?? ""
+        downloadId = c.int64("download_id") ?? 0
+        versionExternalIdentifier = c.int64("version_external_identifier") ?? 0
+        receiptCreationDate = c.decodeTriple("receipt_creation_date")
+        requestDate = c.decodeTriple("request_date")
+        originalPurchaseDate = c.decodeTriple("original_purchase_date")
+        originalApplicationVersion = c.string("original_application_version")
+        expirationDate = c.decodeTriple("expiration_date")
+        inApp = (try? c.decodeIfPresent([ReceiptTransactionInfo].self, forKey: DynamicKey("in_app"))) ?? []
+    }
+}
+
+/// One `pending_renewal_info` element.
+public struct PendingRenewalInfo: Codable, Sendable, Equatable {
+    public var autoRenewProductId: String
+    public var autoRenewStatus: String
+    public var productId: String
+    public var originalTransactionId: String
+    public var expirationIntent: String?
+    public var isInBillingRetryPeriod: String?
+    public var gracePeriodExpiresDate: ReceiptDateTriple?
+    public var priceConsentStatus: String?
+
+    /// Creates an element.
+    public init(autoRenewProductId: String, autoRenewStatus: String, productId: String, originalTransactionId: String,
+                expirationIntent: String? = nil, isInBillingRetryPeriod: String? = nil,
+                gracePeriodExpiresDate: ReceiptDateTriple? = nil, priceConsentStatus: String? = nil) {
+        self.autoRenewProductId = autoRenewProductId
+        self.autoRenewStatus = autoRenewStatus
+        self.productId = productId
+        self.originalTransactionId = originalTransactionId
+        self.expirationIntent = expirationIntent
+        self.isInBillingRetryPeriod = isInBillingRetryPeriod
+        self.gracePeriodExpiresDate = gracePeriodExpiresDate
+        self.priceConsentStatus = priceConsentStatus
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: DynamicKey.self)
+        try c.encode(autoRenewProductId, forKey: DynamicKey("auto_renew_product_id"))
+        try c.encode(autoRenewStatus, forKey: DynamicKey("auto_renew_status"))
+        try c.encode(productId, forKey: DynamicKey("product_id"))
+        try c.encode(originalTransactionId, forKey: DynamicKey("original_transaction_id"))
+        try c.encodeOptional(expirationIntent, "expiration_intent")
+        try c.encodeOptional(isInBillingRetryPeriod, "is_in_billing_retry_period")
+        try c.encodeTriple(gracePeriodExpiresDate, "grace_period_expires_date")
+        try c.encodeOptional(priceConsentStatus, "price_consent_status")
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: DynamicKey.self)
+        self.init(autoRenewProductId: c.string("auto_renew_product_id") ?? "", autoRenewStatus: c.string("auto_renew_status") ?? "0",
+                  productId: c.string("product_id") ?? "", originalTransactionId: c.string("original_transaction_id") ?? "",
+                  expirationIntent: c.string("expiration_intent"), isInBillingRetryPeriod: c.string("is_in_billing_retry_period"),
+                  gracePeriodExpiresDate: c.decodeTriple("grace_period_expires_date"), priceConsentStatus: c.string("price_consent_status"))
+    }
+}
+
+/// The verifyReceipt response for app receipts (and for every error status).
+public struct VerifyReceiptResponse: Codable, Sendable {
+    public var status: Int
+    public var environment: AppStoreEnvironment?
+    public var receipt: ReceiptInfo?
+    public var latestReceiptInfo: [ReceiptTransactionInfo]?
+    public var latestReceipt: String?
+    public var pendingRenewalInfo: [PendingRenewalInfo]?
+    public var isRetryable: Bool?
+    public var exception: String?
+
+    enum CodingKeys: String, CodingKey {
+        case status, environment, receipt, exception
+        case latestReceiptInfo = "latest_receipt_info"
+        case latestReceipt = "latest_receipt"
+        case pendingRenewalInfo = "pending_renewal_info"
+        case isRetryable = "is_retryable"
+        case legacyIsRetryable = "is-retryable"
+    }
+
+    /// Creates a response.
+    public init(status: Int, environment: AppStoreEnvironment? = nil, receipt: ReceiptInfo? = nil,
+                latestReceiptInfo: [ReceiptTransactionInfo]? = nil, latestReceipt: String? = nil,
+                pendingRenewalInfo: [PendingRenewalInfo]? = nil, isRetryable: Bool? = nil, exception: String? = nil) {
+        self.status = status
+        self.environment = environment
+        self.receipt = receipt
+        self.latestReceiptInfo = latestReceiptInfo
+        self.latestReceipt = latestReceipt
+        self.pendingRenewalInfo = pendingRenewalInfo
+        self.isRetryable = isRetryable
+        self.exception = exception
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(status, forKey: .status)
+        try c.encodeIfPresent(environment, forKey: .environment)
+        try c.encodeIfPresent(receipt, forKey: .receipt)
+        try c.encodeIfPresent(latestReceiptInfo, forKey: .latestReceiptInfo)
+        try c.encodeIfPresent(latestReceipt, forKey: .latestReceipt)
+        try c.encodeIfPresent(pendingRenewalInfo, forKey: .pendingRenewalInfo)
+        try c.encodeIfPresent(isRetryable, forKey: .isRetryable)
+        try c.encodeIfPresent(exception, forKey: .exception)
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        status = try c.decode(Int.self, forKey: .status)
+        environment = try? c.decodeIfPresent(AppStoreEnvironment.self, forKey: .environment)
+        receipt = try? c.decodeIfPresent(ReceiptInfo.self, forKey: .receipt)
+        latestReceiptInfo = try? c.decodeIfPresent([ReceiptTransactionInfo].self, forKey: .latestReceiptInfo)
+        latestReceipt = try? c.decodeIfPresent(String.self, forKey: .latestReceipt)
+        pendingRenewalInfo = try? c.decodeIfPresent([PendingRenewalInfo].self, forKey: .pendingRenewalInfo)
+        // Apple's docs say is-retryable, real responses say is_retryable; accept both, and 0/1.
+        func flag(_ key: CodingKeys) -> Bool? {
+            if let value = try? c.decodeIfPresent(Bool.self, forKey: key) { return value }
+            if let value = try? c.decodeIfPresent(Int.self, forKey: key) { return value != 0 }
+            return nil
+        }
+        isRetryable = flag(.isRetryable) ?? flag(.legacyIsRetryable)
+        exception = try? c.decodeIfPresent(String.self, forKey: .exception)
+    }
+}

@@ -1,0 +1,86 @@
+import Foundation
+
+/// An HTTP method, as the request line spells it.
+public struct HTTPMethod: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue.uppercased() }
+    public var description: String { rawValue }
+
+    public static let get = HTTPMethod(rawValue: "GET")
+    public static let post = HTTPMethod(rawValue: "POST")
+    public static let put = HTTPMethod(rawValue: "PUT")
+    public static let delete = HTTPMethod(rawValue: "DELETE")
+    public static let head = HTTPMethod(rawValue: "HEAD")
+}
+
+/// A complete HTTP request, independent of the transport that received it.
+public struct Request: Sendable {
+    /// The request method.
+    public var method: HTTPMethod
+    /// The path without the query string, e.g. `/sandbox/verifyReceipt`.
+    public var path: String
+    /// Decoded query parameters; the last value wins for repeated keys.
+    public var query: [String: String]
+    /// Header fields with lower-cased names.
+    public var headers: [String: String]
+    /// The request body.
+    public var body: Data
+    /// Path parameters captured by the router (`:id` segments).
+    public var parameters: [String: String] = [:]
+
+    /// Creates a request; `target` may carry a query string.
+    public init(method: HTTPMethod, target: String, headers: [String: String] = [:], body: Data = Data()) {
+        self.method = method
+        var lowered: [String: String] = [:]
+        for (name, value) in headers { lowered[name.lowercased()] = value }
+        self.headers = lowered
+        self.body = body
+        if let mark = target.firstIndex(of: "?") {
+            self.path = String(target[..<mark])
+            self.query = Request.parseQuery(String(target[target.index(after: mark)...]))
+        } else {
+            self.path = target
+            self.query = [:]
+        }
+    }
+
+    /// The header value for a case-insensitive name.
+    public func header(_ name: String) -> String? { headers[name.lowercased()] }
+
+    /// The `Host` header without its port.
+    public var host: String? {
+        guard let host = header("host") else { return nil }
+        return host.split(separator: ":").first.map(String.init)?.lowercased()
+    }
+
+    /// Decodes the JSON body, mapping failures to a 400 `invalid_json` error.
+    public func decode<T: Decodable>(_ type: T.Type) throws -> T {
+        do {
+            return try JSONDecoder().decode(type, from: body)
+        } catch {
+            throw HTTPError(.badRequest, code: "invalid_json", message: "The request body is not valid JSON for this endpoint: \(Request.describe(error))")
+        }
+    }
+
+    static func describe(_ error: any Error) -> String {
+        switch error {
+        case DecodingError.keyNotFound(let key, _): return "missing field '\(key.stringValue)'"
+        case DecodingError.typeMismatch(_, let context): return "wrong type at '\(context.codingPath.map(\.stringValue).joined(separator: "."))'"
+        case DecodingError.valueNotFound(_, let context): return "null at '\(context.codingPath.map(\.stringValue).joined(separator: "."))'"
+        case DecodingError.dataCorrupted(let context):
+            return context.codingPath.isEmpty ? "malformed JSON" : "invalid value at '\(context.codingPath.map(\.stringValue).joined(separator: "."))'"
+        default: return "unreadable body"
+        }
+    }
+
+    static func parseQuery(_ query: String) -> [String: String] {
+        var result: [String: String] = [:]
+        for pair in query.split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1).map(String.init)
+            let name = parts[0].replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? parts[0]
+            let value = parts.count > 1 ? (parts[1].replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? parts[1]) : ""
+            result[name] = value
+        }
+        return result
+    }
+}

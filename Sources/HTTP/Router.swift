@@ -1,0 +1,52 @@
+import Foundation
+
+/// Routes requests by method and path pattern; `:name` segments capture parameters.
+public struct Router: Responder {
+    private struct Route: Sendable {
+        let method: HTTPMethod
+        let segments: [Substring]
+        let handler: Handler
+    }
+
+    private var routes: [Route] = []
+    /// Called when no pattern matches the path; defaults to a 404 JSON error.
+    public var fallback: Handler = { request in throw HTTPError.notFound("Route \(request.path)") }
+
+    /// Creates an empty router.
+    public init() {}
+
+    /// Adds a route.
+    public mutating func on(_ method: HTTPMethod, _ pattern: String, _ handler: @escaping Handler) {
+        routes.append(Route(method: method, segments: pattern.split(separator: "/"), handler: handler))
+    }
+
+    /// Adds every route of another router.
+    public mutating func merge(_ other: Router) { routes.append(contentsOf: other.routes) }
+
+    public func respond(to request: Request) async -> Response {
+        let segments = request.path.split(separator: "/")
+        var pathMatched = false
+        for route in routes where route.segments.count == segments.count {
+            var parameters: [String: String] = [:]
+            var matched = true
+            for (pattern, segment) in zip(route.segments, segments) {
+                if pattern.first == ":" {
+                    parameters[String(pattern.dropFirst())] = String(segment).removingPercentEncoding ?? String(segment)
+                } else if pattern != segment {
+                    matched = false
+                    break
+                }
+            }
+            guard matched else { continue }
+            pathMatched = true
+            guard route.method == request.method || (request.method == .head && route.method == .get) else { continue }
+            var routed = request
+            routed.parameters = parameters
+            return await ClosureResponder(route.handler).respond(to: routed)
+        }
+        if pathMatched {
+            return HTTPError(.methodNotAllowed, code: "method_not_allowed", message: "\(request.method) is not allowed on \(request.path).").response
+        }
+        return await ClosureResponder(fallback).respond(to: request)
+    }
+}

@@ -1,0 +1,254 @@
+import CMicroHTTPD
+import Foundation
+import HTTP
+import Synchronization
+
+/// Serves a `Responder` over HTTP/1.1 with libmicrohttpd.
+///
+/// libmicrohttpd owns the sockets and its own polling threads. Each request's body is collected on
+/// those threads; the connection is then suspended while the Swift responder runs as a task on the
+/// cooperative pool, and resumed when the response is ready, so slow handlers never block
+/// libmicrohttpd's threads.
+public final class HTTPServer: Sendable {
+    /// How the server listens and limits requests.
+    public struct Configuration: Sendable {
+        /// IPv4 address to bind, `127.0.0.1` by default.
+        public var host: String
+        /// Port to bind; 0 picks a free port.
+        public var port: UInt16
+        /// Largest accepted body in bytes; larger bodies get 413.
+        public var maxBodySize: Int
+        /// Seconds of inactivity after which a connection is closed.
+        public var connectionTimeout: UInt32
+        /// Most simultaneous connections.
+        public var connectionLimit: UInt32
+        /// Polling threads of libmicrohttpd.
+        public var threads: UInt32
+        /// Whether to write one access log line per request to standard error.
+        public var accessLog: Bool
+
+        /// Creates a configuration with loopback-only defaults.
+        public init(host: String = "127.0.0.1", port: UInt16 = 0, maxBodySize: Int = 4 << 20,
+                    connectionTimeout: UInt32 = 30, connectionLimit: UInt32 = 1024, threads: UInt32 = 2,
+                    accessLog: Bool = true) {
+            self.host = host
+            self.port = port
+            self.maxBodySize = maxBodySize
+            self.connectionTimeout = connectionTimeout
+            self.connectionLimit = connectionLimit
+            self.threads = threads
+            self.accessLog = accessLog
+        }
+    }
+
+    /// A failure to start listening.
+    public struct StartError: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    let configuration: Configuration
+    let responder: any Responder
+    private let state = Mutex<State>(State())
+
+    private struct State {
+        // The daemon pointer is only touched under this lock.
+        var daemon: DaemonHandle?
+        var inFlight: [Int: Task<Void, Never>] = [:]
+        var nextTaskID = 0
+        var port: UInt16 = 0
+    }
+
+    /// Creates a server; call `start()` to listen.
+    public init(configuration: Configuration = Configuration(), responder: any Responder) {
+        self.configuration = configuration
+        self.responder = responder
+    }
+
+    /// The bound port once started.
+    public var port: UInt16 { state.withLock { $0.port } }
+
+    /// Starts listening and returns the bound port.
+    @discardableResult
+    public func start() throws -> UInt16 {
+        let flags = UInt32(MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue | MHD_ALLOW_SUSPEND_RESUME.rawValue)
+        // The server outlives its daemon (shutdown stops the daemon first), so an unretained pointer is safe.
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        guard let daemon = shim_mhd_start(flags, configuration.port, configuration.host, accessHandler, context,
+                                          completedHandler, context, configuration.connectionTimeout,
+                                          configuration.connectionLimit, configuration.threads) else {
+            throw StartError(description: "cannot listen on \(configuration.host):\(configuration.port) (address in use or invalid)")
+        }
+        let bound = shim_mhd_bound_port(daemon)
+        state.withLock {
+            $0.daemon = DaemonHandle(pointer: daemon)
+            $0.port = bound
+        }
+        return bound
+    }
+
+    /// Stops accepting connections, lets requests in flight finish (cancelling after `grace`), and stops.
+    public func shutdown(grace: Duration = .seconds(5)) async {
+        guard let daemon = state.withLock({ $0.daemon?.pointer }) else { return }
+        _ = MHD_quiesce_daemon(daemon)
+        let deadline = ContinuousClock.now.advanced(by: grace)
+        while state.withLock({ !$0.inFlight.isEmpty }) && ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        for task in state.withLock({ Array($0.inFlight.values) }) { task.cancel() }
+        while state.withLock({ !$0.inFlight.isEmpty }) {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        try? await Task.sleep(for: .milliseconds(20))
+        state.withLock { $0.daemon = nil }
+        MHD_stop_daemon(daemon)
+    }
+
+    func dispatch(_ request: Request, context: RequestContext, connection: OpaquePointer) {
+        let taskID = state.withLock { state -> Int in
+            state.nextTaskID += 1
+            return state.nextTaskID
+        }
+        let responder = self.responder
+        let connectionBox = ConnectionHandle(pointer: connection)
+        let task = Task { [weak self] in
+            let response = await responder.respond(to: request)
+            context.complete(with: response)
+            self?.state.withLock { _ = $0.inFlight.removeValue(forKey: taskID) }
+            MHD_resume_connection(connectionBox.pointer)
+        }
+        state.withLock { state in
+            // The task may already have finished; only track it while it runs.
+            if !context.isComplete { state.inFlight[taskID] = task }
+        }
+    }
+
+    func log(_ request: Request, status: Int, bytes: Int, started: ContinuousClock.Instant) {
+        guard configuration.accessLog else { return }
+        let elapsed = ContinuousClock.now - started
+        let millis = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+        let line = "\(request.method) \(request.path) \(status) \(bytes)B \(String(format: "%.1f", millis))ms\n"
+        FileHandle.standardError.write(Data(line.utf8))
+    }
+}
+
+/// The libmicrohttpd daemon pointer, kept under the server's lock.
+// Only start() and shutdown() use it, and libmicrohttpd's daemon calls are thread-safe.
+struct DaemonHandle: @unchecked Sendable {
+    let pointer: OpaquePointer
+}
+
+/// A libmicrohttpd connection pointer carried into a task.
+// MHD_resume_connection is documented as callable from any thread, so sending the pointer is safe.
+struct ConnectionHandle: @unchecked Sendable {
+    let pointer: OpaquePointer
+}
+
+/// Per-request state kept between libmicrohttpd callbacks.
+final class RequestContext: Sendable {
+    struct Fields {
+        var body = Data()
+        var tooLarge = false
+        var started = false
+        var response: Response?
+        var startedAt = ContinuousClock.now
+        var request: Request?
+    }
+    let fields = Mutex(Fields())
+
+    var isComplete: Bool { fields.withLock { $0.response != nil } }
+
+    func complete(with response: Response) { fields.withLock { $0.response = response } }
+}
+
+/// Collects key/value pairs from libmicrohttpd iterators.
+final class PairCollector {
+    var pairs: [String: String] = [:]
+}
+
+private let collectPair: MHD_KeyValueIterator = { cls, _, key, value in
+    guard let cls, let key else { return .YES }
+    let collector = Unmanaged<PairCollector>.fromOpaque(cls).takeUnretainedValue()
+    collector.pairs[String(cString: key)] = value.map { String(cString: $0) } ?? ""
+    return .YES
+}
+
+private func queue(_ response: Response, on connection: OpaquePointer) -> MHD_Result {
+    if response.dropConnection { return .NO }
+    let mhdResponse = response.body.withUnsafeBytes { buffer in
+        MHD_create_response_from_buffer(buffer.count, UnsafeMutableRawPointer(mutating: buffer.baseAddress), .RESPMEM_MUST_COPY)
+    }
+    guard let mhdResponse else { return .NO }
+    for (name, value) in response.headers { MHD_add_response_header(mhdResponse, name, value) }
+    let result = MHD_queue_response(connection, UInt32(response.status.code), mhdResponse)
+    MHD_destroy_response(mhdResponse)
+    return result
+}
+
+// libmicrohttpd calls this on its own threads: once when headers arrive, once per body chunk, and
+// once more when the body is complete (and again after each resume).
+private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, _, uploadData, uploadSize, requestContext in
+    guard let cls, let connection, let requestContext, let uploadSize else { return .NO }
+    let server = Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
+
+    guard let existing = requestContext.pointee else {
+        let context = RequestContext()
+        let headers = PairCollector()
+        MHD_get_connection_values(connection, .HEADER_KIND, collectPair, Unmanaged.passUnretained(headers).toOpaque())
+        let declared = headers.pairs.first { $0.key.lowercased() == "content-length" }.flatMap { Int($0.value) } ?? 0
+        context.fields.withLock { fields in
+            fields.tooLarge = declared > server.configuration.maxBodySize
+            fields.request = Request(method: HTTPMethod(rawValue: method.map { String(cString: $0) } ?? "GET"),
+                                     target: url.map { String(cString: $0) } ?? "/", headers: headers.pairs)
+        }
+        // Released in completedHandler when libmicrohttpd is done with the request.
+        requestContext.pointee = Unmanaged.passRetained(context).toOpaque()
+        return .YES
+    }
+    let context = Unmanaged<RequestContext>.fromOpaque(existing).takeUnretainedValue()
+
+    if uploadSize.pointee > 0 {
+        let size = uploadSize.pointee
+        context.fields.withLock { fields in
+            if !fields.tooLarge, let uploadData {
+                if fields.body.count + size > server.configuration.maxBodySize {
+                    fields.tooLarge = true
+                    fields.body = Data()
+                } else {
+                    uploadData.withMemoryRebound(to: UInt8.self, capacity: size) { fields.body.append($0, count: size) }
+                }
+            }
+        }
+        uploadSize.pointee = 0
+        return .YES
+    }
+
+    let (ready, tooLarge, started, request) = context.fields.withLock { ($0.response, $0.tooLarge, $0.started, $0.request) }
+    if let ready, let request {
+        server.log(request, status: ready.dropConnection ? 0 : ready.status.code, bytes: ready.body.count,
+                   started: context.fields.withLock { $0.startedAt })
+        return queue(ready, on: connection)
+    }
+    guard var request, !started else { return .YES }
+    if tooLarge {
+        let response = HTTPError(.payloadTooLarge, code: "payload_too_large",
+                                 message: "The request body exceeds \(server.configuration.maxBodySize) bytes.").response
+        server.log(request, status: 413, bytes: response.body.count, started: context.fields.withLock { $0.startedAt })
+        return queue(response, on: connection)
+    }
+    let query = PairCollector()
+    MHD_get_connection_values(connection, .GET_ARGUMENT_KIND, collectPair, Unmanaged.passUnretained(query).toOpaque())
+    request.query = query.pairs
+    request.body = context.fields.withLock { fields in
+        fields.started = true
+        return fields.body
+    }
+    MHD_suspend_connection(connection)
+    server.dispatch(request, context: context, connection: connection)
+    return .YES
+}
+
+private let completedHandler: MHD_RequestCompletedCallback = { _, _, requestContext, _ in
+    guard let requestContext, let pointer = requestContext.pointee else { return }
+    Unmanaged<RequestContext>.fromOpaque(pointer).release()
+    requestContext.pointee = nil
+}
