@@ -75,11 +75,13 @@ public enum ReceiptPayload {
             attribute(InAppField.webOrderLineItemId, DER.integer(purchase.webOrderLineItemId ?? 0)),
             attribute(InAppField.cancellationDate, date(purchase.cancellationDate)),
             attribute(InAppField.isTrialPeriod, DER.integer(purchase.isTrialPeriod ? 1 : 0)),
-            attribute(InAppField.isInIntroOfferPeriod, DER.integer(purchase.isInIntroOfferPeriod == true ? 1 : 0)),
             attribute(InAppField.promotionalOfferId, DER.utf8String(purchase.promotionalOfferId ?? "")),
             attribute(1722, DER.integer(0)),
         ]
         for unknown in 1714...1718 { attributes.append(attribute(unknown, DER.utf8String(""))) }
+        if let intro = purchase.isInIntroOfferPeriod {
+            attributes.append(attribute(InAppField.isInIntroOfferPeriod, DER.integer(intro ? 1 : 0)))
+        }
         if let reason = purchase.cancellationReason {
             attributes.append(attribute(InAppField.cancellationReason, DER.integer(Int64(reason))))
         }

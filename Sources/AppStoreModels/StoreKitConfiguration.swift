@@ -55,7 +55,10 @@ public struct StoreKitConfiguration: Sendable {
         }
 
         for entry in root["products"] as? [[String: Any]] ?? [] {
-            products.append(try product(entry, fallbackType: .consumable))
+            var item = try product(entry, fallbackType: .consumable)
+            // Xcode has no "free subscription" type; a free non-consumable is how one is written.
+            if item.type == .nonConsumable, let price = item.prices.first, Decimal(string: price.amount) == 0 { item.type = .freeSubscription }
+            products.append(item)
         }
         for entry in root["nonRenewingSubscriptions"] as? [[String: Any]] ?? [] {
             var item = try product(entry, fallbackType: .nonRenewing)

@@ -1,7 +1,21 @@
 import Foundation
 
 /// The command tree of `storekeeper`.
-let tree = CommandNode.group(abstract: "Storekeeper: a local App Store, a purchase server and a StoreKit client.", children: [
+let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right — a local App Store, a purchase server, a StoreKit client.", children: [
+    ("appstore", .group(abstract: "The App Store emulator and the commands that drive it.", children: [
+        ("serve", .command(AppStoreServeCommand.self)),
+        ("tester", .group(abstract: "Manage sandbox testers.", children: [("add", .command(TesterAddCommand.self))])),
+        ("buy", .command(BuyCommand.self)),
+        ("finish", .command(FinishCommand.self)),
+        ("restore", .command(RestoreCommand.self)),
+        ("time", .group(abstract: "Control the emulator clock.", children: [
+            ("advance", .command(TimeAdvanceCommand.self)), ("set", .command(TimeSetCommand.self)), ("show", .command(TimeShowCommand.self)),
+        ])),
+        ("fault", .group(abstract: "Inject faults.", children: [
+            ("add", .command(FaultAddCommand.self)), ("clear", .command(FaultClearCommand.self)), ("list", .command(FaultListCommand.self)),
+        ])),
+        ("ca", .group(abstract: "The emulator's certificate authority.", children: [("export", .command(CAExportCommand.self))])),
+    ])),
     ("receipt", .group(abstract: "Work with App Store receipts.", children: [
         ("decode", .command(ReceiptDecodeCommand.self)),
     ])),

@@ -1,0 +1,55 @@
+import AppStoreModels
+import Foundation
+
+/// An Apple ID: a sandbox tester or a production customer.
+public struct Account: Codable, Sendable, Equatable {
+    public var email: String
+    public var environment: AppStoreEnvironment
+    /// ISO alpha-3 storefront (`USA`, `JPN`, `CHN`).
+    public var storefront: String
+    /// Locale for product names (`en_US`).
+    public var locale: String
+    /// Sandbox renewal rate; production accounts renew in real time.
+    public var renewalRate: RenewalRate
+    /// When true every purchase waits for a parent (Ask to Buy).
+    public var askToBuy: Bool
+    /// Deleted accounts stay known so their receipts answer 21010.
+    public var deleted: Bool
+    /// A stable numeric id (DSID-like).
+    public var identifier: String
+
+    /// Creates an account.
+    public init(email: String, environment: AppStoreEnvironment, storefront: String = "USA", locale: String = "en_US",
+                renewalRate: RenewalRate? = nil, askToBuy: Bool = false, identifier: String) {
+        self.email = email
+        self.environment = environment
+        self.storefront = storefront
+        self.locale = locale
+        self.renewalRate = renewalRate ?? (environment == .sandbox ? .sandboxDefault : .realTime)
+        self.askToBuy = askToBuy
+        self.deleted = false
+        self.identifier = identifier
+    }
+}
+
+/// A device signed in to an account.
+public struct Device: Codable, Sendable, Equatable {
+    /// The device identifier (identifierForVendor), a UUID string.
+    public var id: String
+    public var accountEmail: String
+    /// Restrictions: false means `SKPaymentQueue.canMakePayments()` is false.
+    public var canMakePayments: Bool
+
+    /// Creates a device.
+    public init(id: String, accountEmail: String, canMakePayments: Bool = true) {
+        self.id = id
+        self.accountEmail = accountEmail
+        self.canMakePayments = canMakePayments
+    }
+
+    /// The 16 UUID bytes that go into the receipt's device hash.
+    public var identifierBytes: [UInt8] {
+        guard let uuid = UUID(uuidString: id) else { return Array(id.utf8) }
+        return withUnsafeBytes(of: uuid.uuid) { Array($0) }
+    }
+}

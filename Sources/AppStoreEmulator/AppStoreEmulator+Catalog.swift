@@ -1,0 +1,95 @@
+import AppStoreModels
+import Foundation
+
+extension AppStoreEmulator {
+    /// Registers or replaces an app with its products, enforcing Apple's identifier rules.
+    @discardableResult
+    public func register(app: CatalogApp) async throws -> CatalogApp {
+        try AppStoreEmulator.validate(app)
+        return try await mutate { state, changes, _ in
+            let previous = state.apps[app.bundleId]
+            let removed = Set(previous?.products.map(\.productId) ?? []).subtracting(app.products.map(\.productId))
+            // Identifiers of deleted products stay reserved; a new product may not take one.
+            let reserved = (state.usedProductIds[app.bundleId] ?? []).subtracting(previous?.products.map(\.productId) ?? [])
+            if let clash = app.products.first(where: { reserved.contains($0.productId) }) {
+                throw StoreError(.conflict, "product_id_reused", "Product identifier \(clash.productId) was used before and cannot be reused.")
+            }
+            _ = removed
+            state.apps[app.bundleId] = app
+            state.usedProductIds[app.bundleId, default: []].formUnion(app.products.map(\.productId))
+            changes.apps.insert(app.bundleId)
+            return app
+        }
+    }
+
+    /// Loads a `.storekit` file as the catalog of `bundleId` (its products count as Ready for Sale).
+    @discardableResult
+    public func register(storeKit configuration: StoreKitConfiguration, bundleId: String, name: String? = nil) async throws -> CatalogApp {
+        let existing = try await read { state, _ in state.apps[bundleId] }
+        var app = existing ?? CatalogApp(bundleId: bundleId, appAppleId: CatalogApp.derivedAppleId(bundleId), name: name ?? bundleId,
+                                         sharedSecret: CatalogApp.derivedSharedSecret(bundleId))
+        app.products = configuration.products
+        app.subscriptionGroups = configuration.subscriptionGroups
+        return try await register(app: app)
+    }
+
+    /// Removes a product from sale for good (its identifier stays reserved).
+    public func deleteProduct(bundleId: String, productId: String) async throws {
+        try await mutate { state, changes, _ in
+            guard var app = state.apps[bundleId] else { throw StoreError.notFound("App \(bundleId)") }
+            guard app.products.contains(where: { $0.productId == productId }) else { throw StoreError.notFound("Product \(productId)") }
+            app.products.removeAll { $0.productId == productId }
+            state.apps[bundleId] = app
+            changes.apps.insert(bundleId)
+        }
+    }
+
+    /// Changes a product's review state and cleared-for-sale switch.
+    public func setReviewState(bundleId: String, productId: String, reviewState: ReviewState?, clearedForSale: Bool?) async throws -> CatalogProduct {
+        try await mutate { state, changes, _ in
+            guard var app = state.apps[bundleId] else { throw StoreError.notFound("App \(bundleId)") }
+            guard let index = app.products.firstIndex(where: { $0.productId == productId }) else { throw StoreError.notFound("Product \(productId)") }
+            if let reviewState { app.products[index].reviewState = reviewState }
+            if let clearedForSale { app.products[index].clearedForSale = clearedForSale }
+            state.apps[bundleId] = app
+            changes.apps.insert(bundleId)
+            return app.products[index]
+        }
+    }
+
+    /// Every registered app.
+    public func apps() async throws -> [CatalogApp] {
+        try await read { state, _ in state.apps.values.sorted { $0.bundleId < $1.bundleId } }
+    }
+
+    /// One app.
+    public func app(_ bundleId: String) async throws -> CatalogApp {
+        try await read { state, _ in
+            guard let app = state.apps[bundleId] else { throw StoreError.notFound("App \(bundleId)") }
+            return app
+        }
+    }
+
+    static func validate(_ app: CatalogApp) throws {
+        guard !app.bundleId.isEmpty, app.bundleId.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "." || $0 == "-") }) else {
+            throw StoreError.invalid("Bundle id '\(app.bundleId)' may contain only letters, digits, periods and hyphens.", code: "invalid_bundle_id")
+        }
+        var seen: Set<String> = []
+        for product in app.products {
+            guard CatalogProduct.isValidIdentifier(product.productId) else {
+                throw StoreError.invalid("Product identifier '\(product.productId)' may contain only letters, digits, periods and underscores.", code: "invalid_product_id")
+            }
+            guard seen.insert(product.productId).inserted else {
+                throw StoreError(.conflict, "duplicate_product_id", "Product identifier \(product.productId) appears twice in \(app.bundleId).")
+            }
+            guard !product.prices.isEmpty else {
+                throw StoreError.invalid("Product \(product.productId) has no price.", code: "missing_price")
+            }
+            if product.type == .autoRenewable {
+                guard product.subscriptionGroupId != nil, product.period != nil else {
+                    throw StoreError.invalid("Auto-renewable \(product.productId) needs a subscription group and a period.", code: "invalid_subscription")
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,349 @@
+import AppStoreModels
+import Foundation
+
+/// A product as `SKProductsRequest` returns it.
+public struct StoreProduct: Codable, Sendable, Equatable {
+    public var productIdentifier: String
+    public var type: ProductType
+    public var localizedTitle: String
+    public var localizedDescription: String
+    public var price: String
+    public var currencyCode: String
+    public var storefront: String
+    public var subscriptionPeriod: SubscriptionPeriod?
+    public var subscriptionGroupIdentifier: String?
+    public var introductoryOffer: IntroductoryOffer?
+    public var isFamilyShareable: Bool
+}
+
+/// The answer of a products request: valid products and the identifiers that are not for sale.
+public struct ProductsResponse: Codable, Sendable, Equatable {
+    public var products: [StoreProduct]
+    public var invalidProductIdentifiers: [String]
+}
+
+/// What a device asks for when adding a payment.
+public struct PaymentRequest: Codable, Sendable {
+    public var productId: String
+    public var quantity: Int?
+    public var applicationUsername: String?
+    /// `cancel` (the customer taps Cancel) or `fail` (a payment error), for testing.
+    public var simulate: String?
+
+    public init(productId: String, quantity: Int? = nil, applicationUsername: String? = nil, simulate: String? = nil) {
+        self.productId = productId
+        self.quantity = quantity
+        self.applicationUsername = applicationUsername
+        self.simulate = simulate
+    }
+}
+
+extension AppStoreEmulator {
+    /// `SKProductsRequest`: the products of `ids` sellable in the device's environment, and the invalid ones.
+    public func products(bundleId: String, deviceId: String, ids: [String]) async throws -> ProductsResponse {
+        try await read { state, _ in
+            let (_, account) = try AppStoreEmulator.device(deviceId, in: state)
+            guard let app = state.apps[bundleId] else { throw StoreError.notFound("App \(bundleId)") }
+            var products: [StoreProduct] = []
+            var invalid: [String] = []
+            var seen: Set<String> = []
+            for id in ids where seen.insert(id).inserted {
+                guard let product = app.products.first(where: { $0.productId == id }),
+                      product.reviewState.isPurchasable(in: account.environment, clearedForSale: product.clearedForSale) else {
+                    invalid.append(id)
+                    continue
+                }
+                products.append(AppStoreEmulator.storeProduct(product, account: account))
+            }
+            return ProductsResponse(products: products, invalidProductIdentifiers: invalid)
+        }
+    }
+
+    static func storeProduct(_ product: CatalogProduct, account: Account) -> StoreProduct {
+        let price = product.price(for: account.storefront)
+        let localization = product.localization(for: account.locale)
+        return StoreProduct(productIdentifier: product.productId, type: product.type,
+                            localizedTitle: localization?.displayName ?? product.referenceName,
+                            localizedDescription: localization?.description ?? "", price: price?.amount ?? "0",
+                            currencyCode: price?.currency ?? "USD", storefront: price?.storefront ?? account.storefront,
+                            subscriptionPeriod: product.period, subscriptionGroupIdentifier: product.subscriptionGroupId,
+                            introductoryOffer: product.introductoryOffer, isFamilyShareable: product.familyShareable)
+    }
+
+    /// `SKPaymentQueue.add(_:)`: runs the payment to its first settled state and records it.
+    public func addPayment(bundleId: String, deviceId: String, request: PaymentRequest) async throws -> TransactionRecord {
+        let quantity = request.quantity ?? 1
+        guard (1...10).contains(quantity) else {
+            throw StoreError.storeKit(.paymentInvalid, "Quantity must be between 1 and 10.", status: .badRequest)
+        }
+        if let name = request.applicationUsername, name.utf8.count > 256 {
+            throw StoreError.storeKit(.paymentInvalid, "applicationUsername is longer than 256 bytes.", status: .badRequest)
+        }
+        return try await mutate { state, changes, now in
+            let (device, account) = try AppStoreEmulator.device(deviceId, in: state)
+            guard device.canMakePayments else {
+                throw StoreError.storeKit(.paymentNotAllowed, "In-app purchases are restricted on this device.", status: .forbidden)
+            }
+            guard let app = state.apps[bundleId] else { throw StoreError.notFound("App \(bundleId)") }
+            guard let product = app.products.first(where: { $0.productId == request.productId }),
+                  product.reviewState.isPurchasable(in: account.environment, clearedForSale: product.clearedForSale) else {
+                throw StoreError.storeKit(.storeProductNotAvailable, "Product \(request.productId) is not available in this store.", status: .notFound)
+            }
+            if product.type != .consumable && quantity != 1 {
+                throw StoreError.storeKit(.paymentInvalid, "Only consumables can be bought in quantities above 1.", status: .badRequest)
+            }
+            let environment = account.environment
+            let existing = state.transactions(account: account.email, bundle: bundleId, environment: environment)
+            var machine = PaymentStateMachine()
+
+            // Already owned non-consumables and free subscriptions are delivered again without a charge.
+            if product.type == .nonConsumable || product.type == .freeSubscription,
+               let owned = existing.first(where: { $0.productId == product.productId && $0.state == .purchased && !$0.isRedelivery && $0.cancellationDate == nil }) {
+                var redelivery = owned
+                redelivery.id = state.nextTransactionId(environment)
+                redelivery.purchaseDate = now
+                redelivery.deviceId = device.id
+                redelivery.finished = false
+                redelivery.isRedelivery = true
+                redelivery.price = nil
+                redelivery.applicationUsername = request.applicationUsername
+                state.insert(redelivery)
+                changes.transactions.insert(redelivery.id)
+                return redelivery
+            }
+
+            var record = TransactionRecord(
+                id: state.nextTransactionId(environment), originalId: "", bundleId: bundleId, productId: product.productId,
+                productType: product.type, accountEmail: account.email, deviceId: device.id, environment: environment,
+                quantity: quantity, purchaseDate: now, originalPurchaseDate: now, expiresDate: nil, webOrderLineItemId: nil,
+                isTrialPeriod: false, isInIntroOfferPeriod: false, cancellationDate: nil, cancellationReason: nil, isUpgraded: false,
+                state: .purchasing, finished: false, error: nil, applicationUsername: request.applicationUsername,
+                isRedelivery: false, isRenewal: false, price: product.price(for: account.storefront),
+                subscriptionGroupId: product.subscriptionGroupId)
+            record.originalId = record.id
+
+            let event: PaymentStateMachine.Event
+            switch request.simulate?.lowercased() {
+            case "cancel": event = .cancelledByUser
+            case "fail": event = .failed(.unknown)
+            case nil, "": event = account.askToBuy ? .needsApproval : .charged
+            case let other?: throw StoreError.invalid("Unknown simulate value '\(other)'; use cancel or fail.")
+            }
+            let action = try machine.handle(event)
+            record.state = machine.state
+            if case .reportFailure(let code) = action { record.error = code }
+
+            if record.state == .purchased, product.type == .autoRenewable {
+                if let upgraded = try AppStoreEmulator.subscribe(&state, &changes, record: &record, product: product, account: account, now: now) {
+                    return upgraded
+                }
+            }
+            state.insert(record)
+            changes.transactions.insert(record.id)
+            return record
+        }
+    }
+
+    /// Starts or changes an auto-renewable subscription. Returns an existing transaction instead of
+    /// charging when the customer is already subscribed to this product (or scheduled a downgrade).
+    static func subscribe(_ state: inout EmulatorState, _ changes: inout Changes, record: inout TransactionRecord,
+                          product: CatalogProduct, account: Account, now: Date) throws -> TransactionRecord? {
+        guard let period = product.period, let group = product.subscriptionGroupId else { return nil }
+        let activeChain = state.chains.values.first { chain in
+            chain.accountEmail.lowercased() == account.email.lowercased() && chain.bundleId == record.bundleId
+                && chain.environment == record.environment && chain.subscriptionGroupId == group
+        }
+        record.subscriptionGroupId = group
+        record.webOrderLineItemId = state.nextWebOrderLineItemId(record.environment)
+        if var chain = activeChain, let latest = state.transactions[chain.latestTransactionId],
+           let expires = latest.expiresDate, expires > now, latest.cancellationDate == nil {
+            let currentLevel = state.product(chain.bundleId, chain.productId)?.groupLevel ?? 1
+            let newLevel = product.groupLevel ?? 1
+            if chain.productId == product.productId || newLevel > currentLevel {
+                // Same product: already subscribed. Lower level: a downgrade that starts at the next renewal.
+                chain.autoRenewProductId = product.productId
+                chain.autoRenewEnabled = true
+                chain.expirationIntent = nil
+                state.chains[chain.originalTransactionId] = chain
+                changes.chains.insert(chain.originalTransactionId)
+                var redelivery = latest
+                redelivery.id = state.nextTransactionId(record.environment)
+                redelivery.isRedelivery = true
+                redelivery.finished = false
+                redelivery.purchaseDate = now
+                state.insert(redelivery)
+                changes.transactions.insert(redelivery.id)
+                return redelivery
+            }
+            // An upgrade (or crossgrade at the same level) takes effect now; the old period is refunded pro rata.
+            var previous = latest
+            previous.cancellationDate = now
+            previous.isUpgraded = true
+            state.transactions[previous.id] = previous
+            changes.transactions.insert(previous.id)
+            record.originalId = chain.originalTransactionId
+            record.originalPurchaseDate = state.transactions[chain.originalTransactionId]?.originalPurchaseDate ?? now
+            record.expiresDate = periodEnd(from: now, period: period, rate: account.renewalRate)
+            chain.productId = product.productId
+            chain.autoRenewProductId = product.productId
+            chain.autoRenewEnabled = true
+            chain.expirationIntent = nil
+            chain.latestTransactionId = record.id
+            state.chains[chain.originalTransactionId] = chain
+            changes.chains.insert(chain.originalTransactionId)
+            return nil
+        }
+        // A new subscription, or a resubscription after lapse in the same group (same original id).
+        var introRemaining = 0
+        let hadSubscription = activeChain != nil
+        if let offer = product.introductoryOffer, !hadSubscription {
+            switch offer.paymentMode {
+            case .free:
+                record.isTrialPeriod = true
+                record.expiresDate = periodEnd(from: now, period: offer.period, rate: account.renewalRate, count: max(1, offer.numberOfPeriods))
+            case .payUpFront:
+                record.isInIntroOfferPeriod = true
+                record.expiresDate = periodEnd(from: now, period: offer.period, rate: account.renewalRate, count: max(1, offer.numberOfPeriods))
+            case .payAsYouGo:
+                record.isInIntroOfferPeriod = true
+                record.expiresDate = periodEnd(from: now, period: offer.period, rate: account.renewalRate)
+                introRemaining = max(0, offer.numberOfPeriods - 1)
+            }
+        } else {
+            record.expiresDate = periodEnd(from: now, period: period, rate: account.renewalRate)
+        }
+        if var chain = activeChain {
+            record.originalId = chain.originalTransactionId
+            record.originalPurchaseDate = state.transactions[chain.originalTransactionId]?.originalPurchaseDate ?? now
+            chain.productId = product.productId
+            chain.autoRenewProductId = product.productId
+            chain.autoRenewEnabled = true
+            chain.expirationIntent = nil
+            chain.renewals = 0
+            chain.latestTransactionId = record.id
+            chain.deviceId = record.deviceId
+            state.chains[chain.originalTransactionId] = chain
+            changes.chains.insert(chain.originalTransactionId)
+        } else {
+            let chain = SubscriptionChain(originalTransactionId: record.id, bundleId: record.bundleId, accountEmail: account.email,
+                                          deviceId: record.deviceId, environment: record.environment, productId: product.productId,
+                                          subscriptionGroupId: group, autoRenewProductId: product.productId, autoRenewEnabled: true,
+                                          renewals: 0, introPeriodsRemaining: introRemaining, expirationIntent: nil,
+                                          latestTransactionId: record.id)
+            state.chains[record.id] = chain
+            changes.chains.insert(record.id)
+        }
+        return nil
+    }
+
+    /// The transactions waiting in the device's payment queue: every unfinished one of its account and app.
+    public func pendingTransactions(bundleId: String, deviceId: String) async throws -> [TransactionRecord] {
+        try await read { state, _ in
+            let (_, account) = try AppStoreEmulator.device(deviceId, in: state)
+            return state.transactions(account: account.email, bundle: bundleId, environment: account.environment)
+                .filter { !$0.finished && $0.state != .purchasing }
+        }
+    }
+
+    /// `finishTransaction(_:)`: removes it from the queue; finished consumables leave the receipt.
+    public func finish(transactionId: String, deviceId: String) async throws -> TransactionRecord {
+        try await mutate { state, changes, _ in
+            let (_, account) = try AppStoreEmulator.device(deviceId, in: state)
+            guard var record = state.transactions[transactionId], record.accountEmail.lowercased() == account.email.lowercased() else {
+                throw StoreError.notFound("Transaction \(transactionId)")
+            }
+            if record.finished { return record }
+            guard record.state != .deferred else {
+                throw StoreError(.conflict, "transaction_deferred", "A deferred transaction cannot be finished; it is waiting for approval.")
+            }
+            var machine = record.machine
+            _ = try machine.handle(.finished)
+            record.finished = machine.finished
+            state.transactions[transactionId] = record
+            changes.transactions.insert(transactionId)
+            return record
+        }
+    }
+
+    /// `restoreCompletedTransactions()`: non-consumables and auto-renewables come back as restored transactions.
+    public func restore(bundleId: String, deviceId: String) async throws -> [TransactionRecord] {
+        try await mutate { state, changes, now in
+            let (device, account) = try AppStoreEmulator.device(deviceId, in: state)
+            let originals = state.transactions(account: account.email, bundle: bundleId, environment: account.environment)
+                .filter { $0.state == .purchased && !$0.isRedelivery && $0.productType.isRestorable && $0.cancellationDate == nil }
+            var restored: [TransactionRecord] = []
+            for original in originals {
+                var copy = original
+                copy.id = state.nextTransactionId(account.environment)
+                copy.state = .restored
+                copy.finished = false
+                copy.isRedelivery = true
+                copy.deviceId = device.id
+                copy.purchaseDate = now
+                copy.price = nil
+                state.insert(copy)
+                changes.transactions.insert(copy.id)
+                restored.append(copy)
+            }
+            return restored
+        }
+    }
+
+    /// A parent answers an Ask to Buy request.
+    public func answerAskToBuy(transactionId: String, approve: Bool) async throws -> TransactionRecord {
+        try await mutate { state, changes, now in
+            guard var record = state.transactions[transactionId] else { throw StoreError.notFound("Transaction \(transactionId)") }
+            var machine = record.machine
+            do {
+                let action = try machine.handle(approve ? .approved : .declined)
+                if case .reportFailure(let code) = action { record.error = code }
+            } catch {
+                throw StoreError(.conflict, "not_deferred", "Transaction \(transactionId) is not waiting for approval.")
+            }
+            record.state = machine.state
+            record.purchaseDate = now
+            record.originalPurchaseDate = now
+            if record.state == .purchased, record.productType == .autoRenewable, let product = state.product(record.bundleId, record.productId),
+               let account = state.accounts[record.accountEmail.lowercased()] {
+                if let existing = try AppStoreEmulator.subscribe(&state, &changes, record: &record, product: product, account: account, now: now) {
+                    record.state = .failed
+                    record.error = .paymentCancelled
+                    state.transactions[transactionId] = record
+                    changes.transactions.insert(transactionId)
+                    return existing
+                }
+            }
+            state.transactions[transactionId] = record
+            changes.transactions.insert(transactionId)
+            return record
+        }
+    }
+
+    /// Apple refunds a transaction (cancellation date and reason; 1 = issue in the app).
+    public func refund(transactionId: String, reason: Int = 0) async throws -> TransactionRecord {
+        try await mutate { state, changes, now in
+            guard var record = state.transactions[transactionId], record.state == .purchased else {
+                throw StoreError.notFound("Purchased transaction \(transactionId)")
+            }
+            record.cancellationDate = now
+            record.cancellationReason = reason
+            state.transactions[transactionId] = record
+            changes.transactions.insert(transactionId)
+            if var chain = state.chains[record.originalId], chain.latestTransactionId == record.id {
+                chain.autoRenewEnabled = false
+                chain.expirationIntent = 1
+                state.chains[chain.originalTransactionId] = chain
+                changes.chains.insert(chain.originalTransactionId)
+            }
+            return record
+        }
+    }
+
+    /// One transaction.
+    public func transaction(_ id: String) async throws -> TransactionRecord {
+        try await read { state, _ in
+            guard let record = state.transactions[id] else { throw StoreError.notFound("Transaction \(id)") }
+            return record
+        }
+    }
+}

@@ -1,0 +1,167 @@
+import AppStoreCrypto
+import AppStoreModels
+import Foundation
+
+extension AppStoreEmulator {
+    /// Answers `POST /verifyReceipt` of one environment exactly as Apple does: HTTP 200 with the
+    /// outcome in `status`. Returns the JSON body.
+    public func verifyReceipt(body: Data, environment: AppStoreEnvironment) async -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes]
+        func answer(_ response: VerifyReceiptResponse) -> Data { (try? encoder.encode(response)) ?? Data("{\"status\":21009}".utf8) }
+        func status(_ code: Int, exception: String? = nil) -> Data {
+            answer(VerifyReceiptResponse(status: code, environment: environment, exception: exception))
+        }
+
+        guard let request = try? JSONDecoder().decode(VerifyReceiptRequest.self, from: body) else {
+            return status(VerifyReceiptStatus.unreadableRequest)
+        }
+        guard let text = request.receiptData, let bytes = ReceiptDecoder.base64Decode(text) else {
+            return status(VerifyReceiptStatus.malformedReceipt)
+        }
+        let decoded: DecodedReceipt
+        do {
+            decoded = try ReceiptDecoder.decode(bytes)
+        } catch {
+            return status(VerifyReceiptStatus.malformedReceipt)
+        }
+        switch decoded {
+        case .app(let receipt, let signedData):
+            guard isSignedByUs(signedData) else { return status(VerifyReceiptStatus.notAuthenticated) }
+            do {
+                return answer(try await verifyAppReceipt(receipt, request: request, environment: environment))
+            } catch {
+                return status(VerifyReceiptStatus.internalDataAccessError)
+            }
+        case .transaction(let legacy):
+            guard legacy.certificate == authority.leaf.der,
+                  authority.leafPublicKey.isValidSignature(legacy.signature, for: [legacy.signatureVersion] + legacy.purchaseInfoBytes, digest: .sha1) else {
+                return status(VerifyReceiptStatus.notAuthenticated)
+            }
+            do {
+                return try await verifyTransactionReceipt(legacy, request: request, environment: environment)
+            } catch {
+                return status(VerifyReceiptStatus.internalDataAccessError)
+            }
+        }
+    }
+
+    /// Whether the receipt carries our chain and a valid signature by our leaf.
+    func isSignedByUs(_ signedData: SignedData) -> Bool {
+        let ours = authority.chain.map(\.der)
+        if Set(signedData.certificates) == Set(ours) {
+            return (try? signedData.verifySignature(with: authority.leafPublicKey)) != nil
+        }
+        // Foreign chains are checked properly (and fail unless they chain to our root).
+        let verifier = ChainVerifier(roots: [authority.root])
+        return (try? signedData.verify(with: verifier, at: clock.now())) != nil
+    }
+
+    func verifyAppReceipt(_ receipt: AppReceipt, request: VerifyReceiptRequest, environment: AppStoreEnvironment) async throws -> VerifyReceiptResponse {
+        guard let receiptEnvironment = receipt.receiptType.environment else {
+            return VerifyReceiptResponse(status: VerifyReceiptStatus.notAuthenticated, environment: environment)
+        }
+        let built = try await read { state, now -> (VerifyReceiptResponse, (AppReceipt)?) in
+            let app = state.apps[receipt.bundleId]
+            let receiptProducts = receipt.inApp.compactMap { purchase in app?.products.first { $0.productId == purchase.productId } }
+            if receiptEnvironment != environment {
+                if environment == .production, state.quirks.sandboxConsumableAnswers21002InProduction,
+                   receiptProducts.contains(where: { $0.type == .consumable }) {
+                    return (VerifyReceiptResponse(status: VerifyReceiptStatus.malformedReceipt, environment: environment), nil)
+                }
+                let code = environment == .production ? VerifyReceiptStatus.sandboxReceiptInProduction : VerifyReceiptStatus.productionReceiptInSandbox
+                return (VerifyReceiptResponse(status: code, environment: environment), nil)
+            }
+            guard let app else { return (VerifyReceiptResponse(status: VerifyReceiptStatus.notAuthenticated, environment: environment), nil) }
+            let known = receipt.inApp.compactMap { state.transactions[$0.transactionId] }
+            let account = known.first.flatMap { state.accounts[$0.accountEmail.lowercased()] }
+            if let account, account.deleted {
+                return (VerifyReceiptResponse(status: VerifyReceiptStatus.accountNotFound, environment: environment), nil)
+            }
+            let records = account.map { state.transactions(account: $0.email, bundle: app.bundleId, environment: environment) } ?? []
+            let hasSubscriptions = receiptProducts.contains { $0.type == .autoRenewable } || records.contains { $0.productType == .autoRenewable && $0.state == .purchased }
+            if let password = request.password, password != app.sharedSecret {
+                return (VerifyReceiptResponse(status: VerifyReceiptStatus.sharedSecretMismatch, environment: environment), nil)
+            }
+            if hasSubscriptions && request.password == nil {
+                return (VerifyReceiptResponse(status: VerifyReceiptStatus.sharedSecretMismatch, environment: environment), nil)
+            }
+            var response = VerifyReceiptResponse(status: VerifyReceiptStatus.valid, environment: environment,
+                                                 receipt: ReceiptInfo(receipt, requestDate: now))
+            guard hasSubscriptions, let account else { return (response, nil) }
+            var latest = records.filter(\.belongsInReceipt)
+            if request.excludeOldTransactions == true {
+                var newest: [String: TransactionRecord] = [:]
+                for record in latest where record.productType == .autoRenewable {
+                    if let current = newest[record.originalId], current.purchaseDate >= record.purchaseDate { continue }
+                    newest[record.originalId] = record
+                }
+                latest = Array(newest.values)
+            }
+            latest.sort { ($0.purchaseDate, $0.id) > ($1.purchaseDate, $1.id) }
+            response.latestReceiptInfo = latest.map(\.latestReceiptInfo)
+            response.pendingRenewalInfo = state.chains.values
+                .filter { $0.accountEmail.lowercased() == account.email.lowercased() && $0.bundleId == app.bundleId && $0.environment == environment }
+                .sorted { $0.originalTransactionId < $1.originalTransactionId }
+                .map(AppStoreEmulator.pendingRenewalInfo)
+            let deviceId = records.last?.deviceId ?? ""
+            let device = state.devices[deviceId] ?? Device(id: deviceId, accountEmail: account.email)
+            return (response, self.makeReceipt(app: app, account: account, device: device, records: records, now: now))
+        }
+        var response = built.0
+        if let fresh = built.1 {
+            response.latestReceipt = Data(try sign(fresh)).base64EncodedString()
+        }
+        return response
+    }
+
+    func verifyTransactionReceipt(_ legacy: LegacyTransactionReceipt, request: VerifyReceiptRequest, environment: AppStoreEnvironment) async throws -> Data {
+        if legacy.environment != environment {
+            let code = environment == .production ? VerifyReceiptStatus.sandboxReceiptInProduction : VerifyReceiptStatus.productionReceiptInSandbox
+            return try JSONEncoder().encode(VerifyReceiptResponse(status: code, environment: environment))
+        }
+        struct Answer: Sendable {
+            var status: Int
+            var sandbox = false
+            var receipt: [String: String]?
+            var latestKey: String?
+            var latest: [String: String]?
+            var renewed: TransactionRecord?
+            var app: CatalogApp?
+        }
+        let answer = try await read { state, now -> Answer in
+            guard let id = legacy.purchaseInfo["transaction-id"], let record = state.transactions[id], let app = state.apps[record.bundleId] else {
+                return Answer(status: VerifyReceiptStatus.notAuthenticated)
+            }
+            if state.accounts[record.accountEmail.lowercased()]?.deleted == true {
+                return Answer(status: VerifyReceiptStatus.accountNotFound)
+            }
+            if let password = request.password, password != app.sharedSecret {
+                return Answer(status: VerifyReceiptStatus.sharedSecretMismatch)
+            }
+            var answer = Answer(status: VerifyReceiptStatus.valid, sandbox: record.environment == .sandbox, receipt: legacy.receiptJSON)
+            guard record.productType == .autoRenewable else { return answer }
+            if request.password == nil { return Answer(status: VerifyReceiptStatus.sharedSecretMismatch) }
+            let latest = state.chains[record.originalId].flatMap { state.transactions[$0.latestTransactionId] } ?? record
+            answer.latest = Dictionary(AppStoreEmulator.legacyPurchaseInfo(latest, app: app).map { ($0.0.replacingOccurrences(of: "-", with: "_"), $0.1) },
+                                       uniquingKeysWith: { $1 })
+            if let expires = latest.expiresDate, expires <= now || latest.cancellationDate != nil {
+                answer.status = VerifyReceiptStatus.subscriptionExpired
+                answer.latestKey = "latest_expired_receipt_info"
+                return answer
+            }
+            answer.latestKey = "latest_receipt_info"
+            answer.renewed = latest
+            answer.app = app
+            return answer
+        }
+        var body: [String: Any] = ["status": answer.status]
+        if answer.sandbox { body["environment"] = "Sandbox" }
+        if let receipt = answer.receipt { body["receipt"] = receipt }
+        if let key = answer.latestKey, let latest = answer.latest { body[key] = latest }
+        if let latest = answer.renewed, let app = answer.app {
+            body["latest_receipt"] = Data(try legacyReceipt(for: latest, app: app)).base64EncodedString()
+        }
+        return try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys, .withoutEscapingSlashes])
+    }
+}

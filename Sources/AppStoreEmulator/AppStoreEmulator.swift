@@ -1,0 +1,136 @@
+import AppStoreCrypto
+import AppStoreModels
+import Foundation
+import Storage
+import Synchronization
+
+/// The local App Store: catalog, accounts, devices, payments, receipts and verifyReceipt.
+///
+/// State lives in memory behind one lock; every operation runs synchronously under it and yields
+/// the documents it changed, which are then written to the store before the caller gets its answer.
+public final class AppStoreEmulator: Sendable {
+    let state: Mutex<EmulatorState>
+    let store: any DocumentStore
+    /// The clock; `time advance`/`time set` move it.
+    public let clock: AdjustableClock
+    /// The signing chain.
+    public let authority: CertificateAuthority
+    let persistLock = PersistQueue()
+
+    enum Collection {
+        static let apps = "apps", usedProductIds = "used_product_ids", accounts = "accounts", devices = "devices"
+        static let transactions = "transactions", chains = "chains", faults = "faults", settings = "settings"
+    }
+
+    /// Opens the emulator over a store, loading everything it holds.
+    public static func open(store: any DocumentStore, authority: CertificateAuthority, clock: AdjustableClock = AdjustableClock()) async throws -> AppStoreEmulator {
+        var state = EmulatorState()
+        let decoder = JSONDecoder()
+        for document in try await store.documents(in: Collection.apps) {
+            let app = try decoder.decode(CatalogApp.self, from: document.body)
+            state.apps[app.bundleId] = app
+        }
+        for document in try await store.documents(in: Collection.usedProductIds) {
+            state.usedProductIds[document.id] = try decoder.decode(Set<String>.self, from: document.body)
+        }
+        for document in try await store.documents(in: Collection.accounts) {
+            let account = try decoder.decode(Account.self, from: document.body)
+            state.accounts[account.email.lowercased()] = account
+        }
+        for document in try await store.documents(in: Collection.devices) {
+            let device = try decoder.decode(Device.self, from: document.body)
+            state.devices[device.id] = device
+        }
+        let records = try await store.documents(in: Collection.transactions).map { try decoder.decode(TransactionRecord.self, from: $0.body) }
+        for record in records.sorted(by: { ($0.purchaseDate, $0.id) < ($1.purchaseDate, $1.id) }) { state.insert(record) }
+        for document in try await store.documents(in: Collection.chains) {
+            let chain = try decoder.decode(SubscriptionChain.self, from: document.body)
+            state.chains[chain.originalTransactionId] = chain
+        }
+        for document in try await store.documents(in: Collection.faults) {
+            let fault = try decoder.decode(Fault.self, from: document.body)
+            state.faults[fault.id] = fault
+        }
+        if let body = try await store.document(in: Collection.settings, id: "quirks") { state.quirks = try decoder.decode(Quirks.self, from: body) }
+        if let body = try await store.document(in: Collection.settings, id: "counters") { state.counters = try decoder.decode(Counters.self, from: body) }
+        if let body = try await store.document(in: Collection.settings, id: "clock") {
+            let offset = try decoder.decode(Double.self, from: body)
+            clock.advance(by: offset - clock.currentOffset)
+            state.clockOffset = offset
+        }
+        return AppStoreEmulator(state: state, store: store, authority: authority, clock: clock)
+    }
+
+    private init(state: EmulatorState, store: any DocumentStore, authority: CertificateAuthority, clock: AdjustableClock) {
+        self.state = Mutex(state)
+        self.store = store
+        self.authority = authority
+        self.clock = clock
+    }
+
+    /// Runs an operation under the lock, then persists what it changed before returning.
+    func mutate<T: Sendable>(_ body: (inout EmulatorState, inout Changes, Date) throws -> T) async throws -> T {
+        let now = clock.now()
+        let store = self.store
+        let (result, pending): (T, Task<Void, any Error>?) = try state.withLock { state in
+            var changes = Changes()
+            renewSubscriptions(&state, &changes, now: now)
+            let result = try body(&state, &changes, now)
+            let writes = AppStoreEmulator.writes(for: changes, in: state)
+            // Enqueued under the lock so batches reach the store in the order the operations ran.
+            return (result, writes.isEmpty ? nil : persistLock.enqueue { try await store.apply(writes) })
+        }
+        try await pending?.value
+        return result
+    }
+
+    /// Reads state after processing renewals due by now; renewals found are persisted.
+    func read<T: Sendable>(_ body: (EmulatorState, Date) throws -> T) async throws -> T {
+        try await mutate { state, _, now in try body(state, now) }
+    }
+
+    static func writes(for changes: Changes, in state: EmulatorState) -> [DocumentWrite] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        var writes: [DocumentWrite] = []
+        func put<T: Encodable>(_ collection: String, _ id: String, _ value: T?) {
+            if let value, let body = try? encoder.encode(value) {
+                writes.append(.put(collection: collection, id: id, body: body))
+            } else {
+                writes.append(.delete(collection: collection, id: id))
+            }
+        }
+        for id in changes.apps {
+            put(Collection.apps, id, state.apps[id])
+            put(Collection.usedProductIds, id, state.usedProductIds[id])
+        }
+        for id in changes.accounts { put(Collection.accounts, id, state.accounts[id]) }
+        for id in changes.devices { put(Collection.devices, id, state.devices[id]) }
+        for id in changes.transactions { put(Collection.transactions, id, state.transactions[id]) }
+        for id in changes.chains { put(Collection.chains, id, state.chains[id]) }
+        for id in changes.faults.union(changes.deletedFaults) { put(Collection.faults, id, state.faults[id]) }
+        if changes.settings || !changes.transactions.isEmpty || !changes.accounts.isEmpty {
+            put(Collection.settings, "quirks", state.quirks)
+            put(Collection.settings, "counters", state.counters)
+            put(Collection.settings, "clock", state.clockOffset)
+        }
+        return writes
+    }
+}
+
+/// Serialises persistence so batches reach the store in the order their operations ran.
+final class PersistQueue: Sendable {
+    private let tail = Mutex<Task<Void, any Error>?>(nil)
+
+    func enqueue(_ body: @escaping @Sendable () async throws -> Void) -> Task<Void, any Error> {
+        tail.withLock { tail -> Task<Void, any Error> in
+            let previous = tail
+            let next = Task {
+                _ = await previous?.result
+                try await body()
+            }
+            tail = next
+            return next
+        }
+    }
+}

@@ -1,0 +1,278 @@
+import AppStoreModels
+import Foundation
+import HTTP
+
+extension AppStoreResponder {
+    struct AccountBody: Codable {
+        var email: String
+        var environment: String?
+        var storefront: String?
+        var locale: String?
+        var renewalRate: RenewalRate?
+        var askToBuy: Bool?
+    }
+
+    struct BuyBody: Codable {
+        var app: String
+        var product: String
+        var account: String
+        var device: String?
+        var quantity: Int?
+        var applicationUsername: String?
+        var simulate: String?
+    }
+
+    struct RestoreBody: Codable {
+        var app: String
+        var account: String
+        var device: String?
+    }
+
+    struct TimeBody: Codable {
+        var advance: String?
+        var set: String?
+    }
+
+    struct FaultBody: Codable {
+        var endpoint: String
+        var environment: String?
+        var status: Int?
+        var http: Int?
+        var html: Bool?
+        var drop: Bool?
+        var hang: Bool?
+        var latency: String?
+        var duration: String?
+    }
+
+    struct ReviewBody: Codable {
+        var reviewState: String?
+        var clearedForSale: Bool?
+    }
+
+    /// The JSON `appstore buy` prints.
+    struct PurchaseSummary: Codable {
+        var transaction_id: String
+        var original_transaction_id: String
+        var product_id: String
+        var environment: AppStoreEnvironment
+        var state: TransactionState
+        var device: String
+        var receipt: String?
+        var transaction_receipt: String?
+        var error: DeviceTransaction.TransactionError?
+        var expires_date_ms: String?
+    }
+
+    /// A device of the account: the named one (signed in if new), else its first, else a new one.
+    static func device(for account: String, named: String?, _ emulator: AppStoreEmulator) async throws -> String {
+        if let named {
+            if let existing = try? await emulator.device(named), existing.accountEmail.lowercased() == account.lowercased() { return existing.id }
+            return try await emulator.signIn(deviceId: named, email: account).id
+        }
+        let known = try await emulator.read { state, _ in
+            state.devices.values.filter { $0.accountEmail.lowercased() == account.lowercased() }.map(\.id).sorted().first
+        }
+        if let known { return known }
+        return try await emulator.signIn(deviceId: nil, email: account).id
+    }
+
+    static func parseLatency(_ text: String?) throws -> ClosedRange<Double>? {
+        guard let text else { return nil }
+        let parts = text.split(separator: "-", maxSplits: 1).map(String.init)
+        guard let low = DurationText.seconds(parts[0]), let high = parts.count > 1 ? DurationText.seconds(parts[1]) : low, low <= high else {
+            throw StoreError.invalid("Latency '\(text)' is not a duration or a range like 3s-6s.", code: "invalid_latency")
+        }
+        return low...high
+    }
+
+    static func addAdminRoutes(_ router: inout Router, _ emulator: AppStoreEmulator) {
+        router.on(.get, "/admin/v1/apps") { _ in await handle { .json(try await emulator.apps()) } }
+        router.on(.get, "/admin/v1/apps/:bundle") { request in await handle { .json(try await emulator.app(request.parameters["bundle"] ?? "")) } }
+        router.on(.post, "/admin/v1/apps") { request in
+            await handle {
+                if let file = try? JSONDecoder().decode(CatalogFile.self, from: request.body) {
+                    var apps: [CatalogApp] = []
+                    for app in file.apps { apps.append(try await emulator.register(app: app)) }
+                    return .json(apps, status: .created)
+                }
+                return .json(try await emulator.register(app: try request.decode(CatalogApp.self)), status: .created)
+            }
+        }
+        router.on(.put, "/admin/v1/apps/:bundle/storekit") { request in
+            await handle {
+                let configuration: StoreKitConfiguration
+                do { configuration = try StoreKitConfiguration(data: request.body) } catch {
+                    throw StoreError.invalid("The body is not a .storekit file: \(error)", code: "invalid_storekit")
+                }
+                return .json(try await emulator.register(storeKit: configuration, bundleId: request.parameters["bundle"] ?? ""), status: .created)
+            }
+        }
+        router.on(.put, "/admin/v1/apps/:bundle/products/:product/review") { request in
+            await handle {
+                let body = try request.decode(ReviewBody.self)
+                var state: ReviewState?
+                if let text = body.reviewState {
+                    guard let parsed = ReviewState(loose: text) else { throw StoreError.invalid("Unknown review state '\(text)'.", code: "invalid_review_state") }
+                    state = parsed
+                }
+                return .json(try await emulator.setReviewState(bundleId: request.parameters["bundle"] ?? "", productId: request.parameters["product"] ?? "",
+                                                              reviewState: state, clearedForSale: body.clearedForSale))
+            }
+        }
+        router.on(.delete, "/admin/v1/apps/:bundle/products/:product") { request in
+            await handle {
+                try await emulator.deleteProduct(bundleId: request.parameters["bundle"] ?? "", productId: request.parameters["product"] ?? "")
+                return Response(status: .noContent)
+            }
+        }
+        router.on(.get, "/admin/v1/accounts") { _ in await handle { .json(try await emulator.accounts()) } }
+        router.on(.post, "/admin/v1/accounts") { request in
+            await handle {
+                let body = try request.decode(AccountBody.self)
+                var environment = AppStoreEnvironment.sandbox
+                if let text = body.environment {
+                    guard let parsed = AppStoreEnvironment(loose: text) else { throw StoreError.invalid("Environment is sandbox or production.", code: "invalid_environment") }
+                    environment = parsed
+                }
+                return .json(try await emulator.addAccount(email: body.email, environment: environment, storefront: body.storefront ?? "USA",
+                                                           locale: body.locale ?? "en_US", renewalRate: body.renewalRate, askToBuy: body.askToBuy ?? false),
+                             status: .created)
+            }
+        }
+        router.on(.delete, "/admin/v1/accounts/:email") { request in
+            await handle {
+                try await emulator.deleteAccount(email: request.parameters["email"] ?? "")
+                return Response(status: .noContent)
+            }
+        }
+        router.on(.post, "/admin/v1/purchases") { request in
+            await handle {
+                let body = try request.decode(BuyBody.self)
+                let deviceId = try await device(for: body.account, named: body.device, emulator)
+                let record = try await emulator.addPayment(bundleId: body.app, deviceId: deviceId, request: PaymentRequest(
+                    productId: body.product, quantity: body.quantity, applicationUsername: body.applicationUsername, simulate: body.simulate))
+                let transaction = try await deviceTransaction(emulator, record)
+                let receipt = try await emulator.appReceipt(bundleId: body.app, deviceId: deviceId)
+                return .json(PurchaseSummary(transaction_id: record.id, original_transaction_id: record.originalId, product_id: record.productId,
+                                             environment: record.environment, state: record.state, device: deviceId,
+                                             receipt: receipt?.base64EncodedString(), transaction_receipt: transaction.transactionReceipt,
+                                             error: transaction.error, expires_date_ms: record.expiresDate.map { String(ReceiptDate.milliseconds($0)) }),
+                             status: .created)
+            }
+        }
+        router.on(.post, "/admin/v1/transactions/:id/finish") { request in
+            await handle {
+                let record = try await emulator.transaction(request.parameters["id"] ?? "")
+                let finished = try await emulator.finish(transactionId: record.id, deviceId: record.deviceId)
+                return .json(DeviceTransaction(finished, receipt: nil))
+            }
+        }
+        router.on(.post, "/admin/v1/transactions/:id/approve") { request in
+            await handle { .json(DeviceTransaction(try await emulator.answerAskToBuy(transactionId: request.parameters["id"] ?? "", approve: true), receipt: nil)) }
+        }
+        router.on(.post, "/admin/v1/transactions/:id/decline") { request in
+            await handle { .json(DeviceTransaction(try await emulator.answerAskToBuy(transactionId: request.parameters["id"] ?? "", approve: false), receipt: nil)) }
+        }
+        router.on(.post, "/admin/v1/transactions/:id/refund") { request in
+            await handle {
+                let reason = Int(request.query["reason"] ?? "0") ?? 0
+                return .json(DeviceTransaction(try await emulator.refund(transactionId: request.parameters["id"] ?? "", reason: reason), receipt: nil))
+            }
+        }
+        router.on(.post, "/admin/v1/subscriptions/:id/auto-renew") { request in
+            await handle {
+                let enabled = (request.query["enabled"] ?? "true") != "false"
+                return .json(try await emulator.setAutoRenew(originalTransactionId: request.parameters["id"] ?? "", enabled: enabled))
+            }
+        }
+        router.on(.post, "/admin/v1/restore") { request in
+            await handle {
+                let body = try request.decode(RestoreBody.self)
+                let deviceId = try await device(for: body.account, named: body.device, emulator)
+                var result: [DeviceTransaction] = []
+                for record in try await emulator.restore(bundleId: body.app, deviceId: deviceId) {
+                    result.append(try await deviceTransaction(emulator, record))
+                }
+                return .json(["device": AnyCodableString(deviceId), "transactions": AnyCodableString(result)])
+            }
+        }
+        router.on(.get, "/admin/v1/time") { _ in
+            await handle {
+                let now = try await emulator.read { _, now in now }
+                return .json(["now": ReceiptDate.rfc3339(now), "now_ms": String(ReceiptDate.milliseconds(now)),
+                              "offset_seconds": String(emulator.clock.currentOffset)])
+            }
+        }
+        router.on(.post, "/admin/v1/time") { request in
+            await handle {
+                let body = try request.decode(TimeBody.self)
+                let now: Date
+                if let text = body.advance {
+                    guard let seconds = DurationText.seconds(text) else { throw StoreError.invalid("'\(text)' is not a duration like 5m or 1h30m.", code: "invalid_duration") }
+                    now = try await emulator.advanceTime(by: seconds)
+                } else if let text = body.set {
+                    guard let date = ReceiptDate.parseRFC3339(text) ?? Int64(text).map(ReceiptDate.date(milliseconds:)) else {
+                        throw StoreError.invalid("'\(text)' is not an RFC 3339 date or Unix milliseconds.", code: "invalid_date")
+                    }
+                    now = try await emulator.setTime(date)
+                } else {
+                    throw StoreError.invalid("Give advance or set.", code: "missing_parameter")
+                }
+                return .json(["now": ReceiptDate.rfc3339(now), "now_ms": String(ReceiptDate.milliseconds(now))])
+            }
+        }
+        router.on(.get, "/admin/v1/faults") { _ in await handle { .json(try await emulator.faults()) } }
+        router.on(.post, "/admin/v1/faults") { request in
+            await handle {
+                let body = try request.decode(FaultBody.self)
+                var environment: AppStoreEnvironment?
+                if let text = body.environment {
+                    guard let parsed = AppStoreEnvironment(loose: text) else { throw StoreError.invalid("Environment is sandbox or production.", code: "invalid_environment") }
+                    environment = parsed
+                }
+                let chosen = [body.status != nil, body.http != nil, body.html == true, body.drop == true, body.hang == true].filter { $0 }.count
+                guard chosen <= 1 else { throw StoreError.invalid("Choose one of status, http, html, drop, hang.", code: "conflicting_fault") }
+                let behavior: Fault.Behavior
+                if let status = body.status { behavior = .status(status) }
+                else if let http = body.http { behavior = .http(http) }
+                else if body.html == true { behavior = .html }
+                else if body.drop == true { behavior = .drop }
+                else if body.hang == true { behavior = .hang }
+                else { behavior = .none }
+                let latency = try parseLatency(body.latency)
+                if case .none = behavior, latency == nil { throw StoreError.invalid("A fault needs a behaviour or a latency.", code: "empty_fault") }
+                var duration: TimeInterval?
+                if let text = body.duration {
+                    guard let seconds = DurationText.seconds(text), seconds > 0 else { throw StoreError.invalid("'\(text)' is not a duration.", code: "invalid_duration") }
+                    duration = seconds
+                }
+                return .json(try await emulator.addFault(endpoint: body.endpoint, environment: environment, behavior: behavior,
+                                                         latency: latency, duration: duration), status: .created)
+            }
+        }
+        router.on(.delete, "/admin/v1/faults") { request in
+            await handle { .json(["removed": try await emulator.clearFaults(endpoint: request.query["endpoint"])]) }
+        }
+        router.on(.get, "/admin/v1/quirks") { _ in await handle { .json(try await emulator.quirks()) } }
+        router.on(.put, "/admin/v1/quirks") { request in
+            await handle {
+                let quirks = try request.decode(Quirks.self)
+                try await emulator.setQuirks(quirks)
+                return .json(quirks)
+            }
+        }
+        router.on(.get, "/admin/v1/ca") { request in
+            let chain = request.query["chain"] == "true"
+            let pem = chain ? emulator.authority.root.pem + emulator.authority.intermediate.pem : emulator.authority.root.pem
+            return .text(pem, contentType: "application/x-pem-file")
+        }
+    }
+}
+
+/// Wraps a value so differently typed values can share a dictionary for encoding.
+struct AnyCodableString: Encodable {
+    let encodeValue: (any Encoder) throws -> Void
+    init<T: Encodable>(_ value: T) { encodeValue = value.encode }
+    func encode(to encoder: any Encoder) throws { try encodeValue(encoder) }
+}

@@ -1,0 +1,113 @@
+import AppStoreModels
+import Foundation
+import HTTP
+
+extension AppStoreResponder {
+    struct SignInBody: Codable {
+        var deviceId: String?
+        var account: String
+        var canMakePayments: Bool?
+    }
+
+    struct AppDeviceBody: Codable {
+        var app: String
+        var device: String
+    }
+
+    struct PaymentBody: Codable {
+        var app: String
+        var device: String
+        var productId: String
+        var quantity: Int?
+        var applicationUsername: String?
+        var simulate: String?
+    }
+
+    static func deviceTransaction(_ emulator: AppStoreEmulator, _ record: TransactionRecord) async throws -> DeviceTransaction {
+        let hasReceipt = record.state == .purchased || record.state == .restored
+        return DeviceTransaction(record, receipt: hasReceipt ? try await emulator.transactionReceipt(transactionId: record.id) : nil)
+    }
+
+    static func environmentOf(_ emulator: AppStoreEmulator, device: String) async -> AppStoreEnvironment? {
+        guard let device = try? await emulator.device(device) else { return nil }
+        return try? await emulator.accounts().first { $0.email.lowercased() == device.accountEmail.lowercased() }?.environment
+    }
+
+    static func addDeviceRoutes(_ router: inout Router, _ emulator: AppStoreEmulator) {
+        router.on(.post, "/device/v1/devices") { request in
+            await handle {
+                let body = try request.decode(SignInBody.self)
+                let device = try await emulator.signIn(deviceId: body.deviceId, email: body.account, canMakePayments: body.canMakePayments ?? true)
+                return .json(device, status: .created)
+            }
+        }
+        router.on(.get, "/device/v1/products") { request in
+            await handle {
+                let device = try request.required("device")
+                if let faulted = await applyFault(emulator, endpoint: "products", environment: await environmentOf(emulator, device: device)) { return faulted }
+                let ids = try request.required("ids").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+                return .json(try await emulator.products(bundleId: try request.required("app"), deviceId: device, ids: ids))
+            }
+        }
+        router.on(.post, "/device/v1/payments") { request in
+            await handle {
+                let body = try request.decode(PaymentBody.self)
+                if let faulted = await applyFault(emulator, endpoint: "payments", environment: await environmentOf(emulator, device: body.device)) { return faulted }
+                let record = try await emulator.addPayment(bundleId: body.app, deviceId: body.device, request: PaymentRequest(
+                    productId: body.productId, quantity: body.quantity, applicationUsername: body.applicationUsername, simulate: body.simulate))
+                return .json(try await deviceTransaction(emulator, record), status: .created)
+            }
+        }
+        router.on(.get, "/device/v1/transactions") { request in
+            await handle {
+                let device = try request.required("device")
+                if let faulted = await applyFault(emulator, endpoint: "transactions", environment: await environmentOf(emulator, device: device)) { return faulted }
+                let records = try await emulator.pendingTransactions(bundleId: try request.required("app"), deviceId: device)
+                var result: [DeviceTransaction] = []
+                for record in records { result.append(try await deviceTransaction(emulator, record)) }
+                return .json(["transactions": result])
+            }
+        }
+        router.on(.post, "/device/v1/transactions/:id/finish") { request in
+            await handle {
+                let device = try request.required("device")
+                if let faulted = await applyFault(emulator, endpoint: "finish", environment: await environmentOf(emulator, device: device)) { return faulted }
+                let record = try await emulator.finish(transactionId: request.parameters["id"] ?? "", deviceId: device)
+                return .json(DeviceTransaction(record, receipt: nil))
+            }
+        }
+        router.on(.get, "/device/v1/transactions/:id/receipt") { request in
+            await handle {
+                let receipt = try await emulator.transactionReceipt(transactionId: request.parameters["id"] ?? "")
+                return .json(["transactionReceipt": receipt.base64EncodedString()])
+            }
+        }
+        router.on(.post, "/device/v1/restore") { request in
+            await handle {
+                let body = try request.decode(AppDeviceBody.self)
+                if let faulted = await applyFault(emulator, endpoint: "restore", environment: await environmentOf(emulator, device: body.device)) { return faulted }
+                var result: [DeviceTransaction] = []
+                for record in try await emulator.restore(bundleId: body.app, deviceId: body.device) {
+                    result.append(try await deviceTransaction(emulator, record))
+                }
+                return .json(["transactions": result])
+            }
+        }
+        router.on(.get, "/device/v1/receipt") { request in
+            await handle {
+                let device = try request.required("device")
+                if let faulted = await applyFault(emulator, endpoint: "receipt", environment: await environmentOf(emulator, device: device)) { return faulted }
+                let receipt = try await emulator.appReceipt(bundleId: try request.required("app"), deviceId: device)
+                return .json(["receipt": receipt?.base64EncodedString()])
+            }
+        }
+        router.on(.post, "/device/v1/receipt/refresh") { request in
+            await handle {
+                let body = try request.decode(AppDeviceBody.self)
+                if let faulted = await applyFault(emulator, endpoint: "receipt", environment: await environmentOf(emulator, device: body.device)) { return faulted }
+                let receipt = try await emulator.appReceipt(bundleId: body.app, deviceId: body.device, refresh: true)
+                return .json(["receipt": receipt?.base64EncodedString()])
+            }
+        }
+    }
+}

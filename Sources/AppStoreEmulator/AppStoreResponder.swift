@@ -1,0 +1,111 @@
+import AppStoreModels
+import Foundation
+import HTTP
+
+/// The emulator's HTTP surface: verifyReceipt (Apple's), the device API and the admin API (ours).
+public struct AppStoreResponder: Responder {
+    let emulator: AppStoreEmulator
+    let router: Router
+
+    /// Builds the routes over an emulator.
+    public init(emulator: AppStoreEmulator) {
+        self.emulator = emulator
+        var router = Router()
+        AppStoreResponder.addVerifyReceiptRoutes(&router, emulator)
+        AppStoreResponder.addDeviceRoutes(&router, emulator)
+        AppStoreResponder.addAdminRoutes(&router, emulator)
+        router.on(.get, "/health") { _ in .json(["status": "ok"]) }
+        self.router = router
+    }
+
+    public func respond(to request: Request) async -> Response {
+        var request = request
+        // Apple's hosts serve verifyReceipt at /verifyReceipt; pick the environment from the Host header.
+        if request.path == "/verifyReceipt" {
+            switch request.host {
+            case "buy.itunes.apple.com": request.path = "/production/verifyReceipt"
+            case "sandbox.itunes.apple.com": request.path = "/sandbox/verifyReceipt"
+            default: break
+            }
+        }
+        return await router.respond(to: request)
+    }
+
+    /// Applies a matching fault: latency first, then the misbehaviour (nil means answer normally).
+    static func applyFault(_ emulator: AppStoreEmulator, endpoint: String, environment: AppStoreEnvironment?) async -> Response? {
+        guard let fault = emulator.fault(for: endpoint, environment: environment) else { return nil }
+        if fault.latencyMax > 0 {
+            let seconds = Double.random(in: fault.latencyMin...max(fault.latencyMin, fault.latencyMax))
+            try? await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
+        }
+        switch fault.behavior {
+        case .none:
+            return nil
+        case .status(let code):
+            var body: [String: Any] = ["status": code]
+            if let environment { body["environment"] = environment.rawValue }
+            if VerifyReceiptStatus.isInternalRange(code) { body["is_retryable"] = code != 21199 }
+            let data = (try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])) ?? Data()
+            return .rawJSON(data)
+        case .http(let code):
+            return Response(status: HTTPStatus(code), headers: ["Content-Type": "text/plain"], body: Data("Service Unavailable".utf8))
+        case .html:
+            return .text("<html><head><title>Apple</title></head><body><h1>We're sorry.</h1><p>The service is temporarily unavailable.</p></body></html>",
+                         contentType: "text/html; charset=utf-8")
+        case .drop:
+            return .drop
+        case .hang:
+            // Hold the request until the server shuts down (which cancels this task), then drop it.
+            while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
+            return .drop
+        }
+    }
+
+    static func addVerifyReceiptRoutes(_ router: inout Router, _ emulator: AppStoreEmulator) {
+        for environment in AppStoreEnvironment.allCases {
+            let path = "/\(environment.pathComponent)/verifyReceipt"
+            router.on(.post, path) { request in
+                if let faulted = await applyFault(emulator, endpoint: "verifyReceipt", environment: environment) { return faulted }
+                return .rawJSON(await emulator.verifyReceipt(body: request.body, environment: environment))
+            }
+            for method in [HTTPMethod.get, .put, .delete] {
+                router.on(method, path) { _ in
+                    .rawJSON(Data("{\"environment\":\"\(environment.rawValue)\",\"status\":21000}".utf8))
+                }
+            }
+        }
+    }
+}
+
+/// Maps emulator errors to the JSON error shape, adding the SKError StoreKit would raise.
+func errorResponse(_ error: any Error) -> Response {
+    switch error {
+    case let error as StoreError:
+        var detail: [String: Any] = ["code": error.code, "message": error.message]
+        if let sk = error.skError {
+            detail["skErrorCode"] = sk.rawValue
+            detail["skError"] = sk.name
+        }
+        let body = (try? JSONSerialization.data(withJSONObject: ["error": detail], options: [.sortedKeys])) ?? Data()
+        return Response(status: error.status, headers: ["Content-Type": "application/json"], body: body)
+    case let error as HTTPError:
+        return error.response
+    default:
+        return HTTPError(.internalServerError, code: "internal_error", message: "The emulator failed: \(type(of: error)).").response
+    }
+}
+
+/// Runs a handler, turning thrown errors into JSON error responses.
+func handle(_ body: () async throws -> Response) async -> Response {
+    do { return try await body() } catch { return errorResponse(error) }
+}
+
+extension Request {
+    /// A required query or body parameter.
+    func required(_ name: String) throws -> String {
+        guard let value = query[name], !value.isEmpty else {
+            throw StoreError.invalid("Missing parameter '\(name)'.", code: "missing_parameter")
+        }
+        return value
+    }
+}

@@ -1,0 +1,76 @@
+import AppStoreModels
+import Foundation
+
+/// Counters for identifiers, persisted so ids never repeat across restarts.
+struct Counters: Codable, Sendable {
+    var sandboxTransaction: Int64 = 0
+    var productionTransaction: Int64 = 0
+    var webOrderLineItem: Int64 = 0
+    var account: Int64 = 0
+}
+
+/// Everything the emulator knows; lives in memory behind a lock and is written through to storage.
+struct EmulatorState: Sendable {
+    var apps: [String: CatalogApp] = [:]
+    /// Product ids ever used per app: an identifier once used cannot be reused.
+    var usedProductIds: [String: Set<String>] = [:]
+    var accounts: [String: Account] = [:]
+    var devices: [String: Device] = [:]
+    var transactions: [String: TransactionRecord] = [:]
+    /// Transaction ids per "account|bundle|environment", in creation order.
+    var transactionIndex: [String: [String]] = [:]
+    var chains: [String: SubscriptionChain] = [:]
+    var faults: [String: Fault] = [:]
+    var quirks = Quirks()
+    var counters = Counters()
+    var clockOffset: TimeInterval = 0
+
+    static func indexKey(_ account: String, _ bundle: String, _ environment: AppStoreEnvironment) -> String {
+        "\(account.lowercased())|\(bundle)|\(environment.rawValue)"
+    }
+
+    mutating func insert(_ record: TransactionRecord) {
+        transactions[record.id] = record
+        transactionIndex[EmulatorState.indexKey(record.accountEmail, record.bundleId, record.environment), default: []].append(record.id)
+    }
+
+    func transactions(account: String, bundle: String, environment: AppStoreEnvironment) -> [TransactionRecord] {
+        (transactionIndex[EmulatorState.indexKey(account, bundle, environment)] ?? []).compactMap { transactions[$0] }
+    }
+
+    func product(_ bundle: String, _ productId: String) -> CatalogProduct? {
+        apps[bundle]?.products.first { $0.productId == productId }
+    }
+
+    mutating func nextTransactionId(_ environment: AppStoreEnvironment) -> String {
+        switch environment {
+        case .sandbox:
+            counters.sandboxTransaction += 1
+            return "2000000" + String(counters.sandboxTransaction).leftPadded(9)
+        case .production:
+            counters.productionTransaction += 1
+            return "31000" + String(counters.productionTransaction).leftPadded(10)
+        }
+    }
+
+    mutating func nextWebOrderLineItemId(_ environment: AppStoreEnvironment) -> Int64 {
+        counters.webOrderLineItem += 1
+        return (environment == .sandbox ? 2_000_000_000_000_000 : 310_000_000_000_000) + counters.webOrderLineItem
+    }
+}
+
+/// Which documents an operation touched, so only those are written.
+struct Changes {
+    var apps: Set<String> = []
+    var accounts: Set<String> = []
+    var devices: Set<String> = []
+    var transactions: Set<String> = []
+    var chains: Set<String> = []
+    var faults: Set<String> = []
+    var deletedFaults: Set<String> = []
+    var settings = false
+}
+
+extension String {
+    func leftPadded(_ width: Int) -> String { count >= width ? self : String(repeating: "0", count: width - count) + self }
+}

@@ -1,0 +1,149 @@
+import AppStoreModels
+import Foundation
+
+/// `SKPaymentTransactionState`, spelled as our device API sends it.
+public enum TransactionState: String, Codable, Sendable {
+    case purchasing, purchased, failed, restored, deferred
+}
+
+/// The payment transaction lifecycle as a value: event in, next state and action out.
+public struct PaymentStateMachine: Sendable, Equatable {
+    /// What can happen to a transaction.
+    public enum Event: Sendable, Equatable {
+        case charged
+        case cancelledByUser
+        case failed(SKErrorCode)
+        case needsApproval
+        case approved
+        case declined
+        case finished
+    }
+
+    /// What the emulator must do after a transition.
+    public enum Action: Sendable, Equatable {
+        case deliver
+        case waitForParent
+        case reportFailure(SKErrorCode)
+        case removeFromQueue
+    }
+
+    /// A transition that the state does not allow.
+    public struct InvalidTransition: Error, Sendable, Equatable {
+        public let state: TransactionState
+        public let event: Event
+    }
+
+    public private(set) var state: TransactionState
+    public private(set) var finished: Bool
+
+    /// A new transaction in `purchasing`.
+    public init(state: TransactionState = .purchasing, finished: Bool = false) {
+        self.state = state
+        self.finished = finished
+    }
+
+    /// Applies an event.
+    public mutating func handle(_ event: Event) throws -> Action {
+        switch (state, event) {
+        case (.purchasing, .charged), (.deferred, .approved):
+            state = .purchased
+            return .deliver
+        case (.purchasing, .cancelledByUser):
+            state = .failed
+            return .reportFailure(.paymentCancelled)
+        case (.purchasing, .failed(let code)):
+            state = .failed
+            return .reportFailure(code)
+        case (.purchasing, .needsApproval):
+            state = .deferred
+            return .waitForParent
+        case (.deferred, .declined):
+            state = .failed
+            return .reportFailure(.paymentCancelled)
+        case (.purchased, .finished), (.failed, .finished), (.restored, .finished):
+            guard !finished else { throw InvalidTransition(state: state, event: event) }
+            finished = true
+            return .removeFromQueue
+        default:
+            throw InvalidTransition(state: state, event: event)
+        }
+    }
+}
+
+/// One transaction the emulator has recorded.
+public struct TransactionRecord: Codable, Sendable, Equatable {
+    public var id: String
+    public var originalId: String
+    public var bundleId: String
+    public var productId: String
+    public var productType: ProductType
+    public var accountEmail: String
+    public var deviceId: String
+    public var environment: AppStoreEnvironment
+    public var quantity: Int
+    public var purchaseDate: Date
+    public var originalPurchaseDate: Date
+    public var expiresDate: Date?
+    public var webOrderLineItemId: Int64?
+    public var isTrialPeriod: Bool
+    public var isInIntroOfferPeriod: Bool
+    public var cancellationDate: Date?
+    public var cancellationReason: Int?
+    public var isUpgraded: Bool
+    public var state: TransactionState
+    public var finished: Bool
+    public var error: SKErrorCode?
+    public var applicationUsername: String?
+    /// Re-deliveries and restores: new ids that point at an original and never enter receipts.
+    public var isRedelivery: Bool
+    /// Renewal transactions (`transactionReason` RENEWAL).
+    public var isRenewal: Bool
+    public var price: ProductPrice?
+    public var subscriptionGroupId: String?
+
+    /// The machine for this record's state.
+    public var machine: PaymentStateMachine { PaymentStateMachine(state: state, finished: finished) }
+
+    /// Whether the transaction belongs in the app receipt (reference §1.5).
+    public var belongsInReceipt: Bool {
+        guard state == .purchased, !isRedelivery else { return false }
+        return !(productType.leavesReceiptWhenFinished && finished)
+    }
+
+    /// As the receipt's in-app entry.
+    public var inAppPurchase: InAppPurchase {
+        InAppPurchase(quantity: quantity, productId: productId, transactionId: id, originalTransactionId: originalId,
+                      purchaseDate: purchaseDate, originalPurchaseDate: originalPurchaseDate, expiresDate: expiresDate,
+                      webOrderLineItemId: webOrderLineItemId, cancellationDate: cancellationDate,
+                      cancellationReason: cancellationReason, isTrialPeriod: isTrialPeriod,
+                      isInIntroOfferPeriod: productType == .autoRenewable ? isInIntroOfferPeriod : nil,
+                      productTypeCode: productType.receiptProductTypeCode)
+    }
+
+    /// As a `latest_receipt_info` entry.
+    public var latestReceiptInfo: ReceiptTransactionInfo {
+        var info = ReceiptTransactionInfo(inAppPurchase)
+        info.inAppOwnershipType = "PURCHASED"
+        info.subscriptionGroupIdentifier = subscriptionGroupId
+        info.isUpgraded = isUpgraded ? "true" : nil
+        if let name = applicationUsername, UUID(uuidString: name) != nil { info.appAccountToken = name.lowercased() }
+        return info
+    }
+}
+
+/// The renewal state of one auto-renewable subscription (one original transaction).
+public struct SubscriptionChain: Codable, Sendable, Equatable {
+    public var originalTransactionId: String
+    public var bundleId: String
+    public var accountEmail: String
+    public var deviceId: String
+    public var environment: AppStoreEnvironment
+    public var productId: String
+    public var subscriptionGroupId: String
+    public var autoRenewProductId: String
+    public var autoRenewEnabled: Bool
+    public var renewals: Int
+    public var introPeriodsRemaining: Int
+    public var expirationIntent: Int?
+    public var latestTransactionId: String
+}

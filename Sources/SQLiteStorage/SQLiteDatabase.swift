@@ -1,0 +1,111 @@
+import CSQLite
+import Foundation
+
+/// The single owner of a `sqlite3` connection. Every call runs on the owner's serial queue, so the
+/// handle is never used from two threads and blocking I/O never runs on the cooperative pool.
+// Access to `handle` happens only on `queue` (see `run`), which is what makes this type Sendable.
+public final class SQLiteDatabase: @unchecked Sendable {
+    private let handle: OpaquePointer
+    private let queue: DispatchQueue
+    /// The file path (or `:memory:`).
+    public let path: String
+
+    /// Opens (creating if needed) a database in WAL mode.
+    public init(path: String) throws {
+        var db: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        guard sqlite3_open_v2(path, &db, flags, nil) == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            if let db { sqlite3_close(db) }
+            throw StorageErrorFactory.make("open_failed", "cannot open \(path): \(message)")
+        }
+        handle = db
+        self.path = path
+        queue = DispatchQueue(label: "storekeeper.sqlite.\(path)")
+        sqlite3_busy_timeout(db, 5000)
+        try queue.sync {
+            try execute("PRAGMA journal_mode=WAL")
+            try execute("PRAGMA synchronous=NORMAL")
+            try execute("PRAGMA foreign_keys=ON")
+        }
+    }
+
+    deinit { sqlite3_close_v2(handle) }
+
+    /// Runs `body` on the database's queue and returns its result to the awaiting task.
+    public func run<T: Sendable>(_ body: @escaping @Sendable (SQLiteDatabase) throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async {
+                continuation.resume(with: Result { try body(self) })
+            }
+        }
+    }
+
+    /// Runs `body` synchronously on the database's queue (for startup and tools).
+    public func runSync<T>(_ body: (SQLiteDatabase) throws -> T) throws -> T {
+        try queue.sync { try body(self) }
+    }
+
+    /// Executes SQL without results.
+    public func execute(_ sql: String) throws {
+        var error: UnsafeMutablePointer<CChar>?
+        if sqlite3_exec(handle, sql, nil, nil, &error) != SQLITE_OK {
+            let message = error.map { String(cString: $0) } ?? "unknown error"
+            sqlite3_free(error)
+            throw StorageErrorFactory.make("sql_failed", message)
+        }
+    }
+
+    /// A bound parameter.
+    public enum Value: Sendable {
+        case text(String)
+        case blob(Data)
+        case integer(Int64)
+        case null
+    }
+
+    /// Executes one statement with parameters; returns rows as arrays of values (text and blob columns).
+    @discardableResult
+    public func query(_ sql: String, _ parameters: [Value] = []) throws -> [[Value]] {
+        var statement: OpaquePointer?
+        guard sqlite3_prepare_v2(handle, sql, -1, &statement, nil) == SQLITE_OK, let statement else {
+            throw StorageErrorFactory.make("sql_failed", String(cString: sqlite3_errmsg(handle)))
+        }
+        defer { sqlite3_finalize(statement) }
+        for (offset, parameter) in parameters.enumerated() {
+            let index = Int32(offset + 1)
+            switch parameter {
+            case .text(let text): _ = shim_sqlite3_bind_text_transient(statement, index, text, -1)
+            case .blob(let data): _ = data.withUnsafeBytes { shim_sqlite3_bind_blob_transient(statement, index, $0.baseAddress, Int32($0.count)) }
+            case .integer(let value): sqlite3_bind_int64(statement, index, value)
+            case .null: sqlite3_bind_null(statement, index)
+            }
+        }
+        var rows: [[Value]] = []
+        while true {
+            let step = sqlite3_step(statement)
+            if step == SQLITE_DONE { break }
+            guard step == SQLITE_ROW else { throw StorageErrorFactory.make("sql_failed", String(cString: sqlite3_errmsg(handle))) }
+            var row: [Value] = []
+            for column in 0..<sqlite3_column_count(statement) {
+                switch sqlite3_column_type(statement, column) {
+                case SQLITE_NULL: row.append(.null)
+                case SQLITE_INTEGER: row.append(.integer(sqlite3_column_int64(statement, column)))
+                case SQLITE_BLOB:
+                    let count = Int(sqlite3_column_bytes(statement, column))
+                    if let bytes = sqlite3_column_blob(statement, column) { row.append(.blob(Data(bytes: bytes, count: count))) } else { row.append(.blob(Data())) }
+                default:
+                    row.append(.text(sqlite3_column_text(statement, column).map { String(cString: $0) } ?? ""))
+                }
+            }
+            rows.append(row)
+        }
+        return rows
+    }
+}
+
+import Storage
+
+enum StorageErrorFactory {
+    static func make(_ code: String, _ message: String) -> StorageError { StorageError(code: code, message: message) }
+}

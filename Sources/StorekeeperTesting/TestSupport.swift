@@ -1,0 +1,75 @@
+import AppStoreEmulator
+import AppStoreModels
+import Foundation
+import HTTP
+import Storage
+
+/// Test support: a shared emulator certificate authority, fixed clocks and an in-process HTTP client.
+public enum TestSupport {
+    /// One CA for every test in a process (RSA key generation is the slow part).
+    public static let authority: CertificateAuthority = {
+        do { return try CertificateAuthority.generate() } catch { fatalError("cannot generate the test CA: \(error)") }
+    }()
+
+    /// 2026-01-15T10:00:00Z, a fixed "now" for tests.
+    public static let referenceDate = Date(timeIntervalSince1970: 1_768_471_200)
+
+    /// A clock frozen at `date` until advanced.
+    public static func fixedClock(_ date: Date = referenceDate) -> AdjustableClock {
+        AdjustableClock(offset: 0, base: { date })
+    }
+
+    /// An emulator over `store` (in memory by default) with the test CA and a fixed clock.
+    public static func emulator(store: any DocumentStore = InMemoryDocumentStore(), clock: AdjustableClock = fixedClock()) async throws -> AppStoreEmulator {
+        try await AppStoreEmulator.open(store: store, authority: authority, clock: clock)
+    }
+
+    /// The repository root (for `examples/`) and the shared fixtures beside the checkout.
+    public static func repositoryRoot(_ file: String = #filePath) -> URL {
+        var url = URL(fileURLWithPath: file)
+        while url.path != "/" {
+            url.deleteLastPathComponent()
+            if FileManager.default.fileExists(atPath: url.appendingPathComponent("Package.swift").path) { return url }
+        }
+        return URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
+    }
+
+    /// `../shared` next to the checkout.
+    public static var sharedDirectory: URL { repositoryRoot().deletingLastPathComponent().appendingPathComponent("shared") }
+
+    /// Reads a file under `../shared/fixtures`.
+    public static func fixture(_ relative: String) throws -> Data {
+        try Data(contentsOf: sharedDirectory.appendingPathComponent("fixtures").appendingPathComponent(relative))
+    }
+
+    /// The path of the first fixture whose name starts with `prefix` and ends with `suffix`.
+    public static func fixtureNamed(prefix: String, suffix: String, in folder: String = "real") throws -> Data {
+        let directory = sharedDirectory.appendingPathComponent("fixtures").appendingPathComponent(folder)
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory.path)
+        guard let name = names.sorted().first(where: { $0.hasPrefix(prefix) && $0.hasSuffix(suffix) }) else {
+            throw CocoaError(.fileNoSuchFile)
+        }
+        return try Data(contentsOf: directory.appendingPathComponent(name))
+    }
+}
+
+/// Sends requests straight to a responder, no sockets.
+public struct InProcessClient: Sendable {
+    let responder: any Responder
+
+    public init(_ responder: any Responder) { self.responder = responder }
+
+    /// Sends a request with an optional JSON body.
+    public func send(_ method: HTTPMethod, _ target: String, json: Any? = nil, body: Data? = nil, headers: [String: String] = [:]) async throws -> Response {
+        var payload = body ?? Data()
+        if let json { payload = try JSONSerialization.data(withJSONObject: json) }
+        return await responder.respond(to: Request(method: method, target: target, headers: headers, body: payload))
+    }
+
+    /// Sends and parses the JSON object answered.
+    public func json(_ method: HTTPMethod, _ target: String, json: Any? = nil, body: Data? = nil, headers: [String: String] = [:]) async throws -> (Int, [String: Any]) {
+        let response = try await send(method, target, json: json, body: body, headers: headers)
+        let object = (try? JSONSerialization.jsonObject(with: response.body)) as? [String: Any] ?? [:]
+        return (response.status.code, object)
+    }
+}

@@ -1,0 +1,241 @@
+import Foundation
+
+/// `storekeeper appstore tester add EMAIL`
+struct TesterAddCommand: Command {
+    static let abstract = "Add a sandbox tester (or, with --production, a production account)."
+    static let help = """
+    EMAIL [--production] [--storefront USA] [--locale en_US] [--renewal-rate RATE] [--ask-to-buy] [--url URL]
+
+    OPTIONS:
+      --renewal-rate RATE  One of MONTHLY_RENEWAL_EVERY_THREE_MINUTES, …_FIVE_MINUTES (default), …_FIFTEEN_MINUTES,
+                           …_THIRTY_MINUTES, …_ONE_HOUR.
+      --ask-to-buy         Purchases wait for a parent's approval.
+      --url URL            The emulator (default http://127.0.0.1:8010).
+    """
+    let client: AdminClient
+    let body: [String: Any]
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments))
+        var body: [String: Any] = ["environment": arguments.flag("production") ? "production" : "sandbox"]
+        if let storefront = try arguments.option("storefront") { body["storefront"] = storefront }
+        if let locale = try arguments.option("locale") { body["locale"] = locale }
+        if let rate = try arguments.option("renewal-rate") { body["renewalRate"] = rate }
+        body["askToBuy"] = arguments.flag("ask-to-buy")
+        let rest = try arguments.positionals()
+        guard rest.count == 1 else { throw UsageError(description: "give one EMAIL") }
+        body["email"] = rest[0]
+        self.body = body
+    }
+
+    func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/accounts", json: body) }
+}
+
+/// `storekeeper appstore buy`
+struct BuyCommand: Command {
+    static let abstract = "Buy a product as a device would; prints the transaction and the new app receipt."
+    static let help = """
+    --app BUNDLE --product ID --account EMAIL [--device UUID] [--quantity N] [--username NAME] [--simulate cancel|fail] [--url URL]
+
+    Prints one JSON object with transaction_id, original_transaction_id, environment, state, device,
+    receipt (the Base64 app receipt after the purchase) and transaction_receipt (iOS 6 style).
+    """
+    let client: AdminClient
+    let body: [String: Any]
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments))
+        guard let app = try arguments.option("app"), let product = try arguments.option("product"), let account = try arguments.option("account") else {
+            throw UsageError(description: "--app, --product and --account are required")
+        }
+        var body: [String: Any] = ["app": app, "product": product, "account": account]
+        if let device = try arguments.option("device") { body["device"] = device }
+        if let text = try arguments.option("quantity") {
+            guard let quantity = Int(text) else { throw UsageError(description: "--quantity must be a number") }
+            body["quantity"] = quantity
+        }
+        if let username = try arguments.option("username") { body["applicationUsername"] = username }
+        if let simulate = try arguments.option("simulate") { body["simulate"] = simulate }
+        self.body = body
+    }
+
+    func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/purchases", json: body) }
+}
+
+/// `storekeeper appstore finish`
+struct FinishCommand: Command {
+    static let abstract = "Finish a transaction (finished consumables leave the receipt)."
+    static let help = "TRANSACTION_ID [--url URL]"
+    let client: AdminClient
+    let id: String
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments))
+        let rest = try arguments.positionals()
+        guard rest.count == 1 else { throw UsageError(description: "give one TRANSACTION_ID") }
+        id = rest[0]
+    }
+
+    func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/transactions/\(id)/finish") }
+}
+
+/// `storekeeper appstore restore`
+struct RestoreCommand: Command {
+    static let abstract = "Restore completed transactions (non-consumables and auto-renewables) on a device."
+    static let help = "--app BUNDLE --account EMAIL [--device UUID] [--url URL]"
+    let client: AdminClient
+    let body: [String: Any]
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments))
+        guard let app = try arguments.option("app"), let account = try arguments.option("account") else {
+            throw UsageError(description: "--app and --account are required")
+        }
+        var body: [String: Any] = ["app": app, "account": account]
+        if let device = try arguments.option("device") { body["device"] = device }
+        self.body = body
+    }
+
+    func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/restore", json: body) }
+}
+
+/// `storekeeper appstore time advance DURATION`
+struct TimeAdvanceCommand: Command {
+    static let abstract = "Move the emulator clock forward (renewals fall due); e.g. 5m, 1h30m, 2d."
+    static let help = "DURATION [--url URL]"
+    let client: AdminClient
+    let duration: String
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments))
+        let rest = try arguments.positionals()
+        guard rest.count == 1 else { throw UsageError(description: "give one DURATION") }
+        duration = rest[0]
+    }
+
+    func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/time", json: ["advance": duration]) }
+}
+
+/// `storekeeper appstore time set DATE`
+struct TimeSetCommand: Command {
+    static let abstract = "Set the emulator clock to an RFC 3339 date or Unix milliseconds."
+    static let help = "DATE [--url URL]"
+    let client: AdminClient
+    let date: String
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments))
+        let rest = try arguments.positionals()
+        guard rest.count == 1 else { throw UsageError(description: "give one DATE") }
+        date = rest[0]
+    }
+
+    func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/time", json: ["set": date]) }
+}
+
+/// `storekeeper appstore time show`
+struct TimeShowCommand: Command {
+    static let abstract = "Print the emulator clock."
+    static let help = "[--url URL]"
+    let client: AdminClient
+    init(_ arguments: inout Arguments) throws { client = try AdminClient(url: try emulatorURL(&arguments)) }
+    func run() async throws { try await client.sendAndPrint("GET", "/admin/v1/time") }
+}
+
+/// `storekeeper appstore fault add`
+struct FaultAddCommand: Command {
+    static let abstract = "Make an endpoint misbehave: Apple statuses, HTTP errors, HTML, drops, hangs, latency."
+    static let help = """
+    --endpoint NAME [--environment sandbox|production] [--status CODE | --http CODE | --html | --drop | --hang] [--latency 3s-6s] [--for DURATION] [--url URL]
+
+    ENDPOINTS: verifyReceipt, products, payments, transactions, finish, restore, receipt, * (all).
+      --status CODE   verifyReceipt answers 21002, 21005, 21009, 21010 or 21100–21199 (with is_retryable).
+      --http CODE     Answer HTTP CODE (e.g. 503).
+      --html          Answer an HTML error page with HTTP 200.
+      --drop          Close the connection without answering.
+      --hang          Never answer.
+      --latency D     Delay every answer: a duration (500ms) or a range (3s-6s).
+      --for DURATION  Remove the fault after DURATION of emulator time.
+    """
+    let client: AdminClient
+    let body: [String: Any]
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments))
+        guard let endpoint = try arguments.option("endpoint") else { throw UsageError(description: "--endpoint is required") }
+        var body: [String: Any] = ["endpoint": endpoint]
+        if let environment = try arguments.option("environment") { body["environment"] = environment }
+        if let status = try arguments.option("status") {
+            guard let code = Int(status) else { throw UsageError(description: "--status must be a number") }
+            body["status"] = code
+        }
+        if let http = try arguments.option("http") {
+            guard let code = Int(http) else { throw UsageError(description: "--http must be a number") }
+            body["http"] = code
+        }
+        if arguments.flag("html") { body["html"] = true }
+        if arguments.flag("drop") { body["drop"] = true }
+        if arguments.flag("hang") { body["hang"] = true }
+        if let latency = try arguments.option("latency") { body["latency"] = latency }
+        if let duration = try arguments.option("for") { body["duration"] = duration }
+        self.body = body
+    }
+
+    func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/faults", json: body) }
+}
+
+/// `storekeeper appstore fault clear`
+struct FaultClearCommand: Command {
+    static let abstract = "Remove all faults (or those of one endpoint)."
+    static let help = "[--endpoint NAME] [--url URL]"
+    let client: AdminClient
+    let endpoint: String?
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments))
+        endpoint = try arguments.option("endpoint")
+    }
+
+    func run() async throws {
+        let query = endpoint.map { "?endpoint=" + ($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? $0) } ?? ""
+        try await client.sendAndPrint("DELETE", "/admin/v1/faults" + query)
+    }
+}
+
+/// `storekeeper appstore fault list`
+struct FaultListCommand: Command {
+    static let abstract = "List the faults in force."
+    static let help = "[--url URL]"
+    let client: AdminClient
+    init(_ arguments: inout Arguments) throws { client = try AdminClient(url: try emulatorURL(&arguments)) }
+    func run() async throws { try await client.sendAndPrint("GET", "/admin/v1/faults") }
+}
+
+/// `storekeeper appstore ca export`
+struct CAExportCommand: Command {
+    static let abstract = "Write the emulator's root certificate as PEM (what a backend must trust)."
+    static let help = """
+    [--chain] [--output FILE] [--url URL]
+
+      --chain        Also write the intermediate (needed to check iOS 6 style receipts, which embed only the leaf).
+      --output FILE  Write to FILE instead of standard output.
+    """
+    let client: AdminClient
+    let chain: Bool
+    let output: String?
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments))
+        chain = arguments.flag("chain")
+        output = try arguments.option("output")
+    }
+
+    func run() async throws {
+        let data = try await client.send("GET", "/admin/v1/ca" + (chain ? "?chain=true" : ""))
+        if let output {
+            try data.write(to: URL(fileURLWithPath: output))
+        } else {
+            FileHandle.standardOutput.write(data)
+        }
+    }
+}

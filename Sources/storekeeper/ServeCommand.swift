@@ -1,0 +1,118 @@
+import AppStoreCrypto
+import AppStoreEmulator
+import AppStoreModels
+import Foundation
+import HTTP
+import HTTPServer
+import SQLiteStorage
+
+/// `storekeeper appstore serve`
+struct AppStoreServeCommand: Command {
+    static let abstract = "Run the App Store emulator (verifyReceipt, device API, admin API)."
+    static let help = """
+    [--data DIR] [--host H] [--port P] [--catalog [BUNDLE_ID=]FILE]... [--tester EMAIL]... [--quiet]
+
+    OPTIONS:
+      --data DIR           State directory: SQLite database and signing keys (default ./.storekeeper).
+      --host H             Address to bind (default 127.0.0.1).
+      --port P             Port (default 8010; 0 picks a free port, printed on start).
+      --catalog B=FILE     Load an Xcode .storekit file as the catalog of bundle id B (repeatable);
+                           a Storekeeper JSON catalog ({"apps": [...]}) needs no bundle id.
+      --tester EMAIL       Make sure a sandbox tester exists (repeatable).
+      --max-body BYTES     Largest request body (default 4194304).
+      --quiet              No access log.
+    """
+
+    let data: String
+    let host: String
+    let port: UInt16
+    let catalogs: [String]
+    let testers: [String]
+    let maxBody: Int
+    let quiet: Bool
+
+    init(_ arguments: inout Arguments) throws {
+        data = try arguments.option("data") ?? "./.storekeeper"
+        host = try arguments.option("host") ?? "127.0.0.1"
+        guard let port = UInt16(try arguments.option("port") ?? "8010") else { throw UsageError(description: "--port must be 0–65535") }
+        self.port = port
+        catalogs = try arguments.options("catalog")
+        testers = try arguments.options("tester")
+        guard let maxBody = Int(try arguments.option("max-body") ?? "4194304"), maxBody > 0 else { throw UsageError(description: "--max-body must be a positive number") }
+        self.maxBody = maxBody
+        quiet = arguments.flag("quiet")
+    }
+
+    func run() async throws {
+        let directory = URL(fileURLWithPath: data, isDirectory: true)
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let authority = try CertificateAuthority.loadOrCreate(in: directory.appendingPathComponent("ca"))
+        let store = try SQLiteDocumentStore(path: directory.appendingPathComponent("appstore.sqlite").path)
+        let emulator = try await AppStoreEmulator.open(store: store, authority: authority)
+        for entry in catalogs { try await CatalogLoader.load(entry, into: emulator) }
+        for email in testers where try await !emulator.accounts().contains(where: { $0.email.lowercased() == email.lowercased() }) {
+            try await emulator.addAccount(email: email, environment: .sandbox)
+        }
+        let server = HTTPServer(configuration: .init(host: host, port: port, maxBodySize: maxBody, accessLog: !quiet),
+                                responder: AppStoreResponder(emulator: emulator))
+        let bound = try server.start()
+        say("storekeeper appstore listening on http://\(host):\(bound)")
+        say("data: \(directory.path)  apps: \(try await emulator.apps().map(\.bundleId).joined(separator: ", "))")
+        await ShutdownSignal.wait()
+        FileHandle.standardError.write(Data("shutting down\n".utf8))
+        await server.shutdown()
+    }
+}
+
+/// Loads `--catalog` entries.
+enum CatalogLoader {
+    static func load(_ entry: String, into emulator: AppStoreEmulator) async throws {
+        var bundleId: String?
+        var path = entry
+        if let equals = entry.firstIndex(of: "="), !entry[..<equals].contains("/") {
+            bundleId = String(entry[..<equals])
+            path = String(entry[entry.index(after: equals)...])
+        }
+        guard let data = FileManager.default.contents(atPath: path) else { throw CommandFailure(description: "cannot read catalog \(path)") }
+        if let file = try? JSONDecoder().decode(CatalogFile.self, from: data) {
+            for app in file.apps { try await emulator.register(app: app) }
+            return
+        }
+        guard let bundleId else {
+            throw CommandFailure(description: "\(path) is not a Storekeeper catalog; a .storekit file needs BUNDLE_ID=\(path)")
+        }
+        let configuration: StoreKitConfiguration
+        do { configuration = try StoreKitConfiguration(data: data) } catch {
+            throw CommandFailure(description: "\(path): \(error)")
+        }
+        try await emulator.register(storeKit: configuration, bundleId: bundleId)
+    }
+}
+
+/// Waits for SIGINT or SIGTERM.
+enum ShutdownSignal {
+    static func wait() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let resumed = ResumeOnce(continuation)
+            for number in [SIGINT, SIGTERM] {
+                signal(number, SIG_IGN)
+                let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+                source.setEventHandler { resumed.resume() }
+                source.resume()
+                ShutdownSignal.sources.append(source)
+            }
+        }
+    }
+
+    // Signal sources must stay alive for the process lifetime; only touched from the main task before waiting.
+    nonisolated(unsafe) static var sources: [any DispatchSourceSignal] = []
+}
+
+/// Resumes a continuation at most once.
+final class ResumeOnce: Sendable {
+    private let continuation: Mutex<CheckedContinuation<Void, Never>?>
+    init(_ continuation: CheckedContinuation<Void, Never>) { self.continuation = Mutex(continuation) }
+    func resume() { continuation.withLock { $0?.resume(); $0 = nil } }
+}
+
+import Synchronization

@@ -1,0 +1,47 @@
+@testable import AppStoreCrypto
+import Testing
+
+@Suite("BER/DER")
+struct ASN1Tests {
+    @Test("Integers and OIDs round-trip", arguments: [Int64(0), 1, 127, 128, 255, 256, 1_000_000_030_274_153, Int64.max])
+    func integers(value: Int64) throws {
+        #expect(try ASN1Element.parse(DER.integer(value)).integer() == value)
+    }
+
+    @Test("Object identifiers round-trip", arguments: [OID.signedData, OID.sha256, OID.appleReceiptSigner, OID.appleWWDRIntermediate])
+    func oids(oid: String) throws {
+        #expect(try ASN1Element.parse(DER.objectIdentifier(oid)).objectIdentifier() == oid)
+    }
+
+    @Test("SET OF is sorted by encoding, not by insertion")
+    func setOrdering() throws {
+        let set = DER.setOf([DER.integer(300), DER.integer(2), DER.utf8String("a")])
+        let children = try ASN1Element.parse(set).children()
+        #expect(children.map(\.tag) == [0x02, 0x02, 0x0c])
+        #expect(try children[0].integer() == 2)
+    }
+
+    @Test("Indefinite lengths and constructed OCTET STRINGs (Xcode's BER) are read")
+    func indefinite() throws {
+        // SEQUENCE (indefinite) { OCTET STRING constructed (indefinite) { "ab", "cd" } }
+        let bytes: [UInt8] = [0x30, 0x80, 0x24, 0x80, 0x04, 0x02, 0x61, 0x62, 0x04, 0x02, 0x63, 0x64, 0x00, 0x00, 0x00, 0x00]
+        let sequence = try ASN1Element.parse(bytes)
+        let octets = try sequence.children()[0].octets()
+        #expect(octets == Array("abcd".utf8))
+    }
+
+    @Test("Truncated, over-long and junk input fail with an error, never a crash",
+          arguments: [[UInt8](), [0x30], [0x30, 0x05, 0x02], [0x30, 0x84, 0xff, 0xff, 0xff, 0xff], [0x1f, 0x01, 0x00], [0x30, 0x80, 0x02, 0x01, 0x00]])
+    func malformed(bytes: [UInt8]) {
+        #expect(throws: ASN1Error.self) { _ = try ASN1Element.parse(bytes).children() }
+    }
+
+    @Test("Random bytes never crash the parser")
+    func randomBytes() {
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2000 {
+            let bytes = (0..<Int.random(in: 0...64, using: &generator)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            _ = try? ReceiptDecoder.decode(bytes)
+        }
+    }
+}
