@@ -33,6 +33,11 @@ extension AppStoreResponder {
         return try? await emulator.accounts().first { $0.email.lowercased() == device.accountEmail.lowercased() }?.environment
     }
 
+    /// The `device` field of a JSON body, read leniently so faults apply even to bad bodies.
+    static func bodyDevice(_ request: Request) -> String {
+        ((try? JSONSerialization.jsonObject(with: request.body)) as? [String: Any])?["device"] as? String ?? ""
+    }
+
     static func addDeviceRoutes(_ router: inout Router, _ emulator: AppStoreEmulator) {
         router.on(.post, "/device/v1/devices") { request in
             await handle {
@@ -51,8 +56,8 @@ extension AppStoreResponder {
         }
         router.on(.post, "/device/v1/payments") { request in
             await handle {
+                if let faulted = await applyFault(emulator, endpoint: "payments", environment: await environmentOf(emulator, device: bodyDevice(request))) { return faulted }
                 let body = try request.decode(PaymentBody.self)
-                if let faulted = await applyFault(emulator, endpoint: "payments", environment: await environmentOf(emulator, device: body.device)) { return faulted }
                 let record = try await emulator.addPayment(bundleId: body.app, deviceId: body.device, request: PaymentRequest(
                     productId: body.productId, quantity: body.quantity, applicationUsername: body.applicationUsername, simulate: body.simulate))
                 return .json(try await deviceTransaction(emulator, record), status: .created)
@@ -84,8 +89,8 @@ extension AppStoreResponder {
         }
         router.on(.post, "/device/v1/restore") { request in
             await handle {
+                if let faulted = await applyFault(emulator, endpoint: "restore", environment: await environmentOf(emulator, device: bodyDevice(request))) { return faulted }
                 let body = try request.decode(AppDeviceBody.self)
-                if let faulted = await applyFault(emulator, endpoint: "restore", environment: await environmentOf(emulator, device: body.device)) { return faulted }
                 var result: [DeviceTransaction] = []
                 for record in try await emulator.restore(bundleId: body.app, deviceId: body.device) {
                     result.append(try await deviceTransaction(emulator, record))
@@ -103,8 +108,8 @@ extension AppStoreResponder {
         }
         router.on(.post, "/device/v1/receipt/refresh") { request in
             await handle {
+                if let faulted = await applyFault(emulator, endpoint: "receipt", environment: await environmentOf(emulator, device: bodyDevice(request))) { return faulted }
                 let body = try request.decode(AppDeviceBody.self)
-                if let faulted = await applyFault(emulator, endpoint: "receipt", environment: await environmentOf(emulator, device: body.device)) { return faulted }
                 let receipt = try await emulator.appReceipt(bundleId: body.app, deviceId: body.device, refresh: true)
                 return .json(["receipt": receipt?.base64EncodedString()])
             }

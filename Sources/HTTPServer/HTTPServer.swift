@@ -89,7 +89,9 @@ public final class HTTPServer: Sendable {
     /// Stops accepting connections, lets requests in flight finish (cancelling after `grace`), and stops.
     public func shutdown(grace: Duration = .seconds(5)) async {
         guard let daemon = state.withLock({ $0.daemon?.pointer }) else { return }
-        _ = MHD_quiesce_daemon(daemon)
+        // After quiescing, the listening socket belongs to us: close it so new clients are refused at once.
+        let listener = MHD_quiesce_daemon(daemon)
+        if listener >= 0 { close(listener) }
         let deadline = ContinuousClock.now.advanced(by: grace)
         while state.withLock({ !$0.inFlight.isEmpty }) && ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(20))

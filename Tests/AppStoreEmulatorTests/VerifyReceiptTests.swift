@@ -1,0 +1,282 @@
+import AppStoreCrypto
+@testable import AppStoreEmulator
+import AppStoreModels
+import Foundation
+import HTTP
+import StorekeeperTesting
+import Testing
+
+@Suite("verifyReceipt")
+struct VerifyReceiptTests {
+    @Test("A valid sandbox receipt answers 0 in the sandbox and 21007 in production")
+    func routing() async throws {
+        let world = try await World.make()
+        let bought = try await world.buy("com.example.coins", "Nada.JPYF01")
+        let receipt = try await world.receipt("com.example.coins")
+        let sandbox = try await world.verify(receipt, .sandbox)
+        #expect(sandbox.status == 0)
+        #expect(sandbox["environment"] as? String == "Sandbox")
+        let body = try #require(sandbox["receipt"] as? [String: Any])
+        #expect(body["receipt_type"] as? String == "ProductionSandbox")
+        #expect(body["bundle_id"] as? String == "com.example.coins")
+        #expect(body["original_purchase_date"] as? String == "2013-08-01 07:00:00 Etc/GMT")
+        #expect(body["request_date_ms"] as? String != nil)
+        #expect(sandbox.inApp.first?["transaction_id"] as? String == bought.id)
+        #expect(try await world.verify(receipt, .production).status == 21007)
+    }
+
+    @Test("Production receipts answer 0 in production and 21008 in the sandbox, with the app's Apple id")
+    func productionReceipts() async throws {
+        let world = try await World.make()
+        try await world.emulator.addAccount(email: "buyer@example.com", environment: .production)
+        let phone = try await world.emulator.signIn(deviceId: nil, email: "buyer@example.com")
+        _ = try await world.buy("com.example.comics", "com.raywenderlich.inapprage.studylikeaboss", device: phone.id)
+        let receipt = try await world.receipt("com.example.comics", device: phone.id)
+        let production = try await world.verify(receipt, .production)
+        #expect(production.status == 0)
+        let body = try #require(production["receipt"] as? [String: Any])
+        #expect(body["receipt_type"] as? String == "Production")
+        #expect(body["app_item_id"] as? Int64 == (try await world.emulator.app("com.example.comics")).appAppleId)
+        #expect(try await world.verify(receipt, .sandbox).status == 21008)
+    }
+
+    @Test("Apple's Host headers route /verifyReceipt")
+    func hostRouting() async throws {
+        let world = try await World.make()
+        _ = try await world.buy("com.example.coins", "Nada.JPYF01")
+        let receipt = try await world.receipt("com.example.coins")
+        let (_, production) = try await world.client.json(.post, "/verifyReceipt", json: ["receipt-data": receipt], headers: ["Host": "buy.itunes.apple.com"])
+        let (_, sandbox) = try await world.client.json(.post, "/verifyReceipt", json: ["receipt-data": receipt], headers: ["Host": "sandbox.itunes.apple.com:443"])
+        #expect(production.status == 21007)
+        #expect(sandbox.status == 0)
+    }
+
+    @Test("Bad input gets Apple's answers", arguments: [
+        ("not json", 21000), (#"{"receipt-data": 5}"#, 21002), (#"{}"#, 21002), (#"{"receipt-data":"%%%not base64"}"#, 21002),
+        (#"{"receipt-data":"MIIBAgMEBQ=="}"#, 21002), (#"{"receipt-data":"AAAAAAAAAAAA"}"#, 21002), (#"{"receipt-data":"e30="}"#, 21002),
+    ])
+    func badInput(body: String, expected: Int) async throws {
+        let world = try await World.make()
+        let (status, object) = try await world.client.json(.post, "/sandbox/verifyReceipt", body: Data(body.utf8))
+        #expect(status == 200)
+        #expect(object.status == expected)
+    }
+
+    @Test("Wrong methods answer 21000")
+    func wrongMethod() async throws {
+        let world = try await World.make()
+        let (status, object) = try await world.client.json(.get, "/production/verifyReceipt")
+        #expect(status == 200)
+        #expect(object.status == 21000)
+    }
+
+    @Test("Truncated receipts answer 21002 and tampered ones 21003; state is untouched")
+    func truncatedAndTampered() async throws {
+        let world = try await World.make()
+        _ = try await world.buy("com.example.coins", "Nada.JPYF02")
+        var bytes = [UInt8](try #require(Data(base64Encoded: try await world.receipt("com.example.coins"))))
+        #expect(try await world.verify(Data(bytes.prefix(bytes.count / 2)).base64EncodedString()).status == 21002)
+        let needle = Array("Nada.JPYF02".utf8)
+        let index = try #require((0..<(bytes.count - needle.count)).first { Array(bytes[$0..<($0 + needle.count)]) == needle })
+        bytes[index + needle.count - 1] = UInt8(ascii: "5")
+        #expect(try await world.verify(Data(bytes).base64EncodedString()).status == 21003)
+        #expect(try await world.emulator.pendingTransactions(bundleId: "com.example.coins", deviceId: world.device).count == 1)
+    }
+
+    @Test("A receipt signed by another CA answers 21003")
+    func foreignSigner() async throws {
+        let world = try await World.make()
+        let other = try CertificateAuthority.generate()
+        let receipt = AppReceipt(receiptType: .productionSandbox, bundleId: "com.example.coins", applicationVersion: "1.0", creationDate: TestSupport.referenceDate)
+        let der = try SignedData.sign(payload: ReceiptPayload.encode(receipt), key: other.leafKey, chain: other.chain)
+        #expect(try await world.verify(Data(der).base64EncodedString()).status == 21003)
+    }
+
+    @Test("Real Apple receipts are not ours: 21003 (or 21007 routing first for sandbox ones is not attempted)")
+    func appleReceiptsAreForeign() async throws {
+        let world = try await World.make()
+        let text = String(decoding: try TestSupport.fixtureNamed(prefix: "r04", suffix: ".receipt.b64"), as: UTF8.self)
+        #expect(try await world.verify(text, .production).status == 21003)
+    }
+
+    @Test("Subscriptions need the shared secret (21004); a wrong secret is always refused")
+    func sharedSecret() async throws {
+        let world = try await World.make()
+        _ = try await world.buy("com.example.magazine", "com.example.magazine.monthly")
+        let receipt = try await world.receipt("com.example.magazine")
+        #expect(try await world.verify(receipt).status == 21004)
+        #expect(try await world.verify(receipt, password: "wrong").status == 21004)
+        let ok = try await world.verify(receipt, password: try await world.secret("com.example.magazine"))
+        #expect(ok.status == 0)
+        #expect(ok["latest_receipt"] as? String != nil)
+        _ = try await world.buy("com.example.coins", "Nada.JPYF01")
+        #expect(try await world.verify(try await world.receipt("com.example.coins"), password: "wrong").status == 21004)
+        #expect(try await world.verify(try await world.receipt("com.example.coins")).status == 0)
+    }
+
+    @Test("Sandbox subscriptions renew every 5 minutes on the emulator clock; latest_receipt_info sees renewals the receipt does not")
+    func renewals() async throws {
+        let world = try await World.make()
+        let secret = try await world.secret("com.example.magazine")
+        let first = try await world.buy("com.example.magazine", "com.example.magazine.monthly")
+        #expect(first.isTrialPeriod)
+        #expect(first.expiresDate == TestSupport.referenceDate.addingTimeInterval(180))
+        let oldReceipt = try await world.receipt("com.example.magazine")
+        try await world.emulator.advanceTime(by: 180 + 300 * 2 + 1)
+        let answer = try await world.verify(oldReceipt, password: secret)
+        #expect(answer.inApp.count == 1)
+        #expect(answer.latest.count == 4)
+        #expect(Set(answer.latest.compactMap { $0["original_transaction_id"] as? String }) == [first.id])
+        let newest = try #require(answer.latest.first)
+        #expect(newest["expires_date_ms"] as? String == String(ReceiptDate.milliseconds(TestSupport.referenceDate.addingTimeInterval(180 + 900))))
+        #expect(newest["subscription_group_identifier"] as? String == "21000001")
+        let pending = try #require((answer["pending_renewal_info"] as? [[String: Any]])?.first)
+        #expect(pending["auto_renew_status"] as? String == "1")
+        let excluded = try await world.verify(oldReceipt, password: secret, excludeOld: true)
+        #expect(excluded.latest.count == 1)
+        // The fresh latest_receipt contains every renewal.
+        let latestReceipt = try #require(answer["latest_receipt"] as? String)
+        #expect(try await world.verify(latestReceipt, password: secret).inApp.count == 4)
+    }
+
+    @Test("After 12 sandbox renewals auto-renew turns off with expiration intent 1")
+    func renewalCap() async throws {
+        let world = try await World.make()
+        _ = try await world.buy("com.example.magazine", "com.example.magazine.yearly")
+        try await world.emulator.advanceTime(by: 3600 * 20)
+        let answer = try await world.verify(try await world.receipt("com.example.magazine"), password: try await world.secret("com.example.magazine"))
+        #expect(answer.latest.count == 13)
+        let pending = try #require((answer["pending_renewal_info"] as? [[String: Any]])?.first)
+        #expect(pending["auto_renew_status"] as? String == "0")
+        #expect(pending["expiration_intent"] as? String == "1")
+    }
+
+    @Test("Upgrading within a group cancels the old period and keeps the original transaction id")
+    func upgrade() async throws {
+        let world = try await World.make()
+        let monthly = try await world.buy("com.example.magazine", "com.example.magazine.monthly")
+        let yearly = try await world.buy("com.example.magazine", "com.example.magazine.yearly")
+        #expect(yearly.originalId == monthly.id)
+        let upgraded = try await world.emulator.transaction(monthly.id)
+        #expect(upgraded.isUpgraded && upgraded.cancellationDate != nil)
+        let again = try await world.buy("com.example.magazine", "com.example.magazine.yearly")
+        #expect(again.isRedelivery)
+    }
+
+    @Test("Deleted accounts answer 21010")
+    func deletedAccount() async throws {
+        let world = try await World.make()
+        _ = try await world.buy("com.example.coins", "Nada.JPYF01")
+        let receipt = try await world.receipt("com.example.coins")
+        try await world.emulator.deleteAccount(email: World.tester)
+        #expect(try await world.verify(receipt).status == 21010)
+    }
+
+    @Test("Refunds show cancellation_date and reason")
+    func refund() async throws {
+        let world = try await World.make()
+        let bought = try await world.buy("com.example.football", "GoldenGlobe")
+        _ = try await world.emulator.refund(transactionId: bought.id, reason: 1)
+        let entry = try #require(try await world.verify(try await world.receipt("com.example.football")).inApp.first)
+        #expect(entry["cancellation_reason"] as? String == "1")
+        #expect(entry["cancellation_date_ms"] as? String != nil)
+    }
+
+    @Test("iOS 6 transaction receipts verify; expired subscriptions answer 21006 with the decoded receipt")
+    func legacyReceipts() async throws {
+        let world = try await World.make()
+        let secret = try await world.secret("com.example.magazine")
+        let coin = try await world.buy("com.example.coins", "Nada.JPYF01")
+        let coinReceipt = try await world.emulator.transactionReceipt(transactionId: coin.id).base64EncodedString()
+        let coinAnswer = try await world.verify(coinReceipt)
+        #expect(coinAnswer.status == 0)
+        #expect((coinAnswer["receipt"] as? [String: Any])?["transaction_id"] as? String == coin.id)
+        #expect((coinAnswer["receipt"] as? [String: Any])?["bid"] as? String == "com.example.coins")
+        #expect(try await world.verify(coinReceipt, .production).status == 21007)
+
+        let sub = try await world.buy("com.example.magazine", "com.example.magazine.monthly")
+        let subReceipt = try await world.emulator.transactionReceipt(transactionId: sub.id).base64EncodedString()
+        let active = try await world.verify(subReceipt, password: secret)
+        #expect(active.status == 0)
+        #expect(active["latest_receipt_info"] as? [String: Any] != nil)
+        _ = try await world.emulator.setAutoRenew(originalTransactionId: sub.id, enabled: false)
+        try await world.emulator.advanceTime(by: 3600)
+        let expired = try await world.verify(subReceipt, password: secret)
+        #expect(expired.status == 21006)
+        #expect(expired["receipt"] as? [String: Any] != nil)
+        #expect(expired["latest_expired_receipt_info"] as? [String: Any] != nil)
+    }
+
+    @Test("Receipts carry a device hash over the device id, opaque value and bundle id bytes")
+    func deviceHash() async throws {
+        let world = try await World.make()
+        _ = try await world.buy("com.example.coins", "Nada.JPYF01")
+        let bytes = [UInt8](try #require(Data(base64Encoded: try await world.receipt("com.example.coins"))))
+        guard case .app(let receipt, _) = try ReceiptDecoder.decode(bytes) else { Issue.record("not an app receipt"); return }
+        let device = try await world.emulator.device(world.device)
+        #expect(receipt.sha1Hash == Data(Digest.sha1.hash(device.identifierBytes + receipt.opaqueValue + receipt.bundleIdBytes)))
+        #expect(receipt.opaqueValue.count == 16)
+    }
+}
+
+@Suite("Faults")
+struct FaultTests {
+    @Test("Status faults answer 21005 and 211xx with is_retryable, only where configured")
+    func statusFaults() async throws {
+        let world = try await World.make()
+        _ = try await world.buy("com.example.coins", "Nada.JPYF01")
+        let receipt = try await world.receipt("com.example.coins")
+        try await world.emulator.addFault(endpoint: "verifyReceipt", environment: .production, behavior: .status(21105))
+        let production = try await world.verify(receipt, .production)
+        #expect(production.status == 21105)
+        #expect(production["is_retryable"] as? Bool == true)
+        #expect(try await world.verify(receipt, .sandbox).status == 0)
+        try await world.emulator.clearFaults()
+        try await world.emulator.addFault(endpoint: "verifyReceipt", environment: nil, behavior: .status(21005), duration: 60)
+        #expect(try await world.verify(receipt).status == 21005)
+        try await world.emulator.advanceTime(by: 61)
+        #expect(try await world.verify(receipt).status == 0)
+    }
+
+    @Test("HTTP, HTML and drop faults")
+    func transportFaults() async throws {
+        let world = try await World.make()
+        try await world.emulator.addFault(endpoint: "verifyReceipt", environment: .sandbox, behavior: .http(503))
+        #expect(try await world.client.send(.post, "/sandbox/verifyReceipt", json: [:]).status.code == 503)
+        try await world.emulator.clearFaults()
+        try await world.emulator.addFault(endpoint: "verifyReceipt", environment: .sandbox, behavior: .html)
+        let html = try await world.client.send(.post, "/sandbox/verifyReceipt", json: [:])
+        #expect(html.status.code == 200)
+        #expect(html.headers["Content-Type"]?.hasPrefix("text/html") == true)
+        try await world.emulator.clearFaults()
+        try await world.emulator.addFault(endpoint: "payments", environment: nil, behavior: .drop)
+        #expect(try await world.client.send(.post, "/device/v1/payments", json: [:]).dropConnection)
+    }
+
+    @Test("Latency faults delay answers by a value in the range")
+    func latency() async throws {
+        let world = try await World.make()
+        try await world.emulator.addFault(endpoint: "verifyReceipt", environment: nil, behavior: .none, latency: 0.2...0.3)
+        let started = ContinuousClock.now
+        _ = try await world.client.send(.post, "/sandbox/verifyReceipt", json: [:])
+        #expect(ContinuousClock.now - started >= .milliseconds(200))
+    }
+
+    @Test("Invalid faults are refused", arguments: [("nowhere", Fault.Behavior.drop), ("verifyReceipt", .status(200)), ("verifyReceipt", .http(200))])
+    func invalidFaults(endpoint: String, behavior: Fault.Behavior) async throws {
+        let world = try await World.make()
+        await #expect(throws: StoreError.self) { try await world.emulator.addFault(endpoint: endpoint, environment: nil, behavior: behavior) }
+    }
+
+    @Test("Seed 000's quirk: with the switch on, a sandbox consumable receipt sent to production answers 21002")
+    func quirk21002() async throws {
+        let world = try await World.make()
+        _ = try await world.buy("com.example.coins", "Nada.JPYF01")
+        let receipt = try await world.receipt("com.example.coins")
+        #expect(try await world.verify(receipt, .production).status == 21007)
+        var quirks = Quirks()
+        quirks.sandboxConsumableAnswers21002InProduction = true
+        try await world.emulator.setQuirks(quirks)
+        #expect(try await world.verify(receipt, .production).status == 21002)
+    }
+}

@@ -1,0 +1,91 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import HTTP
+import HTTPServer
+import Testing
+
+@Suite("libmicrohttpd server, live on 127.0.0.1:0", .serialized)
+struct HTTPServerTests {
+    static func makeServer(maxBody: Int = 1024) throws -> (HTTPServer, URL) {
+        var router = Router()
+        router.on(.post, "/echo") { request in Response(status: .ok, headers: ["Content-Type": "application/octet-stream"], body: request.body) }
+        router.on(.get, "/slow") { _ in
+            try await Task.sleep(for: .milliseconds(500))
+            return .text("slow")
+        }
+        router.on(.get, "/fast") { request in .text("fast \(request.query["n"] ?? "")") }
+        router.on(.get, "/drop") { _ in .drop }
+        let server = HTTPServer(configuration: .init(port: 0, maxBodySize: maxBody, accessLog: false), responder: router)
+        let port = try server.start()
+        return (server, URL(string: "http://127.0.0.1:\(port)")!)
+    }
+
+    static func fetch(_ url: URL, method: String = "GET", body: Data? = nil) async throws -> (Int, Data) {
+        var request = URLRequest(url: url)
+        request.httpMethod = method
+        request.httpBody = body
+        request.timeoutInterval = 10
+        let (data, response) = try await URLSession.shared.data(for: request)
+        return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
+    }
+
+    @Test("Port 0 binds a free port and bodies are echoed intact")
+    func echo() async throws {
+        let (server, base) = try Self.makeServer()
+        #expect(server.port > 0)
+        let payload = Data((0..<1000).map { UInt8($0 % 251) })
+        let (status, data) = try await Self.fetch(base.appendingPathComponent("echo"), method: "POST", body: payload)
+        #expect(status == 200)
+        #expect(data == payload)
+        await server.shutdown()
+    }
+
+    @Test("Bodies over the limit answer 413")
+    func tooLarge() async throws {
+        let (server, base) = try Self.makeServer(maxBody: 1024)
+        let (status, data) = try await Self.fetch(base.appendingPathComponent("echo"), method: "POST", body: Data(count: 4096))
+        #expect(status == 413)
+        #expect(String(decoding: data, as: UTF8.self).contains("payload_too_large"))
+        await server.shutdown()
+    }
+
+    @Test("A slow handler does not block other requests")
+    func concurrency() async throws {
+        let (server, base) = try Self.makeServer()
+        async let slow = Self.fetch(base.appendingPathComponent("slow"))
+        try await Task.sleep(for: .milliseconds(50))
+        let started = ContinuousClock.now
+        for index in 0..<20 {
+            let (status, data) = try await Self.fetch(URL(string: base.absoluteString + "/fast?n=\(index)")!)
+            #expect(status == 200)
+            #expect(String(decoding: data, as: UTF8.self) == "fast \(index)")
+        }
+        let fastElapsed = ContinuousClock.now - started
+        let (slowStatus, _) = try await slow
+        #expect(slowStatus == 200)
+        // The twenty quick requests completed while the slow one was still sleeping.
+        #expect(fastElapsed < .milliseconds(450))
+        await server.shutdown()
+    }
+
+    @Test("A dropped connection reaches the client as a network error")
+    func drop() async throws {
+        let (server, base) = try Self.makeServer()
+        await #expect(throws: (any Error).self) { _ = try await Self.fetch(base.appendingPathComponent("drop")) }
+        await server.shutdown()
+    }
+
+    @Test("Shutdown waits for requests in flight, then refuses new connections")
+    func gracefulShutdown() async throws {
+        let (server, base) = try Self.makeServer()
+        async let slow = Self.fetch(base.appendingPathComponent("slow"))
+        try await Task.sleep(for: .milliseconds(100))
+        await server.shutdown()
+        let (status, data) = try await slow
+        #expect(status == 200)
+        #expect(String(decoding: data, as: UTF8.self) == "slow")
+        await #expect(throws: (any Error).self) { _ = try await Self.fetch(base.appendingPathComponent("fast")) }
+    }
+}
