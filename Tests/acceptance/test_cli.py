@@ -1,0 +1,153 @@
+"""The command line as a script author uses it."""
+import base64
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import BIN, ROOT, SHARED
+
+COMMANDS = [
+    [], ["appstore"], ["appstore", "serve"], ["appstore", "tester", "add"], ["appstore", "buy"], ["appstore", "finish"],
+    ["appstore", "restore"], ["appstore", "time", "advance"], ["appstore", "time", "set"], ["appstore", "fault", "add"],
+    ["appstore", "fault", "clear"], ["appstore", "ca", "export"], ["receipt", "decode"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "storekeeper")
+def test_every_command_has_help(command):
+    result = subprocess.run([BIN, *command, "--help"], capture_output=True, text=True)
+    assert result.returncode == 0
+    assert "USAGE" in result.stdout or "SUBCOMMANDS" in result.stdout
+
+
+def test_unknown_options_are_usage_errors():
+    result = subprocess.run([BIN, "receipt", "decode", "--frobnicate"], capture_output=True, text=True)
+    assert result.returncode == 64
+    assert "unknown option --frobnicate" in result.stderr
+
+
+def decode(*args, stdin=None):
+    return subprocess.run([BIN, "receipt", "decode", *args], capture_output=True, text=True, input=stdin, cwd=ROOT)
+
+
+def test_decode_real_sandbox_receipt_matches_apple_response():
+    result = decode(str(next((SHARED / "fixtures" / "real").glob("r01*.receipt.b64"))),
+                    "--verify-with", str(SHARED / "certs" / "apple-inc-root-ca.pem"))
+    assert result.returncode == 0, result.stderr
+    ours = json.loads(result.stdout)
+    apple = json.loads(next((SHARED / "fixtures" / "real").glob("r01*.response.json")).read_text())["receipt"]
+    assert ours["verification"]["valid"] is True
+    for key in ["receipt_type", "bundle_id", "application_version", "receipt_creation_date_ms", "original_purchase_date_pst"]:
+        assert ours["receipt"][key] == apple[key]
+    key = lambda entry: entry["transaction_id"]
+    assert sorted(ours["receipt"]["in_app"], key=key) == sorted(apple["in_app"], key=key)
+
+
+def test_decode_ios6_receipt_through_itunes_store_ca():
+    receipt = next((SHARED / "fixtures" / "real").glob("r12*.receipt.b64"))
+    result = decode(str(receipt), "--verify-with", str(SHARED / "fixtures" / "real" / "certs" / "AppleiTunesStoreCA.pem"))
+    assert result.returncode == 0, result.stderr
+    apple = json.loads(next((SHARED / "fixtures" / "real").glob("r12*mbaasy.response.json")).read_text())["receipt"]
+    assert json.loads(result.stdout)["receipt"] == apple
+
+
+def test_decode_xcode_receipt_from_stdin_and_refuse_its_signer():
+    text = (SHARED / "fixtures" / "xcode" / "xcode-receipt-with-purchase.b64").read_text()
+    plain = decode(stdin=text)
+    assert plain.returncode == 0
+    assert json.loads(plain.stdout)["receipt_type"] == "Xcode"
+    checked = decode("-", "--verify-with", str(SHARED / "certs" / "apple-inc-root-ca.pem"), stdin=text)
+    assert checked.returncode == 2
+    assert json.loads(checked.stdout)["verification"]["valid"] is False
+
+
+def test_decode_rejects_garbage():
+    result = decode(stdin="this is not a receipt")
+    assert result.returncode == 1
+    assert "error" in result.stderr
+
+
+def test_decode_our_receipt_with_exported_root(emulator, root_pem, tmp_path):
+    bought = emulator.buy("com.example.coins", "Nada.JPYF05")
+    path = tmp_path / "ours.der"
+    path.write_bytes(base64.b64decode(bought["receipt"]))
+    result = decode(str(path), "--verify-with", str(root_pem))
+    assert result.returncode == 0, result.stderr
+    decoded = json.loads(result.stdout)
+    assert decoded["verification"]["valid"] is True
+    assert bought["transaction_id"] in [entry["transaction_id"] for entry in decoded["receipt"]["in_app"]]
+
+
+def test_decode_our_ios6_receipt_with_exported_chain(emulator, tmp_path):
+    chain = tmp_path / "chain.pem"
+    emulator.cli("appstore", "ca", "export", "--chain", "--output", str(chain))
+    bought = emulator.buy("com.example.coins", "Nada.JPYF02")
+    result = decode("-", "--verify-with", str(chain), stdin=bought["transaction_receipt"])
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["receipt"]["transaction_id"] == bought["transaction_id"]
+
+
+def test_buy_prints_the_documented_fields(emulator):
+    bought = emulator.buy("com.example.coins", "Nada.JPYF01", quantity=4)
+    for key in ["transaction_id", "original_transaction_id", "environment", "receipt"]:
+        assert bought[key]
+    assert bought["environment"] == "Sandbox"
+
+
+def test_finish_removes_consumable_from_receipt(emulator):
+    emulator.cli("appstore", "tester", "add", "finisher@example.com")
+    bought = emulator.buy("com.example.coins", "Nada.JPYF01", account="finisher@example.com")
+    before = emulator.verify(bought["receipt"])
+    assert [entry["transaction_id"] for entry in before["receipt"]["in_app"]] == [bought["transaction_id"]]
+    emulator.cli("appstore", "finish", bought["transaction_id"])
+    again = emulator.buy("com.example.coins", "Nada.JPYF02", account="finisher@example.com")
+    after = emulator.verify(again["receipt"])
+    assert [entry["transaction_id"] for entry in after["receipt"]["in_app"]] == [again["transaction_id"]]
+
+
+def test_restore_on_second_device(emulator):
+    emulator.cli("appstore", "tester", "add", "restorer@example.com")
+    first = emulator.buy("com.example.comics", "com.raywenderlich.inapprage.nightlyrage", account="restorer@example.com")
+    result = json.loads(emulator.cli("appstore", "restore", "--app", "com.example.comics", "--account", "restorer@example.com",
+                                     "--device", "0E5F3C2A-1111-4222-8333-944455556666").stdout)
+    assert [t["originalTransactionIdentifier"] for t in result["transactions"]] == [first["transaction_id"]]
+    assert all(t["transactionState"] == "restored" for t in result["transactions"])
+
+
+def test_time_advance_renews_subscription(emulator):
+    emulator.cli("appstore", "tester", "add", "renewer@example.com")
+    bought = emulator.buy("com.example.magazine", "com.example.magazine.yearly", account="renewer@example.com")
+    secret = emulator.shared_secret("com.example.magazine")
+    emulator.cli("appstore", "time", "advance", "61m")
+    answer = emulator.verify(bought["receipt"], password=secret)
+    assert answer["status"] == 0
+    assert len(answer["receipt"]["in_app"]) == 1
+    assert len(answer["latest_receipt_info"]) >= 2
+    assert {entry["original_transaction_id"] for entry in answer["latest_receipt_info"]} == {bought["transaction_id"]}
+
+
+def test_fault_add_and_clear(emulator):
+    bought = emulator.buy("com.example.coins", "Nada.JPYF01")
+    fault = json.loads(emulator.cli("appstore", "fault", "add", "--endpoint", "verifyReceipt", "--environment", "sandbox", "--status", "21150").stdout)
+    assert fault["endpoint"] == "verifyReceipt"
+    answer = emulator.verify(bought["receipt"])
+    assert answer["status"] == 21150 and answer["is_retryable"] is True
+    emulator.cli("appstore", "fault", "add", "--endpoint", "verifyReceipt", "--environment", "production", "--http", "503")
+    status, _ = emulator.request("POST", "/production/verifyReceipt", {"receipt-data": bought["receipt"]})
+    assert status == 503
+    emulator.cli("appstore", "fault", "clear")
+    assert emulator.verify(bought["receipt"])["status"] == 0
+
+
+def test_fault_usage_errors(emulator):
+    result = emulator.cli("appstore", "fault", "add", "--endpoint", "nowhere", "--drop", check=False)
+    assert result.returncode == 1
+    assert "invalid_endpoint" in result.stderr
+
+
+def test_commands_report_unreachable_emulator():
+    result = subprocess.run([BIN, "appstore", "time", "advance", "1m", "--url", "http://127.0.0.1:9"], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "cannot reach" in result.stderr
