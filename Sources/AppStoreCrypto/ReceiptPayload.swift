@@ -92,7 +92,7 @@ public enum ReceiptPayload {
     public static func decode(_ payload: [UInt8]) throws -> AppReceipt {
         var receipt = AppReceipt(receiptType: ReceiptType(rawValue: ""), bundleId: "", applicationVersion: "", creationDate: nil)
         var sawBundle = false
-        for (type, value) in try attributes(of: payload) {
+        try forEachAttribute(payload[...]) { type, value in
             switch type {
             case Field.receiptType: receipt.receiptType = ReceiptType(rawValue: try string(value))
             case Field.appItemId: receipt.appItemId = try integer(value)
@@ -110,16 +110,16 @@ public enum ReceiptPayload {
             case Field.originalApplicationVersion: receipt.originalApplicationVersion = try string(value)
             case Field.expirationDate: receipt.expirationDate = try dateValue(value)
             case Field.inAppPurchase: receipt.inApp.append(try decodePurchase(value))
-            default: continue
+            default: break
             }
         }
         guard sawBundle else { throw ASN1Error("receipt payload has no bundle id") }
         return receipt
     }
 
-    static func decodePurchase(_ bytes: [UInt8]) throws -> InAppPurchase {
+    static func decodePurchase(_ bytes: ArraySlice<UInt8>) throws -> InAppPurchase {
         var purchase = InAppPurchase(productId: "", transactionId: "", purchaseDate: nil)
-        for (type, value) in try attributes(of: bytes) {
+        try forEachAttribute(bytes) { type, value in
             switch type {
             case InAppField.quantity: purchase.quantity = Int(try integer(value))
             case InAppField.productId: purchase.productId = try string(value)
@@ -139,26 +139,56 @@ public enum ReceiptPayload {
             case InAppField.promotionalOfferId:
                 let text = try string(value)
                 purchase.promotionalOfferId = text.isEmpty ? nil : text
-            default: continue
+            default: break
             }
         }
         return purchase
     }
 
-    /// The (type, value bytes) pairs of a SET of receipt attributes.
-    static func attributes(of bytes: [UInt8]) throws -> [(Int, [UInt8])] {
-        let set = try ASN1Element.parse(bytes)
+    /// Calls `body` with (type, value bytes) for each attribute of a SET, without building arrays.
+    static func forEachAttribute(_ bytes: ArraySlice<UInt8>, _ body: (Int, ArraySlice<UInt8>) throws -> Void) throws {
+        let (set, rest) = try ASN1Element.parsePrefix(bytes)
+        guard rest.isEmpty else { throw ASN1Error("trailing bytes after the receipt SET") }
         guard set.tag == DER.Tag.set else { throw ASN1Error("receipt payload is not a SET") }
-        return try set.children().map { element in
-            let parts = try element.children(expecting: DER.Tag.sequence, "receipt attribute")
-            guard parts.count == 3 else { throw ASN1Error("receipt attribute needs three fields") }
-            return (Int(try parts[0].integer()), try parts[2].octets())
+        var cursor = set.content
+        while !cursor.isEmpty {
+            let (attribute, remaining) = try ASN1Element.parsePrefix(cursor)
+            cursor = remaining
+            guard attribute.tag == DER.Tag.sequence else { throw ASN1Error("receipt attribute is not a SEQUENCE") }
+            let (typeElement, afterType) = try ASN1Element.parsePrefix(attribute.content)
+            let (_, afterVersion) = try ASN1Element.parsePrefix(afterType)
+            let (valueElement, afterValue) = try ASN1Element.parsePrefix(afterVersion)
+            guard afterValue.isEmpty else { throw ASN1Error("receipt attribute needs three fields") }
+            let value: ArraySlice<UInt8>
+            if valueElement.tag == DER.Tag.octetString {
+                value = valueElement.content
+            } else {
+                value = try valueElement.octets()[...]
+            }
+            try body(Int(try typeElement.integer()), value)
         }
     }
 
-    static func string(_ value: [UInt8]) throws -> String { try ASN1Element.parse(value).string() }
-    static func integer(_ value: [UInt8]) throws -> Int64 { try ASN1Element.parse(value).integer() }
-    static func dateValue(_ value: [UInt8]) throws -> Date? {
+    /// The (type, value bytes) pairs of a SET of receipt attributes.
+    static func attributes(of bytes: [UInt8]) throws -> [(Int, [UInt8])] {
+        var result: [(Int, [UInt8])] = []
+        try forEachAttribute(bytes[...]) { result.append(($0, Array($1))) }
+        return result
+    }
+
+    static func string(_ value: ArraySlice<UInt8>) throws -> String {
+        let (element, rest) = try ASN1Element.parsePrefix(value)
+        guard rest.isEmpty else { throw ASN1Error("trailing bytes after a string") }
+        return try element.string()
+    }
+
+    static func integer(_ value: ArraySlice<UInt8>) throws -> Int64 {
+        let (element, rest) = try ASN1Element.parsePrefix(value)
+        guard rest.isEmpty else { throw ASN1Error("trailing bytes after an integer") }
+        return try element.integer()
+    }
+
+    static func dateValue(_ value: ArraySlice<UInt8>) throws -> Date? {
         let text = try string(value)
         if text.isEmpty { return nil }
         guard let date = ReceiptDate.parseRFC3339(text) else { throw ASN1Error("bad date in receipt") }

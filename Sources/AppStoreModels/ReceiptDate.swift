@@ -22,8 +22,24 @@ public enum ReceiptDate {
 
     /// `2013-08-01 00:00:00 America/Los_Angeles` (follows daylight saving time).
     public static func pacificString(_ date: Date) -> String {
-        let offset = Int64(pacific.secondsFromGMT(for: date))
-        return civil(seconds: Int64(date.timeIntervalSince1970.rounded(.down)) + offset, separator: " ") + " America/Los_Angeles"
+        let seconds = Int64(date.timeIntervalSince1970.rounded(.down))
+        return civil(seconds: seconds + pacificOffset(seconds), separator: " ") + " America/Los_Angeles"
+    }
+
+    /// UTC offset of Los Angeles. Since 2007 US daylight time runs from the second Sunday of March,
+    /// 02:00 local (10:00 UTC), to the first Sunday of November, 02:00 local (09:00 UTC); computing it
+    /// directly is much faster than asking the time zone database, which older dates still use.
+    static func pacificOffset(_ seconds: Int64) -> Int64 {
+        let (year, _, _) = civilFromDays(seconds >= 0 ? seconds / 86400 : (seconds - 86399) / 86400)
+        guard year >= 2007 else { return Int64(pacific.secondsFromGMT(for: Date(timeIntervalSince1970: Double(seconds)))) }
+        func sunday(month: Int, nth: Int) -> Int64 {
+            let firstDay = daysFromCivil(year: Int(year), month: month, day: 1)
+            let weekday = ((firstDay % 7) + 11) % 7  // 0 = Sunday (1970-01-01 was a Thursday)
+            return firstDay + (7 - weekday) % 7 + Int64(7 * (nth - 1))
+        }
+        let start = sunday(month: 3, nth: 2) * 86400 + 10 * 3600
+        let end = sunday(month: 11, nth: 1) * 86400 + 9 * 3600
+        return seconds >= start && seconds < end ? -7 * 3600 : -8 * 3600
     }
 
     /// `2013-08-01T07:00:00Z`, as binary receipts store dates.

@@ -1,4 +1,5 @@
 @testable import AppStoreCrypto
+import Foundation
 import Testing
 
 @Suite("BER/DER")
@@ -42,6 +43,28 @@ struct ASN1Tests {
         for _ in 0..<2000 {
             let bytes = (0..<Int.random(in: 0...64, using: &generator)).map { _ in UInt8.random(in: 0...255, using: &generator) }
             _ = try? ReceiptDecoder.decode(bytes)
+        }
+    }
+}
+
+@Suite("Base64 of receipt-data")
+struct Base64Tests {
+    @Test("Standard, unpadded, URL-safe and line-wrapped forms decode alike",
+          arguments: ["TWFu/+8=", "TWFu/+8", "TWFu_-8=", "TWFu\n/+8=\r\n", " TWFu /+8= "])
+    func forms(text: String) {
+        #expect(ReceiptDecoder.base64Decode(text) == [77, 97, 110, 255, 239])
+    }
+
+    @Test("Invalid characters, data after padding and impossible lengths are refused", arguments: ["", "%%%%", "TWFu=TWFu", "T", "TWFuT"])
+    func invalid(text: String) {
+        #expect(ReceiptDecoder.base64Decode(text) == nil)
+    }
+
+    @Test("Decoding agrees with Foundation on random data")
+    func agreesWithFoundation() {
+        for length in 1..<200 {
+            let bytes = (0..<length).map { _ in UInt8.random(in: 0...255) }
+            #expect(ReceiptDecoder.base64Decode(Data(bytes).base64EncodedString(options: .lineLength64Characters)) == bytes)
         }
     }
 }

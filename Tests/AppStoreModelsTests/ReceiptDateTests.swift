@@ -42,3 +42,28 @@ struct ReceiptDateTests {
         #expect(ReceiptDate.parseRFC3339(ReceiptDate.rfc3339(date)) == date)
     }
 }
+
+@Suite("Pacific time")
+struct PacificTimeTests {
+    @Test("The fast daylight-saving rule agrees with the time zone database, 2007–2060")
+    func agreesWithTimeZone() {
+        let zone = TimeZone(identifier: "America/Los_Angeles")!
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = zone
+        // Every hour around each transition, and random instants.
+        var instants: [Double] = (0..<3000).map { _ in Double.random(in: 1_167_609_600...2_871_763_200).rounded(.down) }
+        for year in 2007...2060 {
+            for month in [3, 11] {
+                let start = calendar.date(from: DateComponents(year: year, month: month, day: 1))!.timeIntervalSince1970
+                instants += stride(from: start, to: start + 15 * 86400, by: 1800).map { $0 }
+            }
+        }
+        for instant in instants {
+            let date = Date(timeIntervalSince1970: instant)
+            let components = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
+            let expected = String(format: "%04d-%02d-%02d %02d:%02d:%02d America/Los_Angeles", components.year!, components.month!, components.day!,
+                                  components.hour!, components.minute!, components.second!)
+            #expect(ReceiptDate.pacificString(date) == expected)
+        }
+    }
+}

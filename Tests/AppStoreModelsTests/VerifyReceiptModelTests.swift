@@ -31,3 +31,29 @@ struct VerifyReceiptModelTests {
         }
     }
 }
+
+@Suite("Fast JSON writer")
+struct JSONBufferTests {
+    @Test("The hand-written verifyReceipt JSON equals the Codable rendering, escaping included")
+    func matchesCodable() throws {
+        let date = Date(timeIntervalSince1970: 1_439_189_372)
+        var purchase = InAppPurchase(productId: "monthly", transactionId: "1", originalTransactionId: "1", purchaseDate: date,
+                                     originalPurchaseDate: date, expiresDate: date.addingTimeInterval(300), webOrderLineItemId: 7,
+                                     cancellationDate: date, cancellationReason: 1, isTrialPeriod: true, isInIntroOfferPeriod: false)
+        purchase.promotionalOfferId = "quote\" backslash\\ newline\n tab\t bell\u{07} 中文"
+        let receipt = AppReceipt(receiptType: .productionSandbox, bundleId: "com.example/\"x\"", applicationVersion: "1", creationDate: date,
+                                 originalPurchaseDate: date, originalApplicationVersion: "1.0", inApp: [purchase])
+        var info = ReceiptTransactionInfo(purchase)
+        info.subscriptionGroupIdentifier = "2100"
+        info.inAppOwnershipType = "PURCHASED"
+        let response = VerifyReceiptResponse(status: 0, environment: .sandbox, receipt: ReceiptInfo(receipt, requestDate: date),
+                                             latestReceiptInfo: [info, info], latestReceipt: "abc+/=",
+                                             pendingRenewalInfo: [PendingRenewalInfo(autoRenewProductId: "m", autoRenewStatus: "0", productId: "m",
+                                                                                     originalTransactionId: "1", expirationIntent: "1")],
+                                             isRetryable: false)
+        let fast = try JSONSerialization.jsonObject(with: Data(response.jsonBytes())) as? NSDictionary
+        let codable = try JSONSerialization.jsonObject(with: JSONEncoder().encode(response)) as? NSDictionary
+        #expect(fast != nil)
+        #expect(fast == codable)
+    }
+}

@@ -1,0 +1,181 @@
+/// A small, allocation-light JSON writer for the hot verifyReceipt path (Foundation's JSONEncoder
+/// costs several microseconds per field there). Keys are written in the order given, as Apple does.
+public struct JSONBuffer {
+    /// The UTF-8 bytes written so far.
+    public private(set) var bytes: [UInt8] = []
+    private var first = true
+
+    /// Creates an empty buffer with room for `capacity` bytes.
+    public init(capacity: Int = 1024) { bytes.reserveCapacity(capacity) }
+
+    /// `{ … }`
+    public mutating func object(_ body: (inout JSONBuffer) -> Void) {
+        bytes.append(UInt8(ascii: "{"))
+        first = true
+        body(&self)
+        bytes.append(UInt8(ascii: "}"))
+        first = false
+    }
+
+    /// `[ … ]` of objects or values written by `body` for each element.
+    public mutating func array<C: Collection>(_ elements: C, _ body: (inout JSONBuffer, C.Element) -> Void) {
+        bytes.append(UInt8(ascii: "["))
+        var index = 0
+        for element in elements {
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
+            first = true
+            body(&self, element)
+            index += 1
+        }
+        bytes.append(UInt8(ascii: "]"))
+        first = false
+    }
+
+    /// Writes `"key":` after a comma where needed.
+    public mutating func key(_ key: String) {
+        if !first { bytes.append(UInt8(ascii: ",")) }
+        first = false
+        string(key)
+        bytes.append(UInt8(ascii: ":"))
+    }
+
+    /// A string value, escaped.
+    public mutating func string(_ value: String) {
+        bytes.append(UInt8(ascii: "\""))
+        for byte in value.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): bytes.append(contentsOf: [92, 34])
+            case UInt8(ascii: "\\"): bytes.append(contentsOf: [92, 92])
+            case 0x0a: bytes.append(contentsOf: [92, 110])
+            case 0x0d: bytes.append(contentsOf: [92, 114])
+            case 0x09: bytes.append(contentsOf: [92, 116])
+            case 0..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                bytes.append(contentsOf: [92, 117, 48, 48, hex[Int(byte >> 4)], hex[Int(byte & 0xf)]])
+            default: bytes.append(byte)
+            }
+        }
+        bytes.append(UInt8(ascii: "\""))
+    }
+
+    /// `"key":"value"`
+    public mutating func field(_ name: String, _ value: String) {
+        key(name)
+        string(value)
+    }
+
+    /// `"key":"value"` when the value is present.
+    public mutating func field(_ name: String, _ value: String?) {
+        if let value { field(name, value) }
+    }
+
+    /// `"key":123`
+    public mutating func field(_ name: String, _ value: Int64) {
+        key(name)
+        bytes.append(contentsOf: String(value).utf8)
+    }
+
+    /// `"key":true`
+    public mutating func field(_ name: String, _ value: Bool) {
+        key(name)
+        bytes.append(contentsOf: (value ? "true" : "false").utf8)
+    }
+
+    /// The three forms of a date: `name`, `name_ms`, `name_pst`.
+    public mutating func field(_ name: String, _ triple: ReceiptDateTriple?) {
+        guard let triple else { return }
+        field(name, triple.gmt)
+        field(name + "_ms", triple.milliseconds)
+        field(name + "_pst", triple.pacific)
+    }
+}
+
+extension ReceiptTransactionInfo {
+    /// Writes the entry as verifyReceipt does.
+    public func write(to json: inout JSONBuffer) {
+        json.object { json in
+            json.field("quantity", quantity)
+            json.field("product_id", productId)
+            json.field("transaction_id", transactionId)
+            json.field("original_transaction_id", originalTransactionId)
+            json.field("purchase_date", purchaseDate)
+            json.field("original_purchase_date", originalPurchaseDate)
+            json.field("expires_date", expiresDate)
+            json.field("web_order_line_item_id", webOrderLineItemId)
+            json.field("is_trial_period", isTrialPeriod)
+            json.field("is_in_intro_offer_period", isInIntroOfferPeriod)
+            json.field("cancellation_date", cancellationDate)
+            json.field("cancellation_reason", cancellationReason)
+            json.field("promotional_offer_id", promotionalOfferId)
+            json.field("in_app_ownership_type", inAppOwnershipType)
+            json.field("subscription_group_identifier", subscriptionGroupIdentifier)
+            json.field("is_upgraded", isUpgraded)
+            json.field("app_account_token", appAccountToken)
+        }
+    }
+}
+
+extension ReceiptInfo {
+    /// Writes the `receipt` object as verifyReceipt does.
+    public func write(to json: inout JSONBuffer) {
+        json.object { json in
+            json.field("receipt_type", receiptType)
+            json.field("adam_id", adamId)
+            json.field("app_item_id", appItemId)
+            json.field("bundle_id", bundleId)
+            json.field("application_version", applicationVersion)
+            json.field("download_id", downloadId)
+            json.field("version_external_identifier", versionExternalIdentifier)
+            json.field("receipt_creation_date", receiptCreationDate)
+            json.field("request_date", requestDate)
+            json.field("original_purchase_date", originalPurchaseDate)
+            json.field("original_application_version", originalApplicationVersion)
+            json.field("expiration_date", expirationDate)
+            json.key("in_app")
+            json.array(inApp) { json, entry in entry.write(to: &json) }
+        }
+    }
+}
+
+extension PendingRenewalInfo {
+    /// Writes the element as verifyReceipt does.
+    public func write(to json: inout JSONBuffer) {
+        json.object { json in
+            json.field("auto_renew_product_id", autoRenewProductId)
+            json.field("auto_renew_status", autoRenewStatus)
+            json.field("product_id", productId)
+            json.field("original_transaction_id", originalTransactionId)
+            json.field("expiration_intent", expirationIntent)
+            json.field("is_in_billing_retry_period", isInBillingRetryPeriod)
+            json.field("grace_period_expires_date", gracePeriodExpiresDate)
+            json.field("price_consent_status", priceConsentStatus)
+        }
+    }
+}
+
+extension VerifyReceiptResponse {
+    /// The response body, keys in Apple's order.
+    public func jsonBytes() -> [UInt8] {
+        var json = JSONBuffer(capacity: 512 + (receipt?.inApp.count ?? 0) * 700 + (latestReceiptInfo?.count ?? 0) * 800 + (latestReceipt?.utf8.count ?? 0))
+        json.object { json in
+            json.field("status", Int64(status))
+            json.field("environment", environment?.rawValue)
+            if let receipt {
+                json.key("receipt")
+                receipt.write(to: &json)
+            }
+            if let latestReceiptInfo {
+                json.key("latest_receipt_info")
+                json.array(latestReceiptInfo) { json, entry in entry.write(to: &json) }
+            }
+            json.field("latest_receipt", latestReceipt)
+            if let pendingRenewalInfo {
+                json.key("pending_renewal_info")
+                json.array(pendingRenewalInfo) { json, entry in entry.write(to: &json) }
+            }
+            if let isRetryable { json.field("is_retryable", isRetryable) }
+            json.field("exception", exception)
+        }
+        return json.bytes
+    }
+}
