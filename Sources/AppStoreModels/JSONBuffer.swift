@@ -42,6 +42,12 @@ public struct JSONBuffer {
     /// A string value, escaped.
     public mutating func string(_ value: String) {
         bytes.append(UInt8(ascii: "\""))
+        // Most values need no escaping: copy them in one go.
+        if !value.utf8.contains(where: { $0 < 0x20 || $0 == 34 || $0 == 92 }) {
+            bytes.append(contentsOf: value.utf8)
+            bytes.append(UInt8(ascii: "\""))
+            return
+        }
         for byte in value.utf8 {
             switch byte {
             case UInt8(ascii: "\""): bytes.append(contentsOf: [92, 34])

@@ -71,9 +71,7 @@ struct FinishCommand: Command {
 
     init(_ arguments: inout Arguments) throws {
         client = try AdminClient(url: try emulatorURL(&arguments))
-        let rest = try arguments.positionals()
-        guard rest.count == 1 else { throw UsageError(description: "give one TRANSACTION_ID") }
-        id = rest[0]
+        id = try arguments.single("TRANSACTION_ID")
     }
 
     func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/transactions/\(id)/finish") }
@@ -108,9 +106,7 @@ struct TimeAdvanceCommand: Command {
 
     init(_ arguments: inout Arguments) throws {
         client = try AdminClient(url: try emulatorURL(&arguments))
-        let rest = try arguments.positionals()
-        guard rest.count == 1 else { throw UsageError(description: "give one DURATION") }
-        duration = rest[0]
+        duration = try arguments.single("DURATION")
     }
 
     func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/time", json: ["advance": duration]) }
@@ -125,9 +121,7 @@ struct TimeSetCommand: Command {
 
     init(_ arguments: inout Arguments) throws {
         client = try AdminClient(url: try emulatorURL(&arguments))
-        let rest = try arguments.positionals()
-        guard rest.count == 1 else { throw UsageError(description: "give one DATE") }
-        date = rest[0]
+        date = try arguments.single("DATE")
     }
 
     func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/time", json: ["set": date]) }

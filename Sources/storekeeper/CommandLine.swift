@@ -67,6 +67,13 @@ struct Arguments {
         return result
     }
 
+    /// The one positional argument a command takes (named in the error when missing or repeated).
+    mutating func single(_ name: String) throws -> String {
+        let rest = try positionals()
+        guard rest.count == 1 else { throw UsageError(description: "give one \(name)") }
+        return rest[0]
+    }
+
     /// Throws if anything was not consumed.
     mutating func finish() throws {
         let rest = try positionals()
