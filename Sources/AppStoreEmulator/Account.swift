@@ -39,12 +39,16 @@ public struct Device: Codable, Sendable, Equatable {
     public var accountEmail: String
     /// Restrictions: false means `SKPaymentQueue.canMakePayments()` is false.
     public var canMakePayments: Bool
+    /// The environment of the installed build (a development or TestFlight build talks to the
+    /// sandbox, an App Store build to production); nil means "whatever the account is".
+    public var buildEnvironment: AppStoreEnvironment?
 
     /// Creates a device.
-    public init(id: String, accountEmail: String, canMakePayments: Bool = true) {
+    public init(id: String, accountEmail: String, canMakePayments: Bool = true, buildEnvironment: AppStoreEnvironment? = nil) {
         self.id = id
         self.accountEmail = accountEmail
         self.canMakePayments = canMakePayments
+        self.buildEnvironment = buildEnvironment
     }
 
     /// The 16 UUID bytes that go into the receipt's device hash.

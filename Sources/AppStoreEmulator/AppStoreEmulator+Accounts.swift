@@ -54,14 +54,14 @@ extension AppStoreEmulator {
     }
 
     /// Signs a device in to an account (creating the device when `deviceId` is nil or new).
-    public func signIn(deviceId: String?, email: String, canMakePayments: Bool = true) async throws -> Device {
+    public func signIn(deviceId: String?, email: String, canMakePayments: Bool = true, buildEnvironment: AppStoreEnvironment? = nil) async throws -> Device {
         if let deviceId, UUID(uuidString: deviceId) == nil {
             throw StoreError.invalid("Device id must be a UUID.", code: "invalid_device_id")
         }
         return try await mutate { state, changes, _ in
             guard let account = state.accounts[email.lowercased()], !account.deleted else { throw StoreError.notFound("Account \(email)") }
             let id = deviceId?.uppercased() ?? UUID().uuidString
-            let device = Device(id: id, accountEmail: account.email, canMakePayments: canMakePayments)
+            let device = Device(id: id, accountEmail: account.email, canMakePayments: canMakePayments, buildEnvironment: buildEnvironment)
             state.devices[id] = device
             changes.devices.insert(id)
             return device
@@ -80,6 +80,9 @@ extension AppStoreEmulator {
         }
         guard let account = state.accounts[device.accountEmail.lowercased()], !account.deleted else {
             throw StoreError.storeKit(.clientInvalid, "The device is not signed in to an App Store account.", status: .forbidden)
+        }
+        if let build = device.buildEnvironment, build != account.environment {
+            throw StoreError.storeKit(.clientInvalid, "A \(account.environment.rawValue.lowercased()) account cannot buy in the \(build.rawValue.lowercased()) environment; sign in with a \(build == .sandbox ? "sandbox tester" : "production account").", status: .forbidden)
         }
         return (device, account)
     }

@@ -7,6 +7,8 @@ extension AppStoreResponder {
         var deviceId: String?
         var account: String
         var canMakePayments: Bool?
+        /// The installed build's environment: `sandbox` (development, TestFlight) or `production`.
+        var environment: String?
     }
 
     struct AppDeviceBody: Codable {
@@ -42,7 +44,13 @@ extension AppStoreResponder {
         router.on(.post, "/device/v1/devices") { request in
             await handle {
                 let body = try request.decode(SignInBody.self)
-                let device = try await emulator.signIn(deviceId: body.deviceId, email: body.account, canMakePayments: body.canMakePayments ?? true)
+                var build: AppStoreEnvironment?
+                if let text = body.environment {
+                    guard let parsed = AppStoreEnvironment(loose: text) else { throw StoreError.invalid("Environment is sandbox or production.", code: "invalid_environment") }
+                    build = parsed
+                }
+                let device = try await emulator.signIn(deviceId: body.deviceId, email: body.account, canMakePayments: body.canMakePayments ?? true,
+                                                       buildEnvironment: build)
                 return .json(device, status: .created)
             }
         }

@@ -198,3 +198,25 @@ struct CatalogAndPaymentTests {
 }
 
 import SQLiteStorage
+
+@Suite("Environments")
+struct EnvironmentTests {
+    @Test("A production account cannot buy in a sandbox build, nor a sandbox tester in an App Store build")
+    func mismatch() async throws {
+        let world = try await World.make()
+        try await world.emulator.addAccount(email: "real@example.com", environment: .production)
+        let development = try await world.emulator.signIn(deviceId: nil, email: "real@example.com", buildEnvironment: .sandbox)
+        let production = try await world.emulator.signIn(deviceId: nil, email: World.tester, buildEnvironment: .production)
+        for device in [development.id, production.id] {
+            let error = await #expect(throws: StoreError.self) { try await world.buy("com.example.coins", "Nada.JPYF01", device: device) }
+            #expect(error?.skError == .clientInvalid)
+        }
+        let matching = try await world.emulator.signIn(deviceId: nil, email: "real@example.com", buildEnvironment: .production)
+        #expect(try await world.buy("com.example.coins", "Nada.JPYF01", device: matching.id).environment == .production)
+        let (status, body) = try await world.client.json(.post, "/device/v1/devices", json: ["account": World.tester, "environment": "production"])
+        #expect(status == 201)
+        let (paymentStatus, payment) = try await world.client.json(.post, "/device/v1/payments", json: ["app": "com.example.coins", "device": body["id"] as? String ?? "", "productId": "Nada.JPYF01"])
+        #expect(paymentStatus == 403)
+        #expect((payment["error"] as? [String: Any])?["skError"] as? String == "clientInvalid")
+    }
+}
