@@ -13,11 +13,13 @@ let package = Package(
     products: [
         .executable(name: "storekeeper", targets: ["storekeeper"]),
         .library(name: "AppStoreEmulator", targets: ["AppStoreEmulator"]),
+        .library(name: "PurchaseServer", targets: ["PurchaseServer"]),
     ],
     targets: [
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
 
         .target(name: "AppStoreModels", swiftSettings: swiftSettings),
         .target(name: "HTTP", swiftSettings: swiftSettings),
@@ -25,8 +27,14 @@ let package = Package(
         .target(name: "AppStoreCrypto", dependencies: ["AppStoreModels", "COpenSSL"], swiftSettings: swiftSettings),
         .target(name: "Storage", swiftSettings: swiftSettings),
         .target(name: "SQLiteStorage", dependencies: ["Storage", "CSQLite"], swiftSettings: swiftSettings),
+        .target(name: "PostgresStorage", dependencies: ["Storage", "CLibPQ"], swiftSettings: swiftSettings),
         .target(
             name: "AppStoreEmulator",
+            dependencies: ["AppStoreModels", "AppStoreCrypto", "HTTP", "Storage"],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "PurchaseServer",
             dependencies: ["AppStoreModels", "AppStoreCrypto", "HTTP", "Storage"],
             swiftSettings: swiftSettings
         ),
@@ -37,7 +45,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "storekeeper",
-            dependencies: ["AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPServer", "SQLiteStorage"],
+            dependencies: ["AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPServer", "SQLiteStorage", "PostgresStorage", "PurchaseServer"],
             swiftSettings: swiftSettings
         ),
 

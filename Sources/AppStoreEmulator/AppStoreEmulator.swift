@@ -70,7 +70,8 @@ public final class AppStoreEmulator: Sendable {
 
     /// Runs an operation under the lock, then persists what it changed before returning.
     func mutate<T: Sendable>(_ body: (inout EmulatorState, inout Changes, Date) throws -> T) async throws -> T {
-        let now = clock.now()
+        // The App Store records whole seconds (receipts store RFC 3339 dates without fractions).
+        let now = Date(timeIntervalSince1970: clock.now().timeIntervalSince1970.rounded(.down))
         let store = self.store
         let (result, pending): (T, Task<Void, any Error>?) = try state.withLock { state in
             var changes = Changes()

@@ -67,6 +67,11 @@ public final class SQLiteDatabase: @unchecked Sendable {
     /// Executes one statement with parameters; returns rows as arrays of values (text and blob columns).
     @discardableResult
     public func query(_ sql: String, _ parameters: [Value] = []) throws -> [[Value]] {
+        try queryWithColumns(sql, parameters).rows
+    }
+
+    /// Executes one statement and returns the column names with the rows.
+    public func queryWithColumns(_ sql: String, _ parameters: [Value] = []) throws -> (columns: [String], rows: [[Value]]) {
         var statement: OpaquePointer?
         guard sqlite3_prepare_v2(handle, sql, -1, &statement, nil) == SQLITE_OK, let statement else {
             throw StorageErrorFactory.make("sql_failed", String(cString: sqlite3_errmsg(handle)))
@@ -82,6 +87,7 @@ public final class SQLiteDatabase: @unchecked Sendable {
             }
         }
         var rows: [[Value]] = []
+        let columns = (0..<sqlite3_column_count(statement)).map { String(cString: sqlite3_column_name(statement, $0)) }
         while true {
             let step = sqlite3_step(statement)
             if step == SQLITE_DONE { break }
@@ -100,7 +106,7 @@ public final class SQLiteDatabase: @unchecked Sendable {
             }
             rows.append(row)
         }
-        return rows
+        return (columns, rows)
     }
 }
 

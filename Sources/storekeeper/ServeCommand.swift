@@ -44,6 +44,7 @@ struct AppStoreServeCommand: Command {
     }
 
     func run() async throws {
+        FileLimits.raise()
         let directory = URL(fileURLWithPath: data, isDirectory: true)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let authority = try CertificateAuthority.loadOrCreate(in: directory.appendingPathComponent("ca"))
@@ -53,7 +54,7 @@ struct AppStoreServeCommand: Command {
         for email in testers where try await !emulator.accounts().contains(where: { $0.email.lowercased() == email.lowercased() }) {
             try await emulator.addAccount(email: email, environment: .sandbox)
         }
-        let server = HTTPServer(configuration: .init(host: host, port: port, maxBodySize: maxBody, accessLog: !quiet),
+        let server = HTTPServer(configuration: .init(host: host, port: port, maxBodySize: maxBody, connectionLimit: 4096, accessLog: !quiet),
                                 responder: AppStoreResponder(emulator: emulator))
         let bound = try server.start()
         say("storekeeper appstore listening on http://\(host):\(bound)")

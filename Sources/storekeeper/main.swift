@@ -16,6 +16,10 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
         ])),
         ("ca", .group(abstract: "The emulator's certificate authority.", children: [("export", .command(CAExportCommand.self))])),
     ])),
+    ("server", .group(abstract: "The purchase server and the commands that administer it.", children: [
+        ("serve", .command(ServerServeCommand.self)),
+    ])),
+    ("up", .command(UpCommand.self)),
     ("receipt", .group(abstract: "Work with App Store receipts.", children: [
         ("decode", .command(ReceiptDecodeCommand.self)),
     ])),

@@ -1,0 +1,115 @@
+import AppStoreModels
+import Foundation
+
+/// What happens when a transaction already bound to one user is submitted by another.
+public enum ReplayPolicy: String, Codable, Sendable, CaseIterable {
+    /// Refuse it (the default): the first user keeps it.
+    case reject
+    /// Move it to the newest user.
+    case transfer
+    /// Both users own it.
+    case share
+}
+
+/// Who may be granted sandbox purchases.
+public enum SandboxPolicy: String, Codable, Sendable, CaseIterable {
+    /// Everyone (development and TestFlight backends).
+    case allow
+    /// Only users on the app's sandbox allow-list (production backends: App Review's accounts).
+    case allowList = "allow_list"
+    /// Nobody.
+    case deny
+}
+
+/// What to do when production answers 21002 for a receipt that may be a sandbox consumable (seed 000).
+public enum Quirk21002Policy: String, Codable, Sendable, CaseIterable {
+    /// Ask the sandbox once more before rejecting.
+    case retrySandbox = "retry_sandbox"
+    /// Reject as malformed.
+    case reject
+}
+
+/// An app registered with the purchase server.
+public struct ServerApp: Codable, Sendable, Equatable {
+    public var id: String
+    public var name: String
+    public var sharedSecret: String?
+    /// Bundle ids whose receipts this app accepts (the app's own first).
+    public var bundleIds: [String]
+    public var replayPolicy: ReplayPolicy
+    public var sandboxPolicy: SandboxPolicy
+    public var sandboxAllowList: [String]
+    public var quirk21002Policy: Quirk21002Policy
+
+    public init(id: String, name: String? = nil, sharedSecret: String? = nil, bundleIds: [String]? = nil, replayPolicy: ReplayPolicy = .reject,
+                sandboxPolicy: SandboxPolicy = .allow, sandboxAllowList: [String] = [], quirk21002Policy: Quirk21002Policy = .retrySandbox) {
+        self.id = id
+        self.name = name ?? id
+        self.sharedSecret = sharedSecret
+        self.bundleIds = bundleIds ?? [id]
+        self.replayPolicy = replayPolicy
+        self.sandboxPolicy = sandboxPolicy
+        self.sandboxAllowList = sandboxAllowList
+        self.quirk21002Policy = quirk21002Policy
+    }
+}
+
+/// What a product grants.
+public struct ProductMapping: Codable, Sendable, Equatable {
+    public var productId: String
+    public var type: ProductType
+    /// The entitlement a non-consumable or subscription unlocks.
+    public var entitlement: String?
+    /// The balance a consumable credits, and by how much per unit.
+    public var currency: String?
+    public var amount: Int64?
+    /// Length of a non-renewing subscription.
+    public var durationDays: Int64?
+    /// List price and currency, for revenue reports (verifyReceipt does not carry prices).
+    public var price: String?
+    public var priceCurrency: String?
+
+    public init(productId: String, type: ProductType, entitlement: String? = nil, currency: String? = nil, amount: Int64? = nil,
+                durationDays: Int64? = nil, price: String? = nil, priceCurrency: String? = nil) {
+        self.productId = productId
+        self.type = type
+        self.entitlement = entitlement
+        self.currency = currency
+        self.amount = amount
+        self.durationDays = durationDays
+        self.price = price
+        self.priceCurrency = priceCurrency
+    }
+}
+
+/// The lifecycle of a verification job.
+public enum JobState: String, Codable, Sendable, CaseIterable {
+    /// Waiting to be verified (first time or after a retryable failure).
+    case pending
+    /// Claimed by a worker under a lease.
+    case verifying
+    /// Apple could not be reached in time; the scheduler retries it.
+    case timedOut = "timed_out"
+    /// Settled: purchases recorded and granted.
+    case verified
+    /// Settled: refused, with a reason.
+    case rejected
+    /// Gave up after the maximum age; an operator can replay it.
+    case dead
+
+    /// Whether the job will not change again by itself.
+    public var isSettled: Bool { self == .verified || self == .rejected || self == .dead }
+}
+
+/// A failure with a stable code, mapped to HTTP by the routes.
+public struct ServerError: Error, Sendable, CustomStringConvertible, Equatable {
+    public let status: Int
+    public let code: String
+    public let message: String
+    public init(_ status: Int, _ code: String, _ message: String) {
+        self.status = status
+        self.code = code
+        self.message = message
+    }
+    public var description: String { "\(code): \(message)" }
+}

@@ -1,0 +1,84 @@
+import AppStoreModels
+import Foundation
+import HTTP
+import Storage
+
+/// The developer's purchase server: accepts receipts durably, verifies them in the background, and
+/// answers what each user owns.
+public final class PurchaseServer: Sendable {
+    public let store: PurchaseStore
+    public let worker: VerificationWorker
+    public let clock: any ServerClock
+    let waiters: SettlementWaiters
+    let adminKeyHash: String
+
+    /// Everything the server needs.
+    public struct Configuration: Sendable {
+        public var trust: TrustStore
+        public var endpoints: AppStoreEndpoints
+        public var transport: any HTTPTransport
+        public var adminKey: String
+        public var worker: VerificationWorker.Configuration
+        public var retry: VerificationEngine.RetryPolicy
+        public var callTimeout: TimeInterval
+
+        public init(trust: TrustStore, endpoints: AppStoreEndpoints, transport: any HTTPTransport, adminKey: String,
+                    worker: VerificationWorker.Configuration = .init(), retry: VerificationEngine.RetryPolicy = .init(), callTimeout: TimeInterval = 15) {
+            self.trust = trust
+            self.endpoints = endpoints
+            self.transport = transport
+            self.adminKey = adminKey
+            self.worker = worker
+            self.retry = retry
+            self.callTimeout = callTimeout
+        }
+    }
+
+    /// Migrates the database and builds the server (call `runWorker()` to start verifying).
+    public static func open(database: any SQLDatabase, configuration: Configuration, clock: any ServerClock = SystemClock()) async throws -> PurchaseServer {
+        let store = PurchaseStore(database: database)
+        try await store.migrate()
+        let waiters = SettlementWaiters()
+        let engine = VerificationEngine(store: store, inspector: ReceiptInspector(trust: configuration.trust),
+                                        client: VerifyReceiptClient(endpoints: configuration.endpoints, transport: configuration.transport,
+                                                                    timeout: configuration.callTimeout),
+                                        clock: clock, retry: configuration.retry)
+        let worker = VerificationWorker(engine: engine, configuration: configuration.worker) { waiters.settled($0) }
+        return PurchaseServer(store: store, worker: worker, clock: clock, waiters: waiters, adminKeyHash: APIKey.hash(configuration.adminKey))
+    }
+
+    private init(store: PurchaseStore, worker: VerificationWorker, clock: any ServerClock, waiters: SettlementWaiters, adminKeyHash: String) {
+        self.store = store
+        self.worker = worker
+        self.clock = clock
+        self.waiters = waiters
+        self.adminKeyHash = adminKeyHash
+    }
+
+    /// Starts the verification worker; cancel the task to stop it.
+    public func runWorker() -> Task<Void, Never> {
+        Task { await worker.run() }
+    }
+
+    /// Accepts a receipt durably and wakes the worker.
+    public func submit(appId: String, appUserId: String, receiptData: String, kind: VerificationJob.Kind) async throws -> VerificationJob {
+        let job = try await store.enqueue(appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData, now: clock.now())
+        worker.wake()
+        return job
+    }
+
+    /// The job after waiting up to `timeout` for it to settle.
+    public func awaitSettlement(_ id: String, appId: String?, timeout: Duration) async throws -> VerificationJob? {
+        let deadline = ContinuousClock.now.advanced(by: timeout)
+        while true {
+            guard let job = try await store.job(id, appId: appId) else { return nil }
+            if job.state.isSettled || ContinuousClock.now >= deadline { return job }
+            // Woken by this process's worker; the short cap also catches jobs settled by other processes.
+            let remaining = deadline - ContinuousClock.now
+            await waiters.wait(for: id, timeout: min(remaining, .milliseconds(250)))
+        }
+    }
+
+    /// Whether `key` is the admin key (compared by hash).
+    func isAdmin(_ key: String) -> Bool { APIKey.hash(key) == adminKeyHash }
+}

@@ -1,0 +1,136 @@
+import AppStoreModels
+import Foundation
+import HTTP
+import Storage
+
+extension PurchaseServerResponder {
+    struct AppBody: Decodable {
+        var id: String?
+        var bundleId: String?
+        var name: String?
+        var sharedSecret: String?
+        var bundleIds: [String]?
+        var replayPolicy: ReplayPolicy?
+        var sandboxPolicy: SandboxPolicy?
+        var sandboxAllowList: [String]?
+        var quirk21002Policy: Quirk21002Policy?
+    }
+
+    struct ProductBody: Decodable {
+        var type: String
+        var entitlement: String?
+        var currency: String?
+        var amount: Int64?
+        var durationDays: Int64?
+        var price: String?
+        var priceCurrency: String?
+    }
+
+    static func addAdminRoutes(_ router: inout Router, _ server: PurchaseServer) {
+        func admin(_ method: HTTPMethod, _ path: String, _ handler: @escaping @Sendable (Request) async throws -> Response) {
+            router.on(method, path) { request in
+                await guarded {
+                    try authenticateAdmin(request, server)
+                    return try await handler(request)
+                }
+            }
+        }
+        admin(.get, "/admin/v1/apps") { _ in .json(try await server.store.apps()) }
+        admin(.post, "/admin/v1/apps") { request in
+            let body = try request.decode(AppBody.self)
+            guard let id = body.id ?? body.bundleId else { throw HTTPError.badRequest("id (the bundle id) is required.", code: "missing_id") }
+            let app = ServerApp(id: id, name: body.name, sharedSecret: body.sharedSecret, bundleIds: body.bundleIds,
+                                replayPolicy: body.replayPolicy ?? .reject, sandboxPolicy: body.sandboxPolicy ?? .allow,
+                                sandboxAllowList: body.sandboxAllowList ?? [], quirk21002Policy: body.quirk21002Policy ?? .retrySandbox)
+            try await server.store.createApp(app, now: server.clock.now())
+            return .json(app, status: .created)
+        }
+        admin(.get, "/admin/v1/apps/:app") { request in
+            guard let app = try await server.store.app(request.parameters["app"] ?? "") else { throw HTTPError.notFound("App") }
+            return .json(app)
+        }
+        admin(.put, "/admin/v1/apps/:app") { request in
+            guard var app = try await server.store.app(request.parameters["app"] ?? "") else { throw HTTPError.notFound("App") }
+            let body = try request.decode(AppBody.self)
+            if let name = body.name { app.name = name }
+            if let secret = body.sharedSecret { app.sharedSecret = secret }
+            if let bundleIds = body.bundleIds { app.bundleIds = bundleIds }
+            if let policy = body.replayPolicy { app.replayPolicy = policy }
+            if let policy = body.sandboxPolicy { app.sandboxPolicy = policy }
+            if let list = body.sandboxAllowList { app.sandboxAllowList = list }
+            if let policy = body.quirk21002Policy { app.quirk21002Policy = policy }
+            try await server.store.updateApp(app)
+            return .json(app)
+        }
+        admin(.post, "/admin/v1/apps/:app/keys") { request in
+            let key = try await server.store.createKey(appId: request.parameters["app"] ?? "", label: request.query["label"], now: server.clock.now())
+            return .json(["appId": request.parameters["app"] ?? "", "apiKey": key], status: .created)
+        }
+        admin(.get, "/admin/v1/apps/:app/products") { request in
+            .json(try await server.store.products(appId: request.parameters["app"] ?? ""))
+        }
+        admin(.put, "/admin/v1/apps/:app/products/:product") { request in
+            let body = try request.decode(ProductBody.self)
+            guard let type = ProductType(loose: body.type) else {
+                throw HTTPError.badRequest("type is consumable, non-consumable, auto-renewable, non-renewing or free-subscription.", code: "invalid_type")
+            }
+            let mapping = ProductMapping(productId: request.parameters["product"] ?? "", type: type, entitlement: body.entitlement, currency: body.currency,
+                                         amount: body.amount, durationDays: body.durationDays, price: body.price, priceCurrency: body.priceCurrency)
+            try await server.store.setProduct(appId: request.parameters["app"] ?? "", mapping)
+            return .json(mapping)
+        }
+        admin(.get, "/admin/v1/apps/:app/users/:user") { request in
+            let appId = request.parameters["app"] ?? ""
+            let user = try userId(request.parameters["user"])
+            let view = try await server.store.user(appId: appId, appUserId: user, now: server.clock.now())
+            var body = try JSONSerialization.jsonObject(with: Response.encoder.encode(view)) as? [String: Any] ?? [:]
+            body["audit"] = try await server.store.auditEvents(appId: appId, appUserId: user)
+            return .rawJSON(try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys]))
+        }
+        admin(.get, "/admin/v1/transactions") { request in
+            let limit = min(Int(request.query["limit"] ?? "100") ?? 100, 10_000)
+            let rows = try await server.store.database.transaction { db -> [[String: String]] in
+                var sql = "SELECT * FROM ledger WHERE 1 = 1"
+                var parameters: [any SQLBindable] = []
+                if let app = request.query["app"] { sql += " AND app_id = ?"; parameters.append(app) }
+                if let user = request.query["user"] { sql += " AND app_user_id = ?"; parameters.append(user) }
+                sql += " ORDER BY recorded_at DESC LIMIT ?"
+                parameters.append(limit)
+                return try db.query(sql, parameters).map { row in
+                    var object: [String: String] = [:]
+                    for (column, value) in zip(row.columns, row.values) where value != .null { object[column] = value.description }
+                    return object
+                }
+            }
+            return .json(rows)
+        }
+        admin(.get, "/admin/v1/jobs") { request in
+            var state: JobState?
+            if let text = request.query["state"] {
+                guard let parsed = JobState(rawValue: text) else {
+                    throw HTTPError.badRequest("state is one of \(JobState.allCases.map(\.rawValue).joined(separator: ", ")).", code: "invalid_state")
+                }
+                state = parsed
+            }
+            let jobs = try await server.store.jobs(appId: request.query["app"], state: state, limit: min(Int(request.query["limit"] ?? "100") ?? 100, 10_000))
+            let list: [[String: Any]] = jobs.map { job in
+                var item: [String: Any] = ["verificationId": job.id, "appId": job.appId, "appUserId": job.appUserId, "state": job.state.rawValue,
+                                           "attempts": job.attempts, "kind": job.kind.rawValue,
+                                           "createdAt": Int64(job.createdAt.timeIntervalSince1970 * 1000)]
+                if let reason = job.reason { item["reason"] = reason }
+                return item
+            }
+            return .rawJSON(try JSONSerialization.data(withJSONObject: ["jobs": list, "counts": try await server.store.jobCounts()], options: [.sortedKeys]))
+        }
+        admin(.post, "/admin/v1/jobs/replay") { request in
+            struct ReplayBody: Decodable { var ids: [String]? }
+            let body = request.body.isEmpty ? ReplayBody(ids: nil) : try request.decode(ReplayBody.self)
+            let count = try await server.store.replay(ids: body.ids, now: server.clock.now())
+            server.worker.wake()
+            return .json(["replayed": count])
+        }
+        admin(.get, "/admin/v1/reports/revenue") { request in
+            .json(try await revenue(request, server, appId: request.query["app"]))
+        }
+    }
+}

@@ -1,0 +1,98 @@
+import AppStoreModels
+import Foundation
+import HTTP
+
+extension PurchaseServerResponder {
+    struct ReceiptBody: Decodable {
+        var appUserId: String?
+        var receiptData: String?
+    }
+
+    static func addAppRoutes(_ router: inout Router, _ server: PurchaseServer) {
+        router.on(.post, "/v1/receipts") { request in
+            await guarded {
+                let appId = try await authenticate(request, server)
+                let body = try request.decode(ReceiptBody.self)
+                let user = try userId(body.appUserId)
+                guard let receipt = body.receiptData, !receipt.isEmpty else {
+                    throw HTTPError.badRequest("receiptData is required (the Base64 app receipt or transaction receipt).", code: "missing_receipt")
+                }
+                let wait = try waitSeconds(request)
+                var job = try await server.submit(appId: appId, appUserId: user, receiptData: receipt, kind: .purchase)
+                if wait > 0 { job = try await server.awaitSettlement(job.id, appId: appId, timeout: .milliseconds(Int(wait * 1000))) ?? job }
+                return verificationResponse(job)
+            }
+        }
+        router.on(.get, "/v1/verifications/:id") { request in
+            await guarded {
+                let appId = try await authenticate(request, server)
+                let wait = try waitSeconds(request)
+                guard let job = try await server.awaitSettlement(request.parameters["id"] ?? "", appId: appId, timeout: .milliseconds(Int(wait * 1000))) else {
+                    throw HTTPError.notFound("Verification \(request.parameters["id"] ?? "")")
+                }
+                return verificationResponse(job)
+            }
+        }
+        router.on(.get, "/v1/users/:user") { request in
+            await guarded {
+                let appId = try await authenticate(request, server)
+                let view = try await server.store.user(appId: appId, appUserId: try userId(request.parameters["user"]), now: server.clock.now())
+                return .json(view)
+            }
+        }
+        router.on(.post, "/v1/users/:user/balances/:currency/spend") { request in
+            await guarded {
+                let appId = try await authenticate(request, server)
+                struct SpendBody: Decodable { var amount: Int64?; var idempotencyKey: String? }
+                let body = try request.decode(SpendBody.self)
+                guard let amount = body.amount else { throw HTTPError.badRequest("amount is required.", code: "missing_amount") }
+                let key = request.header("idempotency-key") ?? body.idempotencyKey ?? ""
+                let result = try await server.store.spend(appId: appId, appUserId: try userId(request.parameters["user"]),
+                                                          currency: request.parameters["currency"] ?? "", amount: amount, idempotencyKey: key,
+                                                          now: server.clock.now())
+                return .json(result)
+            }
+        }
+        router.on(.post, "/v1/users/:user/restore") { request in
+            await guarded {
+                let appId = try await authenticate(request, server)
+                let user = try userId(request.parameters["user"])
+                let body = try request.decode(ReceiptBody.self)
+                guard let receipt = body.receiptData, !receipt.isEmpty else {
+                    throw HTTPError.badRequest("receiptData is required.", code: "missing_receipt")
+                }
+                let wait = try waitSeconds(request)
+                var job = try await server.submit(appId: appId, appUserId: user, receiptData: receipt, kind: .restore)
+                if wait > 0 { job = try await server.awaitSettlement(job.id, appId: appId, timeout: .milliseconds(Int(wait * 1000))) ?? job }
+                return verificationResponse(job)
+            }
+        }
+        router.on(.get, "/v1/reports/revenue") { request in
+            await guarded {
+                let appId = try await authenticate(request, server)
+                return .json(try await revenue(request, server, appId: appId))
+            }
+        }
+    }
+
+    static func revenue(_ request: Request, _ server: PurchaseServer, appId: String?) async throws -> RevenueReport {
+        func date(_ name: String, _ fallback: Date) throws -> Date {
+            guard let text = request.query[name] else { return fallback }
+            if let date = ReceiptDate.parseRFC3339(text) ?? ReceiptDate.parseRFC3339(text + "T00:00:00Z") ?? Int64(text).map(ReceiptDate.date(milliseconds:)) {
+                return date
+            }
+            throw HTTPError.badRequest("\(name) must be a date (2026-01-31), an RFC 3339 time or Unix milliseconds.", code: "invalid_date")
+        }
+        let now = server.clock.now()
+        let from = try date("from", now.addingTimeInterval(-30 * 86400))
+        let to = try date("to", now.addingTimeInterval(1))
+        var group: [RevenueReport.Dimension] = []
+        for name in (request.query["group"] ?? "day,product,currency,environment").split(separator: ",") {
+            guard let dimension = RevenueReport.Dimension(rawValue: String(name)) else {
+                throw HTTPError.badRequest("group takes day, product, currency, environment.", code: "invalid_group")
+            }
+            group.append(dimension)
+        }
+        return try await server.store.revenue(appId: appId, from: from, to: to, group: group)
+    }
+}

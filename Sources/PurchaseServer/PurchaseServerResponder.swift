@@ -1,0 +1,85 @@
+import AppStoreModels
+import Foundation
+import HTTP
+
+/// The purchase server's HTTP surface: the app API (`/v1`, per-app API keys) and the admin API
+/// (`/admin/v1`, the admin key). Errors are `{"error": {"code", "message"}}`.
+public struct PurchaseServerResponder: Responder {
+    let server: PurchaseServer
+    let router: Router
+
+    public init(server: PurchaseServer) {
+        self.server = server
+        var router = Router()
+        Self.addAppRoutes(&router, server)
+        Self.addAdminRoutes(&router, server)
+        router.on(.get, "/health") { _ in
+            .json(["status": "ok", "inFlight": String(server.worker.inFlight)])
+        }
+        self.router = router
+    }
+
+    public func respond(to request: Request) async -> Response {
+        await router.respond(to: request)
+    }
+
+    static func bearer(_ request: Request) -> String? {
+        guard let header = request.header("authorization"), header.lowercased().hasPrefix("bearer ") else { return nil }
+        return String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
+    }
+
+    /// The app of the request's API key, or a 401.
+    static func authenticate(_ request: Request, _ server: PurchaseServer) async throws -> String {
+        guard let key = bearer(request), !key.isEmpty else {
+            throw HTTPError(.unauthorized, code: "missing_api_key", message: "Send the app's API key as 'Authorization: Bearer KEY'.")
+        }
+        guard let appId = try await server.store.appId(forKey: key) else {
+            throw HTTPError(.unauthorized, code: "invalid_api_key", message: "The API key is not valid.")
+        }
+        return appId
+    }
+
+    static func authenticateAdmin(_ request: Request, _ server: PurchaseServer) throws {
+        guard let key = bearer(request), server.isAdmin(key) else {
+            throw HTTPError(.unauthorized, code: "invalid_admin_key", message: "This endpoint needs the admin key as 'Authorization: Bearer KEY'.")
+        }
+    }
+
+    static func userId(_ value: String?) throws -> String {
+        guard let value, !value.isEmpty, value.count <= 256, !value.contains(where: { $0.isNewline }) else {
+            throw HTTPError.badRequest("appUserId must be 1–256 characters.", code: "invalid_app_user_id")
+        }
+        return value
+    }
+
+    static func waitSeconds(_ request: Request) throws -> Double {
+        guard let text = request.query["wait"] else { return 0 }
+        guard let seconds = Double(text), seconds >= 0 else { throw HTTPError.badRequest("wait must be a number of seconds (0–30).", code: "invalid_wait") }
+        return min(seconds, 30)
+    }
+
+    /// `{"verificationId", "state", "reason"?, "environment"?, "result"?}`
+    static func verificationResponse(_ job: VerificationJob) -> Response {
+        var body: [String: Any] = ["verificationId": job.id, "state": job.state.rawValue, "appUserId": job.appUserId, "kind": job.kind.rawValue,
+                                   "attempts": job.attempts, "createdAt": Int64(job.createdAt.timeIntervalSince1970 * 1000)]
+        if let reason = job.reason { body["reason"] = reason }
+        if let environment = job.environment { body["environment"] = environment.rawValue }
+        if let result = job.result, let object = try? JSONSerialization.jsonObject(with: Data(result.utf8)) { body["result"] = object }
+        if let settled = job.settledAt { body["settledAt"] = Int64(settled.timeIntervalSince1970 * 1000) }
+        let data = (try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])) ?? Data()
+        return Response(status: job.state.isSettled ? .ok : HTTPStatus(202), headers: ["Content-Type": "application/json"], body: data)
+    }
+}
+
+/// Runs a handler, mapping server and storage errors to the JSON error shape.
+func guarded(_ body: () async throws -> Response) async -> Response {
+    do {
+        return try await body()
+    } catch let error as ServerError {
+        return HTTPError(HTTPStatus(error.status), code: error.code, message: error.message).response
+    } catch let error as HTTPError {
+        return error.response
+    } catch {
+        return HTTPError(.serviceUnavailable, code: "storage_unavailable", message: "The server could not reach its database; retry.").response
+    }
+}

@@ -1,0 +1,168 @@
+import AppStoreCrypto
+import AppStoreModels
+import Foundation
+import Storage
+
+/// Every SQL statement of the purchase server, over SQLite or PostgreSQL.
+public struct PurchaseStore: Sendable {
+    public let database: any SQLDatabase
+    static let jobsChannel = "storekeeper_jobs"
+
+    public init(database: any SQLDatabase) { self.database = database }
+
+    /// Creates or upgrades the schema.
+    public func migrate() async throws { try await database.migrate(Schema.migrations) }
+
+    // MARK: Apps and keys
+
+    /// Registers an app (fails if it exists).
+    public func createApp(_ app: ServerApp, now: Date) async throws {
+        try Self.validate(app)
+        try await database.transaction { db in
+            let existing = try db.query("SELECT id FROM apps WHERE id = ?", [app.id])
+            guard existing.isEmpty else { throw ServerError(409, "app_exists", "App \(app.id) is already registered.") }
+            try db.query("""
+                INSERT INTO apps (id, name, shared_secret, bundle_ids, replay_policy, sandbox_policy, sandbox_allow_list, quirk_21002_policy, created_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, [app.id, app.name, app.sharedSecret, app.bundleIds.joined(separator: ","), app.replayPolicy.rawValue,
+                      app.sandboxPolicy.rawValue, app.sandboxAllowList.joined(separator: ","), app.quirk21002Policy.rawValue, now.milliseconds])
+        }
+    }
+
+    /// Replaces an app's settings.
+    public func updateApp(_ app: ServerApp) async throws {
+        try Self.validate(app)
+        let updated = try await database.transaction { db in
+            try db.query("""
+                UPDATE apps SET name = ?, shared_secret = ?, bundle_ids = ?, replay_policy = ?, sandbox_policy = ?, sandbox_allow_list = ?,
+                quirk_21002_policy = ? WHERE id = ? RETURNING id
+                """, [app.name, app.sharedSecret, app.bundleIds.joined(separator: ","), app.replayPolicy.rawValue, app.sandboxPolicy.rawValue,
+                      app.sandboxAllowList.joined(separator: ","), app.quirk21002Policy.rawValue, app.id]).count
+        }
+        guard updated == 1 else { throw ServerError(404, "app_not_found", "App \(app.id) is not registered.") }
+    }
+
+    static func validate(_ app: ServerApp) throws {
+        guard !app.id.isEmpty, app.id.count <= 200, !app.bundleIds.isEmpty, app.bundleIds.allSatisfy({ !$0.isEmpty && !$0.contains(",") }) else {
+            throw ServerError(400, "invalid_app", "An app needs an id and bundle ids (without commas).")
+        }
+        guard app.sandboxAllowList.allSatisfy({ !$0.contains(",") }) else {
+            throw ServerError(400, "invalid_app", "Sandbox allow-list entries cannot contain commas.")
+        }
+    }
+
+    /// One app, or nil.
+    public func app(_ id: String) async throws -> ServerApp? {
+        try await database.transaction { db in try db.query("SELECT * FROM apps WHERE id = ?", [id]).first.map(Self.app) }
+    }
+
+    /// Every app.
+    public func apps() async throws -> [ServerApp] {
+        try await database.transaction { db in try db.query("SELECT * FROM apps ORDER BY id").map(Self.app) }
+    }
+
+    static func app(_ row: SQLRow) -> ServerApp {
+        func list(_ name: String) -> [String] { (row.string(name) ?? "").split(separator: ",").map(String.init) }
+        return ServerApp(id: row.string("id") ?? "", name: row.string("name"), sharedSecret: row.string("shared_secret"),
+                         bundleIds: list("bundle_ids"), replayPolicy: ReplayPolicy(rawValue: row.string("replay_policy") ?? "") ?? .reject,
+                         sandboxPolicy: SandboxPolicy(rawValue: row.string("sandbox_policy") ?? "") ?? .allow,
+                         sandboxAllowList: list("sandbox_allow_list"),
+                         quirk21002Policy: Quirk21002Policy(rawValue: row.string("quirk_21002_policy") ?? "") ?? .retrySandbox)
+    }
+
+    /// Creates an API key for an app and returns it; only its SHA-256 is stored.
+    public func createKey(appId: String, label: String?, now: Date) async throws -> String {
+        let key = "sk_" + APIKey.random()
+        try await database.transaction { db in
+            guard try !db.query("SELECT id FROM apps WHERE id = ?", [appId]).isEmpty else {
+                throw ServerError(404, "app_not_found", "App \(appId) is not registered.")
+            }
+            try db.query("INSERT INTO api_keys (key_hash, app_id, label, created_at) VALUES (?, ?, ?, ?)",
+                         [APIKey.hash(key), appId, label, now.milliseconds])
+        }
+        return key
+    }
+
+    /// The app an API key belongs to, or nil.
+    public func appId(forKey key: String) async throws -> String? {
+        let hash = APIKey.hash(key)
+        return try await database.transaction { db in
+            try db.query("SELECT app_id FROM api_keys WHERE key_hash = ? AND revoked_at IS NULL", [hash]).first?.string("app_id")
+        }
+    }
+
+    // MARK: Products
+
+    /// Creates or replaces what a product grants.
+    public func setProduct(appId: String, _ product: ProductMapping) async throws {
+        guard CatalogProduct.isValidIdentifier(product.productId) else {
+            throw ServerError(400, "invalid_product_id", "Product identifier '\(product.productId)' may contain only letters, digits, periods and underscores.")
+        }
+        switch product.type {
+        case .consumable:
+            guard product.currency != nil, (product.amount ?? 0) > 0 else {
+                throw ServerError(400, "invalid_product", "A consumable credits a currency by a positive amount.")
+            }
+        case .nonRenewing:
+            guard product.entitlement != nil, (product.durationDays ?? 0) > 0 else {
+                throw ServerError(400, "invalid_product", "A non-renewing subscription grants an entitlement for a number of days.")
+            }
+        default:
+            guard product.entitlement != nil else { throw ServerError(400, "invalid_product", "This product type grants an entitlement.") }
+        }
+        if let price = product.price, Decimal(string: price) == nil {
+            throw ServerError(400, "invalid_price", "Price '\(price)' is not a decimal number.")
+        }
+        try await database.transaction { db in
+            guard try !db.query("SELECT id FROM apps WHERE id = ?", [appId]).isEmpty else {
+                throw ServerError(404, "app_not_found", "App \(appId) is not registered.")
+            }
+            try db.query("DELETE FROM products WHERE app_id = ? AND product_id = ?", [appId, product.productId])
+            try db.query("""
+                INSERT INTO products (app_id, product_id, type, entitlement, currency, amount, duration_days, price, price_currency)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, [appId, product.productId, product.type.rawValue, product.entitlement, product.currency, product.amount,
+                      product.durationDays, product.price, product.priceCurrency])
+        }
+    }
+
+    /// The product mappings of an app.
+    public func products(appId: String) async throws -> [ProductMapping] {
+        try await database.transaction { db in try Self.products(db, appId: appId) }
+    }
+
+    static func products(_ db: any SQLConnection, appId: String) throws -> [ProductMapping] {
+        try db.query("SELECT * FROM products WHERE app_id = ? ORDER BY product_id", [appId]).map { row in
+            ProductMapping(productId: row.string("product_id") ?? "", type: ProductType(rawValue: row.string("type") ?? "") ?? .consumable,
+                           entitlement: row.string("entitlement"), currency: row.string("currency"), amount: row.int("amount"),
+                           durationDays: row.int("duration_days"), price: row.string("price"), priceCurrency: row.string("price_currency"))
+        }
+    }
+
+    /// Appends an audit event.
+    static func audit(_ db: any SQLConnection, appId: String, userId: String?, kind: String, detail: [String: String], now: Date) throws {
+        let body = (try? JSONSerialization.data(withJSONObject: detail, options: [.sortedKeys])).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
+        try db.query("INSERT INTO audit_events (id, app_id, app_user_id, kind, detail, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                     [UUID().uuidString.lowercased(), appId, userId, kind, body, now.milliseconds])
+    }
+}
+
+/// API keys: random, shown once, stored as SHA-256.
+public enum APIKey {
+    /// 32 random bytes as hex.
+    public static func random() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
+    }
+
+    /// The stored form of a key.
+    public static func hash(_ key: String) -> String {
+        Digest.sha256.hash(Array(key.utf8)).map { String(format: "%02x", $0) }.joined()
+    }
+}
+
+extension Date {
+    /// Unix milliseconds.
+    var milliseconds: Int64 { Int64((timeIntervalSince1970 * 1000).rounded(.down)) }
+    init(milliseconds: Int64) { self.init(timeIntervalSince1970: Double(milliseconds) / 1000) }
+}

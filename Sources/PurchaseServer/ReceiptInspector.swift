@@ -1,0 +1,97 @@
+import AppStoreCrypto
+import AppStoreModels
+import Foundation
+import Synchronization
+
+/// What the local checks learnt from a receipt before anyone calls Apple.
+public struct InspectedReceipt: Sendable {
+    /// The environment the receipt names (`receipt_type`, or the iOS 6 receipt's `environment`).
+    public let environment: AppStoreEnvironment
+    public let bundleId: String
+    /// (product id, transaction id) of each purchase the receipt contains.
+    public let purchases: [(productId: String, transactionId: String)]
+    /// Whether this is an iOS 6 style transaction receipt.
+    public let isTransactionReceipt: Bool
+}
+
+/// A receipt refused by the local checks, with the reason shown to the app.
+public struct ReceiptRejection: Error, Sendable, Equatable {
+    public let code: String
+    public let reason: String
+}
+
+/// The local checks of seed 003's server mode, done before calling Apple: Base64 and PKCS#7
+/// structure, the signature chain to the configured roots at the receipt's own date, the bundle id
+/// allow-list. Chains already seen are remembered with their validity window.
+public final class ReceiptInspector: Sendable {
+    let trust: TrustStore
+    private let verifiedChains = Mutex<[Data: (notBefore: Date, notAfter: Date)]>([:])
+
+    public init(trust: TrustStore) { self.trust = trust }
+
+    /// Decodes and authenticates `receiptData` for an app accepting `bundleIds`.
+    public func inspect(_ receiptData: String, bundleIds: [String]) throws(ReceiptRejection) -> InspectedReceipt {
+        guard let bytes = ReceiptDecoder.base64Decode(receiptData) else {
+            throw ReceiptRejection(code: "malformed_receipt", reason: "receipt-data is not Base64")
+        }
+        let decoded: DecodedReceipt
+        do { decoded = try ReceiptDecoder.decode(bytes) } catch {
+            throw ReceiptRejection(code: "malformed_receipt", reason: "receipt-data is not an App Store receipt")
+        }
+        let inspected: InspectedReceipt
+        switch decoded {
+        case .app(let receipt, let signed):
+            guard let environment = receipt.receiptType.environment else {
+                throw ReceiptRejection(code: "untrusted_environment", reason: "receipt type '\(receipt.receiptType.rawValue)' is not from the App Store")
+            }
+            try checkChain(signed, at: receipt.creationDate ?? Date())
+            inspected = InspectedReceipt(environment: environment, bundleId: receipt.bundleId,
+                                         purchases: receipt.inApp.map { ($0.productId, $0.transactionId) }, isTransactionReceipt: false)
+        case .transaction(let legacy):
+            do {
+                try legacy.verify(with: trust.verifier, intermediates: trust.intermediates)
+            } catch {
+                throw ReceiptRejection(code: "invalid_signature", reason: "the transaction receipt's signature does not chain to a trusted root")
+            }
+            let info = legacy.purchaseInfo
+            guard let productId = info["product-id"], let transactionId = info["transaction-id"] else {
+                throw ReceiptRejection(code: "malformed_receipt", reason: "the transaction receipt names no product or transaction")
+            }
+            inspected = InspectedReceipt(environment: legacy.environment, bundleId: info["bid"] ?? "",
+                                         purchases: [(productId, transactionId)], isTransactionReceipt: true)
+        }
+        guard bundleIds.contains(inspected.bundleId) else {
+            throw ReceiptRejection(code: "bundle_id_not_allowed", reason: "receipt is for bundle id '\(inspected.bundleId)', which this app does not accept")
+        }
+        for purchase in inspected.purchases where purchase.transactionId.isEmpty || !purchase.transactionId.allSatisfy(\.isNumber) {
+            throw ReceiptRejection(code: "invalid_transaction_id", reason: "transaction id '\(purchase.transactionId)' is not an App Store id")
+        }
+        return inspected
+    }
+
+    private func checkChain(_ signed: SignedData, at date: Date) throws(ReceiptRejection) {
+        let signer: Certificate
+        do {
+            signer = try signed.signerCertificate()
+            try signed.verifySignature(with: signer)
+        } catch {
+            throw ReceiptRejection(code: "invalid_signature", reason: "the receipt signature is invalid")
+        }
+        // Keyed by the signer's full certificate: once it chained to a trusted root, only the dates matter.
+        let key = Data(signer.der)
+        if let window = verifiedChains.withLock({ $0[key] }), date >= window.notBefore, date <= window.notAfter { return }
+        let others = signed.certificates.filter { $0 != signer.der }.compactMap { try? Certificate(der: $0) }
+        do {
+            try trust.verifier.verify(leaf: signer, intermediates: others + trust.intermediates, at: date, policy: .appleReceiptSigning)
+        } catch {
+            throw ReceiptRejection(code: "untrusted_certificate", reason: "the receipt's certificate chain is not trusted: \(error)")
+        }
+        let fields = ([signer] + others).compactMap { try? $0.fields }
+        if let notBefore = fields.map(\.notBefore).max(), let notAfter = fields.map(\.notAfter).min() {
+            verifiedChains.withLock { cache in
+                if cache.count > 64 { cache.removeAll() }
+                cache[key] = (notBefore, notAfter)
+            }
+        }
+    }
+}

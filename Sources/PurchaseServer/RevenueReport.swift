@@ -1,0 +1,109 @@
+import Foundation
+import Storage
+
+/// Revenue from the ledger for the company's books (seed 003): counts, gross, refunds and net per group.
+public struct RevenueReport: Codable, Sendable, Equatable {
+    public struct Row: Codable, Sendable, Equatable {
+        public var day: String?
+        public var productId: String?
+        public var currency: String?
+        public var environment: String?
+        public var transactions: Int64
+        public var units: Int64
+        public var gross: String
+        public var refunds: Int64
+        public var refunded: String
+        public var net: String
+    }
+
+    /// Which dimensions to group by.
+    public enum Dimension: String, Codable, Sendable, CaseIterable {
+        case day, product, currency, environment
+    }
+
+    public var from: Int64
+    public var to: Int64
+    public var group: [Dimension]
+    public var rows: [Row]
+    public var totals: [String: String]
+}
+
+extension PurchaseStore {
+    /// Revenue between `from` (inclusive) and `to` (exclusive) by purchase date, in exact decimals.
+    public func revenue(appId: String?, from: Date, to: Date, group: [RevenueReport.Dimension]) async throws -> RevenueReport {
+        let rows = try await database.transaction { db -> [SQLRow] in
+            var sql = "SELECT * FROM ledger WHERE purchase_date >= ? AND purchase_date < ?"
+            var parameters: [any SQLBindable] = [from.milliseconds, to.milliseconds]
+            if let appId {
+                sql += " AND app_id = ?"
+                parameters.append(appId)
+            }
+            return try db.query(sql + " ORDER BY purchase_date", parameters)
+        }
+        struct Accumulator {
+            var transactions: Int64 = 0, units: Int64 = 0, refunds: Int64 = 0
+            var gross = Decimal(0), refunded = Decimal(0)
+        }
+        var groups: [[String?]: Accumulator] = [:]
+        var totals: [String: Decimal] = [:]
+        for row in rows {
+            let day = row.int("purchase_date").map { ReceiptDay.string(Date(milliseconds: $0)) }
+            let key: [String?] = group.map { dimension in
+                switch dimension {
+                case .day: return day
+                case .product: return row.string("product_id")
+                case .currency: return row.string("currency") ?? "unpriced"
+                case .environment: return row.string("environment")
+                }
+            }
+            let quantity = row.int("quantity") ?? 1
+            let amount = (Decimal(string: row.string("price") ?? "0") ?? 0) * Decimal(quantity)
+            var accumulator = groups[key] ?? Accumulator()
+            accumulator.transactions += 1
+            accumulator.units += quantity
+            accumulator.gross += amount
+            let currency = row.string("currency") ?? "unpriced"
+            totals[currency, default: 0] += amount
+            if row.int("cancellation_date") != nil {
+                accumulator.refunds += 1
+                accumulator.refunded += amount
+                totals[currency, default: 0] -= amount
+            }
+            groups[key] = accumulator
+        }
+        func text(_ value: Decimal) -> String {
+            var rounded = Decimal()
+            var copy = value
+            NSDecimalRound(&rounded, &copy, 2, .plain)
+            let formatter = NumberFormatter()
+            formatter.minimumFractionDigits = 2
+            formatter.maximumFractionDigits = 2
+            formatter.minimumIntegerDigits = 1
+            formatter.usesGroupingSeparator = false
+            formatter.locale = Locale(identifier: "en_US_POSIX")
+            return formatter.string(from: rounded as NSDecimalNumber) ?? "\(rounded)"
+        }
+        let reportRows = groups.map { key, value -> RevenueReport.Row in
+            func part(_ dimension: RevenueReport.Dimension) -> String? { group.firstIndex(of: dimension).flatMap { key[$0] } }
+            return RevenueReport.Row(day: part(.day), productId: part(.product), currency: part(.currency), environment: part(.environment),
+                                     transactions: value.transactions, units: value.units, gross: text(value.gross), refunds: value.refunds,
+                                     refunded: text(value.refunded), net: text(value.gross - value.refunded))
+        }.sorted { lhs, rhs in
+            [lhs.day, lhs.productId, lhs.currency, lhs.environment].map { $0 ?? "" }.lexicographicallyPrecedes([rhs.day, rhs.productId, rhs.currency, rhs.environment].map { $0 ?? "" })
+        }
+        return RevenueReport(from: from.milliseconds, to: to.milliseconds, group: group, rows: reportRows, totals: totals.mapValues(text))
+    }
+}
+
+/// UTC calendar days for reports.
+enum ReceiptDay {
+    static func string(_ date: Date) -> String {
+        String(ReceiptDateBridge.rfc3339(date).prefix(10))
+    }
+}
+
+import AppStoreModels
+
+enum ReceiptDateBridge {
+    static func rfc3339(_ date: Date) -> String { ReceiptDate.rfc3339(date) }
+}

@@ -1,0 +1,98 @@
+import Storage
+
+/// The purchase server's schema: the same statements on SQLite and PostgreSQL (times are Unix
+/// milliseconds in BIGINT, booleans 0/1, ids text), applied at start.
+enum Schema {
+    static let migrations: [SQLMigration] = [
+        SQLMigration(version: 1, statements: [
+            """
+            CREATE TABLE apps (
+                id TEXT PRIMARY KEY,
+                name TEXT NOT NULL,
+                shared_secret TEXT,
+                bundle_ids TEXT NOT NULL,
+                replay_policy TEXT NOT NULL,
+                sandbox_policy TEXT NOT NULL,
+                sandbox_allow_list TEXT NOT NULL,
+                quirk_21002_policy TEXT NOT NULL,
+                created_at BIGINT NOT NULL
+            )
+            """,
+            "CREATE TABLE api_keys (key_hash TEXT PRIMARY KEY, app_id TEXT NOT NULL, label TEXT, created_at BIGINT NOT NULL, revoked_at BIGINT)",
+            """
+            CREATE TABLE products (
+                app_id TEXT NOT NULL, product_id TEXT NOT NULL, type TEXT NOT NULL,
+                entitlement TEXT, currency TEXT, amount BIGINT, duration_days BIGINT,
+                price TEXT, price_currency TEXT,
+                PRIMARY KEY (app_id, product_id)
+            )
+            """,
+            """
+            CREATE TABLE users (
+                app_id TEXT NOT NULL, app_user_id TEXT NOT NULL, flagged BIGINT NOT NULL, flag_reason TEXT, created_at BIGINT NOT NULL,
+                PRIMARY KEY (app_id, app_user_id)
+            )
+            """,
+            """
+            CREATE TABLE verification_jobs (
+                id TEXT PRIMARY KEY, app_id TEXT NOT NULL, app_user_id TEXT NOT NULL, kind TEXT NOT NULL,
+                receipt_data TEXT NOT NULL, state TEXT NOT NULL, reason TEXT, environment TEXT,
+                attempts BIGINT NOT NULL, next_attempt_at BIGINT NOT NULL, lease_owner TEXT, lease_expires_at BIGINT,
+                created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL, settled_at BIGINT, result TEXT
+            )
+            """,
+            "CREATE INDEX verification_jobs_due ON verification_jobs (state, next_attempt_at)",
+            "CREATE INDEX verification_jobs_user ON verification_jobs (app_id, app_user_id)",
+            """
+            CREATE TABLE ledger (
+                environment TEXT NOT NULL, transaction_id TEXT NOT NULL,
+                app_id TEXT NOT NULL, app_user_id TEXT NOT NULL, product_id TEXT NOT NULL, product_type TEXT NOT NULL,
+                quantity BIGINT NOT NULL, purchase_date BIGINT NOT NULL, original_purchase_date BIGINT,
+                original_transaction_id TEXT NOT NULL, web_order_line_item_id TEXT, expires_date BIGINT,
+                price TEXT, currency TEXT, source TEXT NOT NULL, verification_id TEXT NOT NULL,
+                cancellation_date BIGINT, cancellation_reason TEXT, is_trial BIGINT NOT NULL,
+                credited_currency TEXT, credited_amount BIGINT, clawed_back_at BIGINT, recorded_at BIGINT NOT NULL,
+                PRIMARY KEY (environment, transaction_id)
+            )
+            """,
+            "CREATE INDEX ledger_user ON ledger (app_id, app_user_id)",
+            "CREATE INDEX ledger_original ON ledger (app_id, environment, original_transaction_id)",
+            "CREATE INDEX ledger_purchase_date ON ledger (app_id, purchase_date)",
+            """
+            CREATE TABLE ownership (
+                app_id TEXT NOT NULL, environment TEXT NOT NULL, original_transaction_id TEXT NOT NULL, app_user_id TEXT NOT NULL,
+                product_id TEXT NOT NULL, granted_at BIGINT NOT NULL,
+                PRIMARY KEY (app_id, environment, original_transaction_id, app_user_id)
+            )
+            """,
+            "CREATE INDEX ownership_user ON ownership (app_id, app_user_id)",
+            """
+            CREATE TABLE balances (
+                app_id TEXT NOT NULL, app_user_id TEXT NOT NULL, currency TEXT NOT NULL, amount BIGINT NOT NULL,
+                PRIMARY KEY (app_id, app_user_id, currency)
+            )
+            """,
+            """
+            CREATE TABLE spends (
+                app_id TEXT NOT NULL, app_user_id TEXT NOT NULL, idempotency_key TEXT NOT NULL, currency TEXT NOT NULL,
+                amount BIGINT NOT NULL, balance_after BIGINT NOT NULL, created_at BIGINT NOT NULL,
+                PRIMARY KEY (app_id, app_user_id, idempotency_key)
+            )
+            """,
+            """
+            CREATE TABLE subscriptions (
+                app_id TEXT NOT NULL, environment TEXT NOT NULL, original_transaction_id TEXT NOT NULL, product_id TEXT NOT NULL,
+                auto_renew_product_id TEXT, auto_renew_status BIGINT, expires_date BIGINT, expiration_intent TEXT,
+                is_in_billing_retry BIGINT NOT NULL, grace_period_expires_date BIGINT, revoked_at BIGINT, updated_at BIGINT NOT NULL,
+                PRIMARY KEY (app_id, environment, original_transaction_id)
+            )
+            """,
+            """
+            CREATE TABLE audit_events (
+                id TEXT PRIMARY KEY, app_id TEXT NOT NULL, app_user_id TEXT, kind TEXT NOT NULL, detail TEXT NOT NULL, created_at BIGINT NOT NULL
+            )
+            """,
+            "CREATE INDEX audit_events_user ON audit_events (app_id, app_user_id, created_at)",
+        ]),
+    ]
+}

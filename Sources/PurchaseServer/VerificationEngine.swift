@@ -1,0 +1,171 @@
+import AppStoreCrypto
+import AppStoreModels
+import Foundation
+
+/// Verifies one claimed job end to end: local checks, Apple (production first, 21007 → sandbox,
+/// 21008 → production, the 21002 quirk), then settlement. Retryable failures are rescheduled with
+/// exponential backoff and jitter until the job's maximum age, then dead-lettered.
+public struct VerificationEngine: Sendable {
+    /// Retry timing.
+    public struct RetryPolicy: Sendable {
+        public var baseDelay: TimeInterval
+        public var maxDelay: TimeInterval
+        /// After this long since the job was created, a job that still cannot settle goes to the dead-letter state.
+        public var maxAge: TimeInterval
+
+        public init(baseDelay: TimeInterval = 1, maxDelay: TimeInterval = 300, maxAge: TimeInterval = 24 * 3600) {
+            self.baseDelay = baseDelay
+            self.maxDelay = maxDelay
+            self.maxAge = maxAge
+        }
+
+        /// The delay before attempt `attempts + 1`: exponential, capped, with ±50% jitter.
+        public func delay(afterAttempt attempts: Int64) -> TimeInterval {
+            let exponential = baseDelay * pow(2, Double(max(0, attempts - 1)))
+            return min(exponential, maxDelay) * Double.random(in: 0.5...1.5)
+        }
+    }
+
+    public let store: PurchaseStore
+    public let inspector: ReceiptInspector
+    public let client: VerifyReceiptClient
+    public let clock: any ServerClock
+    public let retry: RetryPolicy
+
+    public init(store: PurchaseStore, inspector: ReceiptInspector, client: VerifyReceiptClient, clock: any ServerClock, retry: RetryPolicy) {
+        self.store = store
+        self.inspector = inspector
+        self.client = client
+        self.clock = clock
+        self.retry = retry
+    }
+
+    /// Processes a job claimed by `owner`; returns the state it was left in (nil if the lease was lost).
+    @discardableResult
+    public func process(_ job: VerificationJob, owner: String) async -> JobState? {
+        do {
+            return try await run(job, owner: owner)
+        } catch {
+            // A database failure: leave the job to be retried when its lease expires.
+            return nil
+        }
+    }
+
+    func run(_ job: VerificationJob, owner: String) async throws -> JobState? {
+        guard let app = try await store.app(job.appId) else {
+            try await store.reject(job, owner: owner, code: "app_not_found", reason: "the app is no longer registered", environment: nil, now: clock.now())
+            return .rejected
+        }
+        let inspected: InspectedReceipt
+        do {
+            inspected = try inspector.inspect(job.receiptData, bundleIds: app.bundleIds)
+        } catch {
+            try await store.reject(job, owner: owner, code: error.code, reason: error.reason, environment: nil, now: clock.now())
+            return .rejected
+        }
+        if inspected.environment == .sandbox {
+            switch app.sandboxPolicy {
+            case .allow: break
+            case .deny:
+                try await store.reject(job, owner: owner, code: "sandbox_not_allowed", reason: "this app does not accept sandbox purchases",
+                                       environment: .sandbox, now: clock.now())
+                return .rejected
+            case .allowList where !app.sandboxAllowList.contains(job.appUserId):
+                try await store.reject(job, owner: owner, code: "sandbox_not_allowed",
+                                       reason: "sandbox purchases are granted only to users on the app's sandbox allow-list",
+                                       environment: .sandbox, now: clock.now())
+                return .rejected
+            case .allowList: break
+            }
+        }
+
+        // seed 003: the receipt's own type says where it belongs; production receipts go to production first.
+        var environment = inspected.environment
+        var tried: Set<AppStoreEnvironment> = []
+        var answer: (VerifyReceiptResponse, Data)?
+        while answer == nil {
+            tried.insert(environment)
+            switch await client.verify(job.receiptData, password: app.sharedSecret, environment: environment) {
+            case .retryable(let reason):
+                try await reschedule(job, owner: owner, reason: reason)
+                return job.state
+            case .answered(let response, let raw):
+                let status = response.status
+                if status == VerifyReceiptStatus.sandboxReceiptInProduction, !tried.contains(.sandbox) {
+                    environment = .sandbox
+                } else if status == VerifyReceiptStatus.productionReceiptInSandbox, !tried.contains(.production) {
+                    environment = .production
+                } else if status == VerifyReceiptStatus.malformedReceipt, environment == .production, !tried.contains(.sandbox),
+                          app.quirk21002Policy == .retrySandbox {
+                    environment = .sandbox
+                } else {
+                    answer = (response, raw)
+                }
+            }
+        }
+        guard let (response, raw) = answer else { return nil }
+        guard response.status == VerifyReceiptStatus.valid || response.status == VerifyReceiptStatus.subscriptionExpired else {
+            try await store.reject(job, owner: owner, code: "apple_status_\(response.status)", reason: Self.explain(response.status),
+                                   environment: environment, now: clock.now())
+            return .rejected
+        }
+        if environment == .sandbox, inspected.environment == .production {
+            try await store.reject(job, owner: owner, code: "environment_mismatch",
+                                   reason: "the App Store confirmed the receipt only in the sandbox", environment: environment, now: clock.now())
+            return .rejected
+        }
+        let confirmed = try Self.confirmed(response, raw: raw, legacy: inspected.isTransactionReceipt, bundleIds: app.bundleIds)
+        let settlement = Settlement(job: job, owner: owner, environment: environment, transactions: confirmed.transactions,
+                                    subscriptions: confirmed.subscriptions, now: clock.now())
+        return try await store.settle(settlement)?.0
+    }
+
+    func reschedule(_ job: VerificationJob, owner: String, reason: String) async throws {
+        let now = clock.now()
+        let dead = now.timeIntervalSince(job.createdAt) >= retry.maxAge
+        let timedOut = reason.contains("timed out")
+        try await store.reschedule(job, owner: owner, reason: dead ? "verification timed out: gave up after \(job.attempts) attempts (\(reason))" : reason,
+                                   timedOut: timedOut, nextAttempt: now.addingTimeInterval(retry.delay(afterAttempt: job.attempts)), dead: dead, now: now)
+    }
+
+    /// Apple's statuses in words.
+    static func explain(_ status: Int) -> String {
+        switch status {
+        case VerifyReceiptStatus.unreadableRequest: return "the App Store could not read the request (21000)"
+        case VerifyReceiptStatus.malformedReceipt: return "the App Store found the receipt malformed (21002)"
+        case VerifyReceiptStatus.notAuthenticated: return "the App Store could not authenticate the receipt (21003)"
+        case VerifyReceiptStatus.sharedSecretMismatch: return "the shared secret does not match (21004)"
+        case VerifyReceiptStatus.sandboxReceiptInProduction: return "sandbox receipt, but the sandbox did not confirm it (21007)"
+        case VerifyReceiptStatus.productionReceiptInSandbox: return "production receipt, but production did not confirm it (21008)"
+        case VerifyReceiptStatus.accountNotFound: return "the App Store account was not found or was deleted (21010)"
+        default: return "the App Store answered status \(status)"
+        }
+    }
+
+    /// The transactions and subscription states of a successful answer.
+    static func confirmed(_ response: VerifyReceiptResponse, raw: Data, legacy: Bool, bundleIds: [String]) throws -> (transactions: [ConfirmedTransaction], subscriptions: [ConfirmedSubscription]) {
+        if legacy {
+            let object = (try? JSONSerialization.jsonObject(with: raw)) as? [String: Any] ?? [:]
+            var transactions: [ConfirmedTransaction] = []
+            for key in ["receipt", "latest_receipt_info", "latest_expired_receipt_info"] {
+                if let fields = object[key] as? [String: Any], let transaction = ConfirmedTransaction(legacy: fields, source: "transaction_receipt") {
+                    if let bundle = fields["bid"] as? String, !bundleIds.contains(bundle) { continue }
+                    transactions.append(transaction)
+                }
+            }
+            return (transactions, [])
+        }
+        guard let receipt = response.receipt, bundleIds.contains(receipt.bundleId) else {
+            throw ServerError(502, "apple_answer_mismatch", "the App Store's answer is for another bundle id")
+        }
+        var transactions = receipt.inApp.compactMap { ConfirmedTransaction($0, source: "receipt") }
+        transactions += (response.latestReceiptInfo ?? []).compactMap { ConfirmedTransaction($0, source: "latest_receipt_info") }
+        let subscriptions = (response.pendingRenewalInfo ?? []).map { info in
+            ConfirmedSubscription(originalTransactionId: info.originalTransactionId, productId: info.productId,
+                                  autoRenewProductId: info.autoRenewProductId, autoRenewStatus: info.autoRenewStatus == "1",
+                                  expirationIntent: info.expirationIntent, isInBillingRetry: info.isInBillingRetryPeriod == "1",
+                                  gracePeriodExpiresDate: info.gracePeriodExpiresDate?.date)
+        }
+        return (transactions, subscriptions)
+    }
+}

@@ -1,0 +1,161 @@
+import AppStoreModels
+import Foundation
+import Storage
+
+/// A receipt waiting to be, or already, verified.
+public struct VerificationJob: Sendable, Codable, Equatable {
+    /// Why the job exists: a purchase upload or a restore.
+    public enum Kind: String, Codable, Sendable {
+        case purchase
+        case restore
+    }
+
+    public var id: String
+    public var appId: String
+    public var appUserId: String
+    public var kind: Kind
+    public var receiptData: String
+    public var state: JobState
+    public var reason: String?
+    public var environment: AppStoreEnvironment?
+    public var attempts: Int64
+    public var nextAttemptAt: Date
+    public var createdAt: Date
+    public var updatedAt: Date
+    public var settledAt: Date?
+    /// JSON summary of what settlement granted and refused.
+    public var result: String?
+
+    static func from(_ row: SQLRow) -> VerificationJob {
+        VerificationJob(id: row.string("id") ?? "", appId: row.string("app_id") ?? "", appUserId: row.string("app_user_id") ?? "",
+                        kind: Kind(rawValue: row.string("kind") ?? "") ?? .purchase, receiptData: row.string("receipt_data") ?? "",
+                        state: JobState(rawValue: row.string("state") ?? "") ?? .pending, reason: row.string("reason"),
+                        environment: row.string("environment").flatMap(AppStoreEnvironment.init(rawValue:)),
+                        attempts: row.int("attempts") ?? 0, nextAttemptAt: Date(milliseconds: row.int("next_attempt_at") ?? 0),
+                        createdAt: Date(milliseconds: row.int("created_at") ?? 0), updatedAt: Date(milliseconds: row.int("updated_at") ?? 0),
+                        settledAt: row.int("settled_at").map(Date.init(milliseconds:)), result: row.string("result"))
+    }
+}
+
+extension PurchaseStore {
+    /// Writes a new job durably and returns it.
+    public func enqueue(appId: String, appUserId: String, kind: VerificationJob.Kind, receiptData: String, now: Date) async throws -> VerificationJob {
+        let job = VerificationJob(id: UUID().uuidString.lowercased(), appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData,
+                                  state: .pending, attempts: 0, nextAttemptAt: now, createdAt: now, updatedAt: now)
+        try await database.transaction { db in
+            try db.query("INSERT INTO users (app_id, app_user_id, flagged, created_at) VALUES (?, ?, 0, ?) ON CONFLICT DO NOTHING",
+                         [appId, appUserId, now.milliseconds])
+            try db.query("""
+                INSERT INTO verification_jobs (id, app_id, app_user_id, kind, receipt_data, state, attempts, next_attempt_at, created_at, updated_at)
+                VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)
+                """, [job.id, appId, appUserId, kind.rawValue, receiptData, now.milliseconds, now.milliseconds, now.milliseconds])
+        }
+        if database.dialect == .postgres { await database.notify(Self.jobsChannel) }
+        return job
+    }
+
+    /// One job (of one app when `appId` is given).
+    public func job(_ id: String, appId: String? = nil) async throws -> VerificationJob? {
+        try await database.transaction { db in
+            try db.query("SELECT * FROM verification_jobs WHERE id = ?", [id]).first.map(VerificationJob.from)
+        }.flatMap { appId == nil || $0.appId == appId ? $0 : nil }
+    }
+
+    /// Claims up to `limit` due jobs for `owner` under a lease; expired leases are taken over.
+    public func claim(owner: String, limit: Int, lease: TimeInterval, now: Date) async throws -> [VerificationJob] {
+        let lock = database.dialect == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
+        let nowMs = now.milliseconds
+        let leaseUntil = now.addingTimeInterval(lease).milliseconds
+        return try await database.transaction { db in
+            try db.query("""
+                UPDATE verification_jobs SET state = 'verifying', lease_owner = ?, lease_expires_at = ?, attempts = attempts + 1, updated_at = ?
+                WHERE id IN (
+                    SELECT id FROM verification_jobs
+                    WHERE (state IN ('pending', 'timed_out') AND next_attempt_at <= ?) OR (state = 'verifying' AND lease_expires_at <= ?)
+                    ORDER BY next_attempt_at LIMIT ?\(lock))
+                RETURNING *
+                """, [owner, leaseUntil, nowMs, nowMs, nowMs, limit]).map(VerificationJob.from)
+        }
+    }
+
+    /// Puts a claimed job back for a later attempt (or into the dead-letter state past its maximum age).
+    public func reschedule(_ job: VerificationJob, owner: String, reason: String, timedOut: Bool, nextAttempt: Date, dead: Bool, now: Date) async throws {
+        let state: JobState = dead ? .dead : (timedOut ? .timedOut : .pending)
+        try await database.transaction { db in
+            try db.query("""
+                UPDATE verification_jobs SET state = ?, reason = ?, next_attempt_at = ?, lease_owner = NULL, lease_expires_at = NULL,
+                updated_at = ?, settled_at = ? WHERE id = ? AND lease_owner = ? AND state = 'verifying'
+                """, [state.rawValue, reason, nextAttempt.milliseconds, now.milliseconds, dead ? now.milliseconds : nil, job.id, owner])
+            if dead {
+                try Self.audit(db, appId: job.appId, userId: job.appUserId, kind: "verification_dead_lettered",
+                               detail: ["verificationId": job.id, "reason": reason, "attempts": String(job.attempts)], now: now)
+            }
+        }
+    }
+
+    /// Settles a claimed job as rejected.
+    public func reject(_ job: VerificationJob, owner: String, code: String, reason: String, environment: AppStoreEnvironment?, now: Date) async throws {
+        try await database.transaction { db in
+            let rows = try db.query("""
+                UPDATE verification_jobs SET state = 'rejected', reason = ?, environment = ?, lease_owner = NULL, lease_expires_at = NULL,
+                updated_at = ?, settled_at = ? WHERE id = ? AND lease_owner = ? AND state = 'verifying' RETURNING id
+                """, [reason, environment?.rawValue, now.milliseconds, now.milliseconds, job.id, owner])
+            guard !rows.isEmpty else { return }
+            try Self.audit(db, appId: job.appId, userId: job.appUserId, kind: "verification_rejected",
+                           detail: ["verificationId": job.id, "code": code, "reason": reason], now: now)
+        }
+    }
+
+    /// Jobs in a state (all states when nil), newest first.
+    public func jobs(appId: String? = nil, state: JobState?, limit: Int) async throws -> [VerificationJob] {
+        try await database.transaction { db in
+            var sql = "SELECT * FROM verification_jobs WHERE 1 = 1"
+            var parameters: [any SQLBindable] = []
+            if let appId {
+                sql += " AND app_id = ?"
+                parameters.append(appId)
+            }
+            if let state {
+                sql += " AND state = ?"
+                parameters.append(state.rawValue)
+            }
+            sql += " ORDER BY created_at DESC LIMIT ?"
+            parameters.append(limit)
+            return try db.query(sql, parameters).map(VerificationJob.from)
+        }
+    }
+
+    /// Counts of jobs per state.
+    public func jobCounts() async throws -> [String: Int64] {
+        try await database.transaction { db in
+            var counts: [String: Int64] = [:]
+            for row in try db.query("SELECT state, COUNT(*) AS n FROM verification_jobs GROUP BY state") {
+                counts[row.string("state") ?? ""] = row.int("n") ?? 0
+            }
+            return counts
+        }
+    }
+
+    /// Puts dead (or timed-out) jobs back in the queue; returns how many.
+    public func replay(ids: [String]?, now: Date) async throws -> Int {
+        let count = try await database.transaction { db -> Int in
+            var total = 0
+            if let ids {
+                for id in ids {
+                    total += try db.query("""
+                        UPDATE verification_jobs SET state = 'pending', next_attempt_at = ?, created_at = ?, settled_at = NULL, updated_at = ?
+                        WHERE id = ? AND state IN ('dead', 'timed_out') RETURNING id
+                        """, [now.milliseconds, now.milliseconds, now.milliseconds, id]).count
+                }
+            } else {
+                total = try db.query("""
+                    UPDATE verification_jobs SET state = 'pending', next_attempt_at = ?, created_at = ?, settled_at = NULL, updated_at = ?
+                    WHERE state = 'dead' RETURNING id
+                    """, [now.milliseconds, now.milliseconds, now.milliseconds]).count
+            }
+            return total
+        }
+        if count > 0, database.dialect == .postgres { await database.notify(Self.jobsChannel) }
+        return count
+    }
+}

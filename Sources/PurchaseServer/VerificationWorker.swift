@@ -1,0 +1,112 @@
+import Foundation
+import Synchronization
+
+/// Runs verification jobs: claims due jobs in batches and keeps up to `concurrency` of them in
+/// flight at once (Apple takes seconds per call, so thousands may wait on the network together).
+/// Woken by new jobs in this process, by NOTIFY from other processes, and by a poll timer.
+public final class VerificationWorker: Sendable {
+    public struct Configuration: Sendable {
+        /// Jobs in flight at once.
+        public var concurrency: Int
+        /// Jobs claimed per query.
+        public var batchSize: Int
+        /// How long a claim lasts before another worker may take the job over.
+        public var lease: TimeInterval
+        /// Poll interval when nothing wakes the worker.
+        public var pollInterval: Duration
+
+        public init(concurrency: Int = 2048, batchSize: Int = 128, lease: TimeInterval = 120, pollInterval: Duration = .milliseconds(500)) {
+            self.concurrency = concurrency
+            self.batchSize = batchSize
+            self.lease = lease
+            self.pollInterval = pollInterval
+        }
+    }
+
+    let engine: VerificationEngine
+    let configuration: Configuration
+    /// This worker's lease owner id.
+    public let owner: String
+    let signal = WakeSignal()
+    private let state = Mutex<(inFlight: Int, running: Bool)>((0, false))
+    private let settled: @Sendable (String) -> Void
+
+    /// Creates a worker; `settled` is told the id of every job it settles.
+    public init(engine: VerificationEngine, configuration: Configuration, settled: @escaping @Sendable (String) -> Void) {
+        self.engine = engine
+        self.configuration = configuration
+        owner = "worker-\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString.prefix(8).lowercased())"
+        self.settled = settled
+    }
+
+    /// Jobs currently being verified by this worker.
+    public var inFlight: Int { state.withLock { $0.inFlight } }
+
+    /// Asks the worker to look for jobs now.
+    public func wake() { signal.wake() }
+
+    /// Runs until the task is cancelled.
+    public func run() async {
+        state.withLock { $0.running = true }
+        let database = engine.store.database
+        let listener = Task { [signal] in
+            while !Task.isCancelled {
+                await database.wait(for: PurchaseStore.jobsChannel, timeout: .seconds(5))
+                signal.wake()
+            }
+        }
+        defer { listener.cancel() }
+        while !Task.isCancelled {
+            let free = configuration.concurrency - inFlight
+            var claimed = 0
+            if free > 0 {
+                let jobs = (try? await engine.store.claim(owner: owner, limit: min(free, configuration.batchSize),
+                                                           lease: configuration.lease, now: engine.clock.now())) ?? []
+                claimed = jobs.count
+                for job in jobs {
+                    state.withLock { $0.inFlight += 1 }
+                    Task {
+                        let outcome = await self.engine.process(job, owner: self.owner)
+                        self.state.withLock { $0.inFlight -= 1 }
+                        if outcome?.isSettled == true { self.settled(job.id) }
+                        self.signal.wake()
+                    }
+                }
+            }
+            if claimed == configuration.batchSize && inFlight < configuration.concurrency { continue }
+            await signal.wait(timeout: configuration.pollInterval)
+        }
+        state.withLock { $0.running = false }
+    }
+
+    /// Waits (up to `timeout`) for jobs in flight to finish.
+    public func drain(timeout: Duration) async {
+        let deadline = ContinuousClock.now.advanced(by: timeout)
+        while inFlight > 0 && ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(20)) }
+    }
+}
+
+/// Lets HTTP handlers wait for a job to settle (`?wait=`), woken by this process's worker.
+public final class SettlementWaiters: Sendable {
+    private let waiters = Mutex<[String: [CheckedContinuation<Void, Never>]]>([:])
+
+    public init() {}
+
+    /// Wakes everyone waiting for `id`.
+    public func settled(_ id: String) {
+        let list = waiters.withLock { $0.removeValue(forKey: id) ?? [] }
+        for waiter in list { waiter.resume() }
+    }
+
+    /// Waits until `id` is reported settled or `timeout` passes.
+    public func wait(for id: String, timeout: Duration) async {
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: timeout)
+            self?.settled(id)
+        }
+        await withCheckedContinuation { continuation in
+            waiters.withLock { $0[id, default: []].append(continuation) }
+        }
+        timer.cancel()
+    }
+}

@@ -1,0 +1,114 @@
+import AppStoreModels
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// Where verifyReceipt lives: Apple's hosts by default, the emulator's URLs in tests.
+public struct AppStoreEndpoints: Sendable, Equatable {
+    public var production: URL
+    public var sandbox: URL
+
+    public init(production: URL, sandbox: URL) {
+        self.production = production
+        self.sandbox = sandbox
+    }
+
+    /// `https://buy.itunes.apple.com/verifyReceipt` and `https://sandbox.itunes.apple.com/verifyReceipt`.
+    public static let apple = AppStoreEndpoints(production: URL(string: "https://buy.itunes.apple.com/verifyReceipt")!,
+                                                sandbox: URL(string: "https://sandbox.itunes.apple.com/verifyReceipt")!)
+
+    /// A Storekeeper App Store emulator at `base` (`/production/verifyReceipt`, `/sandbox/verifyReceipt`).
+    public static func emulator(_ base: URL) -> AppStoreEndpoints {
+        AppStoreEndpoints(production: base.appendingPathComponent("production/verifyReceipt"),
+                          sandbox: base.appendingPathComponent("sandbox/verifyReceipt"))
+    }
+
+    public func url(for environment: AppStoreEnvironment) -> URL { environment == .production ? production : sandbox }
+}
+
+/// Sends one HTTP POST; the server injects a fake in unit tests.
+public protocol HTTPTransport: Sendable {
+    /// Returns the status code, content type and body, or throws on a network failure or timeout.
+    func post(_ url: URL, body: Data, timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data)
+}
+
+/// `HTTPTransport` over URLSession, sized for thousands of requests in flight.
+public final class URLSessionTransport: HTTPTransport {
+    private let session: URLSession
+
+    /// Creates a transport allowing `connectionsPerHost` parallel connections.
+    public init(connectionsPerHost: Int = 1024) {
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.httpMaximumConnectionsPerHost = connectionsPerHost
+        configuration.timeoutIntervalForRequest = 60
+        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
+        session = URLSession(configuration: configuration)
+    }
+
+    public func post(_ url: URL, body: Data, timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data) {
+        var request = URLRequest(url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: timeout)
+        request.httpMethod = "POST"
+        request.httpBody = body
+        request.setValue("application/json; charset=utf-8", forHTTPHeaderField: "Content-Type")
+        let (data, response) = try await session.data(for: request)
+        let http = response as? HTTPURLResponse
+        return (http?.statusCode ?? 0, http?.value(forHTTPHeaderField: "Content-Type"), data)
+    }
+}
+
+/// What one call to verifyReceipt came to.
+public enum AppleAnswer: Sendable {
+    /// Apple answered with a JSON status that is final (0, 21002, 21003, 21004, 21006, 21007, 21008, 21010, 211xx not retryable),
+    /// with the raw body (iOS 6 style answers have their own shape).
+    case answered(VerifyReceiptResponse, Data)
+    /// A temporary failure worth retrying: timeout, connection error, HTTP 5xx, HTML with 200, 21005, 21009, retryable 211xx.
+    case retryable(String)
+}
+
+/// Calls verifyReceipt and sorts the outcome into final answers and retryable failures.
+public struct VerifyReceiptClient: Sendable {
+    public let endpoints: AppStoreEndpoints
+    public let transport: any HTTPTransport
+    /// Per-call timeout in seconds.
+    public let timeout: TimeInterval
+
+    public init(endpoints: AppStoreEndpoints, transport: any HTTPTransport, timeout: TimeInterval = 15) {
+        self.endpoints = endpoints
+        self.transport = transport
+        self.timeout = timeout
+    }
+
+    /// One call to one environment.
+    public func verify(_ receiptData: String, password: String?, environment: AppStoreEnvironment) async -> AppleAnswer {
+        var object: [String: Any] = ["receipt-data": receiptData, "exclude-old-transactions": false]
+        if let password { object["password"] = password }
+        guard let body = try? JSONSerialization.data(withJSONObject: object) else { return .retryable("cannot encode the request") }
+        let reply: (status: Int, contentType: String?, body: Data)
+        do {
+            reply = try await transport.post(endpoints.url(for: environment), body: body, timeout: timeout)
+        } catch let error as URLError where error.code == .timedOut {
+            return .retryable("verification timed out")
+        } catch {
+            return .retryable("connection error: \(Self.describe(error))")
+        }
+        guard reply.status == 200 else { return .retryable("HTTP \(reply.status) from \(environment.rawValue.lowercased()) verifyReceipt") }
+        guard let response = try? JSONDecoder().decode(VerifyReceiptResponse.self, from: reply.body) else {
+            let kind = (reply.contentType ?? "").contains("html") ? "an HTML page" : "a non-JSON body"
+            return .retryable("\(environment.rawValue.lowercased()) verifyReceipt answered \(kind) with HTTP 200")
+        }
+        switch response.status {
+        case VerifyReceiptStatus.serverUnavailable, VerifyReceiptStatus.internalDataAccessError:
+            return .retryable("App Store status \(response.status)")
+        case 21100...21199 where response.isRetryable != false:
+            return .retryable("App Store status \(response.status) (retryable)")
+        default:
+            return .answered(response, reply.body)
+        }
+    }
+
+    static func describe(_ error: any Error) -> String {
+        if let error = error as? URLError { return "URLError \(error.code.rawValue)" }
+        return String(describing: type(of: error))
+    }
+}

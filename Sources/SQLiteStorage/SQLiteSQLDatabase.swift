@@ -1,0 +1,58 @@
+import CSQLite
+import Foundation
+import Storage
+
+/// The embedded default `SQLDatabase`: one SQLite file in WAL mode, one connection owned by a serial queue.
+public final class SQLiteSQLDatabase: SQLDatabase {
+    let database: SQLiteDatabase
+    public let dialect = SQLDialect.sqlite
+
+    /// Opens or creates the database at `path`.
+    public init(path: String) throws {
+        database = try SQLiteDatabase(path: path)
+    }
+
+    public func transaction<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+        try await database.run { db in
+            try db.execute("BEGIN IMMEDIATE")
+            do {
+                let result = try body(SQLiteConnection(database: db))
+                try db.execute("COMMIT")
+                return result
+            } catch {
+                try? db.execute("ROLLBACK")
+                throw error
+            }
+        }
+    }
+
+    public func notify(_ channel: String) async {}
+    public func wait(for channel: String, timeout: Duration) async {}
+    public func close() async {}
+}
+
+/// Adapts the queue-owned SQLite handle to `SQLConnection` for the duration of a transaction.
+struct SQLiteConnection: SQLConnection {
+    let database: SQLiteDatabase
+
+    func query(_ sql: String, _ parameters: [any SQLBindable]) throws -> [SQLRow] {
+        let values: [SQLiteDatabase.Value] = parameters.map {
+            switch $0.sqlValue {
+            case .null: return .null
+            case .integer(let value): return .integer(value)
+            case .text(let value): return .text(value)
+            }
+        }
+        let (columns, rows) = try database.queryWithColumns(sql, values)
+        return rows.map { row in
+            SQLRow(columns: columns, values: row.map {
+                switch $0 {
+                case .null: return .null
+                case .integer(let value): return .integer(value)
+                case .text(let value): return .text(value)
+                case .blob(let data): return .text(String(decoding: data, as: UTF8.self))
+                }
+            })
+        }
+    }
+}

@@ -1,0 +1,135 @@
+import Foundation
+
+/// A value bound to or read from SQL.
+public enum SQLValue: Sendable, Equatable, CustomStringConvertible {
+    case null
+    case integer(Int64)
+    case text(String)
+
+    public var description: String {
+        switch self {
+        case .null: return "NULL"
+        case .integer(let value): return String(value)
+        case .text(let value): return value
+        }
+    }
+}
+
+/// Conversions into bound parameters.
+public protocol SQLBindable {
+    var sqlValue: SQLValue { get }
+}
+
+extension String: SQLBindable { public var sqlValue: SQLValue { .text(self) } }
+extension Int: SQLBindable { public var sqlValue: SQLValue { .integer(Int64(self)) } }
+extension Int64: SQLBindable { public var sqlValue: SQLValue { .integer(self) } }
+extension Bool: SQLBindable { public var sqlValue: SQLValue { .integer(self ? 1 : 0) } }
+extension SQLValue: SQLBindable { public var sqlValue: SQLValue { self } }
+extension Optional: SQLBindable where Wrapped: SQLBindable {
+    public var sqlValue: SQLValue { self?.sqlValue ?? .null }
+}
+
+/// One result row; columns by name.
+public struct SQLRow: Sendable {
+    public let columns: [String]
+    public let values: [SQLValue]
+
+    public init(columns: [String], values: [SQLValue]) {
+        self.columns = columns
+        self.values = values
+    }
+
+    /// The raw value of a column (NULL when absent).
+    public subscript(_ name: String) -> SQLValue {
+        guard let index = columns.firstIndex(of: name) else { return .null }
+        return values[index]
+    }
+
+    /// A text column (integers rendered as text), or nil for NULL.
+    public func string(_ name: String) -> String? {
+        switch self[name] {
+        case .null: return nil
+        case .integer(let value): return String(value)
+        case .text(let value): return value
+        }
+    }
+
+    /// An integer column (PostgreSQL returns text), or nil.
+    public func int(_ name: String) -> Int64? {
+        switch self[name] {
+        case .null: return nil
+        case .integer(let value): return value
+        case .text(let value): return Int64(value)
+        }
+    }
+
+    /// A boolean stored as 0/1 (or PostgreSQL's t/f).
+    public func bool(_ name: String) -> Bool {
+        switch self[name] {
+        case .integer(let value): return value != 0
+        case .text(let value): return value == "1" || value == "t" || value == "true"
+        case .null: return false
+        }
+    }
+}
+
+/// The SQL flavour, for the few statements that differ.
+public enum SQLDialect: Sendable {
+    case sqlite
+    case postgres
+}
+
+/// A connection inside a transaction. Calls are synchronous: they run on the owner's own thread.
+public protocol SQLConnection {
+    /// Runs one statement with `?` placeholders and returns its rows.
+    @discardableResult
+    func query(_ sql: String, _ parameters: [any SQLBindable]) throws -> [SQLRow]
+}
+
+extension SQLConnection {
+    /// Runs one statement without parameters.
+    @discardableResult
+    public func query(_ sql: String) throws -> [SQLRow] { try query(sql, []) }
+}
+
+/// A relational database: the embedded SQLite default or PostgreSQL.
+public protocol SQLDatabase: Sendable {
+    /// Which SQL flavour it speaks.
+    var dialect: SQLDialect { get }
+    /// Runs `body` in one transaction on a connection the database owns; commits unless it throws.
+    func transaction<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T
+    /// Statements to run (outside a transaction) when other processes should be woken, e.g. NOTIFY.
+    func notify(_ channel: String) async
+    /// Waits until another process notifies `channel` or `timeout` passes (returns at once on SQLite).
+    func wait(for channel: String, timeout: Duration) async
+    /// Closes connections.
+    func close() async
+}
+
+/// A schema migration: an ordered list of statements identified by a version.
+public struct SQLMigration: Sendable {
+    public let version: Int
+    public let statements: [String]
+    public init(version: Int, statements: [String]) {
+        self.version = version
+        self.statements = statements
+    }
+}
+
+extension SQLDatabase {
+    /// Applies migrations not yet recorded in `schema_migrations`, each in its own transaction.
+    public func migrate(_ migrations: [SQLMigration]) async throws {
+        try await transaction { db in
+            try db.query("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)")
+        }
+        for migration in migrations.sorted(by: { $0.version < $1.version }) {
+            try await transaction { db in
+                let done = try db.query("SELECT version FROM schema_migrations WHERE version = ?", [migration.version])
+                guard done.isEmpty else { return }
+                for statement in migration.statements { try db.query(statement) }
+                try db.query("INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                             [migration.version, Int64(Date().timeIntervalSince1970 * 1000)])
+            }
+        }
+    }
+}

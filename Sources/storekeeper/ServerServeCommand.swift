@@ -1,0 +1,158 @@
+import AppStoreCrypto
+import Foundation
+import HTTP
+import HTTPServer
+import PostgresStorage
+import PurchaseServer
+import SQLiteStorage
+import Storage
+
+/// Options shared by `server serve` and `up` for building a purchase server.
+struct ServerOptions {
+    var data: String
+    var database: String?
+    var appstoreURL: String?
+    var trustFiles: [String]
+    var trustEmulator: Bool
+    var adminKey: String?
+    var concurrency: Int
+    var callTimeout: Double
+    var maxAge: Double
+    var retryBase: Double
+    var retryCap: Double
+
+    static let help = """
+      --data DIR            State directory for the embedded SQLite database and the admin key (default ./.storekeeper).
+      --database URL        Use PostgreSQL (postgres://user@host:port/db) instead of SQLite.
+      --appstore-url URL    verifyReceipt base URL (an emulator: URL/production/verifyReceipt, URL/sandbox/verifyReceipt);
+                            default Apple's buy.itunes.apple.com and sandbox.itunes.apple.com.
+      --trust PEM           Trust the certificates in PEM for receipts (repeatable; default Apple's roots).
+      --trust-emulator      Fetch and trust the emulator's CA from --appstore-url.
+      --admin-key KEY       The admin API key (default $STOREKEEPER_ADMIN_KEY, else generated once into DIR/admin-key).
+      --concurrency N       Verifications in flight at once (default 2048).
+      --call-timeout S      Seconds per verifyReceipt call (default 15).
+      --max-age S           Seconds a verification keeps retrying before it is dead-lettered (default 86400).
+      --retry-base S        First retry delay in seconds, doubled per attempt with jitter (default 1).
+      --retry-cap S         Longest retry delay in seconds (default 300).
+    """
+
+    init(_ arguments: inout Arguments) throws {
+        data = try arguments.option("data") ?? "./.storekeeper"
+        database = try arguments.option("database")
+        appstoreURL = try arguments.option("appstore-url")
+        trustFiles = try arguments.options("trust")
+        trustEmulator = arguments.flag("trust-emulator")
+        adminKey = try arguments.option("admin-key") ?? ProcessInfo.processInfo.environment["STOREKEEPER_ADMIN_KEY"]
+        func number(_ name: String, _ fallback: Double) throws -> Double {
+            guard let text = try arguments.option(name) else { return fallback }
+            guard let value = Double(text), value > 0 else { throw UsageError(description: "--\(name) must be a positive number") }
+            return value
+        }
+        concurrency = Int(try number("concurrency", 2048))
+        callTimeout = try number("call-timeout", 15)
+        maxAge = try number("max-age", 86400)
+        retryBase = try number("retry-base", 1)
+        retryCap = try number("retry-cap", 300)
+    }
+
+    /// Opens the database, the trust store and the server.
+    func openServer(emulatorCA: String? = nil) async throws -> (PurchaseServer, String, any SQLDatabase) {
+        let directory = URL(fileURLWithPath: data, isDirectory: true)
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let database: any SQLDatabase
+        if let url = self.database {
+            database = try PostgresDatabase(url: url, size: 16, channels: ["storekeeper_jobs"])
+        } else {
+            database = try SQLiteSQLDatabase(path: directory.appendingPathComponent("server.sqlite").path)
+        }
+        var certificates: [Certificate] = []
+        for file in trustFiles {
+            guard let text = FileManager.default.contents(atPath: file) else { throw CommandFailure(description: "cannot read \(file)") }
+            certificates += try Certificate.parsePEM(String(decoding: text, as: UTF8.self))
+        }
+        if let emulatorCA { certificates += try Certificate.parsePEM(emulatorCA) }
+        if trustEmulator {
+            guard let appstoreURL else { throw UsageError(description: "--trust-emulator needs --appstore-url") }
+            let pem = try await AdminClient(url: appstoreURL).send("GET", "/admin/v1/ca?chain=true")
+            certificates += try Certificate.parsePEM(String(decoding: pem, as: UTF8.self))
+        }
+        let trust = certificates.isEmpty ? try TrustStore.apple() : TrustStore(certificates: certificates)
+        var endpoints = AppStoreEndpoints.apple
+        if let appstoreURL {
+            guard let base = URL(string: appstoreURL) else { throw UsageError(description: "--appstore-url must be a URL") }
+            endpoints = .emulator(base)
+        }
+        let key = try adminKey ?? Self.persistentAdminKey(in: directory)
+        let configuration = PurchaseServer.Configuration(
+            trust: trust, endpoints: endpoints, transport: URLSessionTransport(), adminKey: key,
+            worker: .init(concurrency: concurrency), retry: .init(baseDelay: retryBase, maxDelay: retryCap, maxAge: maxAge),
+            callTimeout: callTimeout)
+        return (try await PurchaseServer.open(database: database, configuration: configuration), key, database)
+    }
+
+    /// The admin key kept in the data directory, created on first use.
+    static func persistentAdminKey(in directory: URL) throws -> String {
+        let file = directory.appendingPathComponent("admin-key")
+        if let text = try? String(contentsOf: file, encoding: .utf8), !text.isEmpty { return text.trimmingCharacters(in: .whitespacesAndNewlines) }
+        let key = "sk_admin_" + APIKey.random()
+        try key.write(to: file, atomically: true, encoding: .utf8)
+        try? FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: file.path)
+        return key
+    }
+}
+
+/// `storekeeper server serve`
+struct ServerServeCommand: Command {
+    static let abstract = "Run the purchase server: receipts in, verified purchases, entitlements and balances out."
+    static let help = """
+    [--data DIR | --database URL] [--host H] [--port P] [--appstore-url URL] [--trust PEM]... [--trust-emulator] [--quiet]
+
+    OPTIONS:
+      --host H              Address to bind (default 127.0.0.1).
+      --port P              Port (default 8020; 0 picks a free port, printed on start).
+      --quiet               No access log.
+    \(ServerOptions.help)
+    """
+
+    let options: ServerOptions
+    let host: String
+    let port: UInt16
+    let quiet: Bool
+
+    init(_ arguments: inout Arguments) throws {
+        options = try ServerOptions(&arguments)
+        host = try arguments.option("host") ?? "127.0.0.1"
+        guard let port = UInt16(try arguments.option("port") ?? "8020") else { throw UsageError(description: "--port must be 0–65535") }
+        self.port = port
+        quiet = arguments.flag("quiet")
+    }
+
+    func run() async throws {
+        FileLimits.raise()
+        let (server, adminKey, database) = try await options.openServer()
+        let worker = server.runWorker()
+        let http = HTTPServer(configuration: .init(host: host, port: port, maxBodySize: 4 << 20, connectionLimit: 4096, accessLog: !quiet),
+                              responder: PurchaseServerResponder(server: server))
+        let bound = try http.start()
+        say("storekeeper server listening on http://\(host):\(bound)")
+        say("database: \(options.database == nil ? "sqlite in \(options.data)" : "postgresql")  admin key: \(options.adminKey == nil ? adminKey : "(as given)")")
+        await ShutdownSignal.wait()
+        FileHandle.standardError.write(Data("shutting down\n".utf8))
+        await http.shutdown()
+        worker.cancel()
+        await server.worker.drain(timeout: .seconds(5))
+        await database.close()
+    }
+}
+
+import Glibc
+
+/// Raises the open-file limit to its hard maximum: thousands of verifications in flight need sockets.
+enum FileLimits {
+    static func raise() {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return }
+        limit.rlim_cur = limit.rlim_max
+        _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+    }
+}

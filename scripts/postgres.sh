@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Starts or stops a throwaway PostgreSQL on loopback for the test suites: scripts/postgres.sh start|stop|url
+set -euo pipefail
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+DIR=${STOREKEEPER_PG_DIR:-/tmp/storekeeper-pg}
+PORT=${STOREKEEPER_PG_PORT:-55432}
+URL="postgresql://postgres@127.0.0.1:$PORT/storekeeper_test"
+
+as_owner() {  # PostgreSQL refuses to run as root: use the postgres user then.
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+case "${1:-}" in
+  start)
+    [ -n "$PGBIN" ] || { echo "PostgreSQL is not installed (apt-get install postgresql)" >&2; exit 1; }
+    mkdir -p "$DIR"
+    [ "$(id -u)" = 0 ] && chown postgres "$DIR"
+    if [ ! -f "$DIR/data/PG_VERSION" ]; then
+      as_owner "$PGBIN/initdb" -D "$DIR/data" -A trust -U postgres --no-sync >/dev/null
+    fi
+    if ! as_owner "$PGBIN/pg_ctl" -D "$DIR/data" status >/dev/null 2>&1; then
+      as_owner "$PGBIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w \
+        -o "-c listen_addresses=127.0.0.1 -p $PORT -k $DIR -c fsync=off -c max_connections=200" start >/dev/null
+    fi
+    as_owner "$PGBIN/psql" -h 127.0.0.1 -p "$PORT" -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='storekeeper_test'" postgres | grep -q 1 \
+      || as_owner "$PGBIN/createdb" -h 127.0.0.1 -p "$PORT" -U postgres storekeeper_test
+    echo "$URL"
+    ;;
+  stop)
+    [ -f "$DIR/data/PG_VERSION" ] && as_owner "$PGBIN/pg_ctl" -D "$DIR/data" -m fast -w stop >/dev/null 2>&1 || true
+    ;;
+  url)
+    echo "$URL"
+    ;;
+  *)
+    echo "usage: $0 start|stop|url" >&2
+    exit 64
+    ;;
+esac
