@@ -2,11 +2,12 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-DEB_PACKAGES := pkg-config libmicrohttpd-dev libssl-dev libsqlite3-dev openssl python3-venv wrk
+DEB_PACKAGES := pkg-config libmicrohttpd-dev libssl-dev libsqlite3-dev libpq-dev postgresql openssl python3-venv wrk tmux
 PY_PACKAGES := pytest pyyaml app-store-server-library inapppy itunes-iap
 VENV := .venv
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APPSTORE_PORT ?= 8010
+SERVER_PORT ?= 8020
 DATA ?= ./.storekeeper
 
 CATALOGS := --catalog com.example.coins=examples/coins.storekit \
@@ -14,10 +15,10 @@ CATALOGS := --catalog com.example.coins=examples/coins.storekit \
             --catalog com.example.comics=examples/comics.storekit \
             --catalog com.example.magazine=examples/magazine.storekit
 
-.PHONY: help deps pydeps build release run test test-swift test-acceptance bench clean
+.PHONY: help deps pydeps build release run appstore test test-swift test-acceptance bench clean
 
 help:
-	@echo "make run    install what is missing, build, start the App Store emulator with the example catalogs"
+	@echo "make run    install what is missing, build, start the App Store emulator and the purchase server (storekeeper up)"
 	@echo "make test   install what is missing, run the Swift suites and the acceptance suites"
 	@echo "make bench  build release and print benchmark figures (written under bench/results/)"
 
@@ -36,27 +37,26 @@ release: deps
 	swift build -c release
 
 run: release
-	@echo
-	@echo "App Store emulator on http://127.0.0.1:$(APPSTORE_PORT) with the example stores; sandbox tester sandbox@example.com."
-	@echo "Try, in another terminal:"
-	@echo "  .build/release/storekeeper appstore buy --app com.example.coins --product Nada.JPYF01 --account sandbox@example.com"
-	@echo "  curl -s -X POST http://127.0.0.1:$(APPSTORE_PORT)/sandbox/verifyReceipt -d '{\"receipt-data\":\"<receipt from buy>\"}'"
-	@echo "  .build/release/storekeeper appstore time advance 5m     # subscriptions renew (a month is 5 minutes in the sandbox)"
-	@echo "  .build/release/storekeeper appstore fault add --endpoint verifyReceipt --latency 3s-6s"
-	@echo
-	.build/release/storekeeper appstore serve --data $(DATA) --port $(APPSTORE_PORT) $(CATALOGS) --tester sandbox@example.com
+	.build/release/storekeeper up --data $(DATA) --appstore-port $(APPSTORE_PORT) --server-port $(SERVER_PORT)
 
+appstore: release
+	.build/release/storekeeper appstore serve --data $(DATA)/appstore --port $(APPSTORE_PORT) $(CATALOGS) --tester sandbox@example.com
+
+# Every suite runs against SQLite and against a throwaway PostgreSQL on loopback, stopped at the end.
 test: pydeps
 	swift build
-	swift test 2>&1 | tee .build/swift-test.log; exit $${PIPESTATUS[0]}
-	STOREKEEPER_BIN=$(CURDIR)/.build/debug/storekeeper $(VENV)/bin/python -m pytest -q Tests/acceptance
+	@pg_url=$$(scripts/postgres.sh start) || exit 1; \
+	trap 'scripts/postgres.sh stop' EXIT; \
+	export STOREKEEPER_TEST_POSTGRES=$$pg_url STOREKEEPER_BIN=$(CURDIR)/.build/debug/storekeeper; \
+	swift test && $(VENV)/bin/python -m pytest -q Tests/acceptance
 
 test-swift: deps
 	swift test
 
 test-acceptance: pydeps
 	swift build
-	STOREKEEPER_BIN=$(CURDIR)/.build/debug/storekeeper $(VENV)/bin/python -m pytest -q Tests/acceptance
+	@pg_url=$$(scripts/postgres.sh start) || exit 1; trap 'scripts/postgres.sh stop' EXIT; \
+	STOREKEEPER_TEST_POSTGRES=$$pg_url STOREKEEPER_BIN=$(CURDIR)/.build/debug/storekeeper $(VENV)/bin/python -m pytest -q Tests/acceptance
 
 bench: release pydeps
 	bench/run.sh

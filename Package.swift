@@ -58,6 +58,12 @@ let package = Package(
         .testTarget(name: "HTTPTests", dependencies: ["HTTP", "HTTPServer"], swiftSettings: swiftSettings),
         .testTarget(name: "SQLiteStorageTests", dependencies: ["Storage", "SQLiteStorage"], swiftSettings: swiftSettings),
         .testTarget(
+            name: "PurchaseServerTests",
+            dependencies: ["PurchaseServer", "AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "Storage", "SQLiteStorage",
+                           "PostgresStorage", "StorekeeperTesting"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "AppStoreEmulatorTests",
             dependencies: ["AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "StorekeeperTesting"],
             swiftSettings: swiftSettings

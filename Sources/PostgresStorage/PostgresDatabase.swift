@@ -86,7 +86,9 @@ public final class PostgresDatabase: SQLDatabase {
 }
 
 /// A dedicated connection that LISTENs and wakes waiters when a notification arrives.
-// The handle is only used on the listener's own thread (`loop`); waiters are kept under a lock.
+// The handle is used only by the listener's own thread (a plain Thread, not a dispatch queue, because
+// it blocks in poll() for its whole life and must not hold one of Dispatch's limited worker threads);
+// waiters are kept under a lock.
 final class PostgresListener: @unchecked Sendable {
     private let connection: PostgresConnection
     private let state = Mutex<State>(State())
@@ -99,56 +101,53 @@ final class PostgresListener: @unchecked Sendable {
 
     init(url: String, channels: [String]) throws {
         connection = try PostgresConnection(url: url, label: "storekeeper.postgres.listener")
-        for channel in channels where channel.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "_" }) {
+        let valid = channels.filter { $0.allSatisfy { $0.isLetter || $0.isNumber || $0 == "_" } }
+        for channel in valid {
             _ = try connection.execute("LISTEN \(channel)", [])
-            state.withLock { _ = $0.channels.insert(channel) }
         }
-        if !channels.isEmpty { startPolling() }
+        state.withLock { $0.channels = Set(valid) }
+        if !valid.isEmpty {
+            let thread = Thread { [self] in loop() }
+            thread.name = "storekeeper.postgres.listener"
+            thread.start()
+        }
     }
 
     /// Waits for a notification on `channel` or the timeout (only the timeout for channels not listened to).
     func wait(for channel: String, timeout: Duration) async {
-        guard state.withLock({ $0.channels.contains(channel) }) else {
+        guard state.withLock({ $0.channels.contains(channel) && !$0.stopped }) else {
             try? await Task.sleep(for: timeout)
             return
         }
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask {
-                await withCheckedContinuation { continuation in
-                    self.state.withLock { $0.waiters[channel, default: []].append(continuation) }
-                }
-            }
-            group.addTask { try? await Task.sleep(for: timeout) }
-            await group.next()
-            group.cancelAll()
-            // Wake a still-registered waiter of this call so the group can finish.
-            self.wakeAll(channel)
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: timeout)
+            self?.wakeAll(channel)
         }
+        await withCheckedContinuation { continuation in
+            let stopped = state.withLock { state -> Bool in
+                if state.stopped { return true }
+                state.waiters[channel, default: []].append(continuation)
+                return false
+            }
+            if stopped { continuation.resume() }
+        }
+        timer.cancel()
     }
 
-    private let polling = Mutex(false)
-
-    private func startPolling() {
-        let start = polling.withLock { running -> Bool in
-            if running { return false }
-            running = true
-            return true
-        }
-        guard start else { return }
-        connection.queue.async { [self] in
-            while !state.withLock({ $0.stopped }) {
-                let ready = shim_pq_wait_readable(connection.handle, 250)
-                if ready > 0 { PQconsumeInput(connection.handle) }
-                var woken: Set<String> = []
-                while let notification = PQnotifies(connection.handle) {
-                    woken.insert(String(cString: notification.pointee.relname))
-                    PQfreemem(notification)
-                }
-                for channel in woken { wakeAll(channel) }
-                if !connection.isHealthy {
-                    connection.reset()
-                    for channel in state.withLock({ $0.channels }) { _ = try? connection.execute("LISTEN \(channel)", []) }
-                }
+    private func loop() {
+        while !state.withLock({ $0.stopped }) {
+            let ready = shim_pq_wait_readable(connection.handle, 250)
+            if ready > 0 { PQconsumeInput(connection.handle) }
+            var woken: Set<String> = []
+            while let notification = PQnotifies(connection.handle) {
+                woken.insert(String(cString: notification.pointee.relname))
+                PQfreemem(notification)
+            }
+            for channel in woken { wakeAll(channel) }
+            if !connection.isHealthy {
+                connection.reset()
+                for channel in state.withLock({ $0.channels }) { _ = try? connection.execute("LISTEN \(channel)", []) }
+                if !connection.isHealthy { Thread.sleep(forTimeInterval: 0.5) }
             }
         }
     }
@@ -163,7 +162,10 @@ final class PostgresListener: @unchecked Sendable {
     }
 
     func stop() {
-        state.withLock { $0.stopped = true }
-        for channel in state.withLock({ Array($0.waiters.keys) }) { wakeAll(channel) }
+        let channels = state.withLock { state -> [String] in
+            state.stopped = true
+            return Array(state.waiters.keys)
+        }
+        for channel in channels { wakeAll(channel) }
     }
 }

@@ -49,8 +49,9 @@ public final class VerificationWorker: Sendable {
     public func run() async {
         state.withLock { $0.running = true }
         let database = engine.store.database
+        // Other processes' new jobs arrive by NOTIFY (PostgreSQL only; an SQLite file has one process).
         let listener = Task { [signal] in
-            while !Task.isCancelled {
+            while !Task.isCancelled && database.dialect == .postgres {
                 await database.wait(for: PurchaseStore.jobsChannel, timeout: .seconds(5))
                 signal.wake()
             }

@@ -27,7 +27,10 @@ public final class SQLiteSQLDatabase: SQLDatabase {
     }
 
     public func notify(_ channel: String) async {}
-    public func wait(for channel: String, timeout: Duration) async {}
+    /// One process owns an SQLite file, so nobody else notifies: just wait out the timeout.
+    public func wait(for channel: String, timeout: Duration) async {
+        try? await Task.sleep(for: timeout)
+    }
     public func close() async {}
 }
 

@@ -100,7 +100,7 @@ public protocol SQLDatabase: Sendable {
     func transaction<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T
     /// Statements to run (outside a transaction) when other processes should be woken, e.g. NOTIFY.
     func notify(_ channel: String) async
-    /// Waits until another process notifies `channel` or `timeout` passes (returns at once on SQLite).
+    /// Waits until another process notifies `channel` or `timeout` passes (on SQLite: the timeout).
     func wait(for channel: String, timeout: Duration) async
     /// Closes connections.
     func close() async

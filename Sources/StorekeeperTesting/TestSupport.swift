@@ -19,6 +19,11 @@ public enum TestSupport {
         AdjustableClock(offset: 0, base: { date })
     }
 
+    /// A clock that starts at `date` and then runs in real time (for retries and leases).
+    public static func runningClock(from date: Date = referenceDate) -> AdjustableClock {
+        AdjustableClock(offset: date.timeIntervalSinceNow)
+    }
+
     /// An emulator over `store` (in memory by default) with the test CA and a fixed clock.
     public static func emulator(store: any DocumentStore = InMemoryDocumentStore(), clock: AdjustableClock = fixedClock()) async throws -> AppStoreEmulator {
         try await AppStoreEmulator.open(store: store, authority: authority, clock: clock)

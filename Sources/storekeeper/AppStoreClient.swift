@@ -6,8 +6,10 @@ import FoundationNetworking
 /// A small JSON client for the emulator's admin API, used by the CLI.
 struct AdminClient {
     let base: URL
+    var bearer: String?
 
-    init(url: String) throws {
+    init(url: String, bearer: String? = nil) throws {
+        self.bearer = bearer
         guard let base = URL(string: url), base.scheme == "http" || base.scheme == "https" else {
             throw UsageError(description: "--url must be an http(s) URL")
         }
@@ -20,6 +22,7 @@ struct AdminClient {
         var request = URLRequest(url: url)
         request.httpMethod = method
         request.timeoutInterval = 60
+        if let bearer { request.setValue("Bearer \(bearer)", forHTTPHeaderField: "Authorization") }
         if let json {
             request.httpBody = try JSONSerialization.data(withJSONObject: json)
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")

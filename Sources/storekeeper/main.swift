@@ -18,6 +18,14 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
     ])),
     ("server", .group(abstract: "The purchase server and the commands that administer it.", children: [
         ("serve", .command(ServerServeCommand.self)),
+        ("app", .group(abstract: "Manage apps.", children: [("add", .command(ServerAppAddCommand.self))])),
+        ("key", .group(abstract: "Manage API keys.", children: [("create", .command(ServerKeyCreateCommand.self))])),
+        ("product", .group(abstract: "Manage what products grant.", children: [("set", .command(ServerProductSetCommand.self))])),
+        ("user", .group(abstract: "Inspect users.", children: [("show", .command(ServerUserShowCommand.self))])),
+        ("jobs", .group(abstract: "Inspect and replay verification jobs.", children: [
+            ("list", .command(ServerJobsListCommand.self)), ("replay", .command(ServerJobsReplayCommand.self)),
+        ])),
+        ("report", .command(ServerReportCommand.self)),
     ])),
     ("up", .command(UpCommand.self)),
     ("receipt", .group(abstract: "Work with App Store receipts.", children: [

@@ -1,0 +1,213 @@
+import Foundation
+
+/// `--url` and `--admin-key` of commands that act on a running purchase server.
+func serverClient(_ arguments: inout Arguments) throws -> AdminClient {
+    let url = try arguments.option("url") ?? ProcessInfo.processInfo.environment["STOREKEEPER_SERVER_URL"] ?? "http://127.0.0.1:8020"
+    var key = try arguments.option("admin-key") ?? ProcessInfo.processInfo.environment["STOREKEEPER_ADMIN_KEY"]
+    if key == nil {
+        for path in ["./.storekeeper/server/admin-key", "./.storekeeper/admin-key"] {
+            if let text = try? String(contentsOfFile: path, encoding: .utf8) {
+                key = text.trimmingCharacters(in: .whitespacesAndNewlines)
+                break
+            }
+        }
+    }
+    guard let key else { throw UsageError(description: "give --admin-key (or set STOREKEEPER_ADMIN_KEY)") }
+    return try AdminClient(url: url, bearer: key)
+}
+
+let serverConnectionHelp = """
+      --url URL          The purchase server (default http://127.0.0.1:8020, or $STOREKEEPER_SERVER_URL).
+      --admin-key KEY    The admin key (default $STOREKEEPER_ADMIN_KEY, else ./.storekeeper/server/admin-key).
+"""
+
+/// `storekeeper server app add`
+struct ServerAppAddCommand: Command {
+    static let abstract = "Register an app with the purchase server."
+    static let help = """
+    BUNDLE_ID [--name NAME] [--shared-secret SECRET] [--bundle-id ID]... [--replay-policy reject|transfer|share]
+      [--sandbox-policy allow|allow_list|deny] [--sandbox-user ID]... [--url URL] [--admin-key KEY]
+
+    \(serverConnectionHelp)
+    """
+    let client: AdminClient
+    let body: [String: Any]
+
+    init(_ arguments: inout Arguments) throws {
+        client = try serverClient(&arguments)
+        var body: [String: Any] = [:]
+        if let name = try arguments.option("name") { body["name"] = name }
+        if let secret = try arguments.option("shared-secret") { body["sharedSecret"] = secret }
+        if let policy = try arguments.option("replay-policy") { body["replayPolicy"] = policy }
+        if let policy = try arguments.option("sandbox-policy") { body["sandboxPolicy"] = policy }
+        let users = try arguments.options("sandbox-user")
+        if !users.isEmpty { body["sandboxAllowList"] = users }
+        let extra = try arguments.options("bundle-id")
+        let id = try arguments.single("BUNDLE_ID")
+        body["id"] = id
+        if !extra.isEmpty { body["bundleIds"] = [id] + extra }
+        self.body = body
+    }
+
+    func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/apps", json: body) }
+}
+
+/// `storekeeper server key create`
+struct ServerKeyCreateCommand: Command {
+    static let abstract = "Create an API key for an app (printed once; only its hash is stored)."
+    static let help = "APP_ID [--label TEXT] [--url URL] [--admin-key KEY]\n\n\(serverConnectionHelp)"
+    let client: AdminClient
+    let app: String
+    let label: String?
+
+    init(_ arguments: inout Arguments) throws {
+        client = try serverClient(&arguments)
+        label = try arguments.option("label")
+        app = try arguments.single("APP_ID")
+    }
+
+    func run() async throws {
+        let query = label.map { "?label=" + ($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "") } ?? ""
+        try await client.sendAndPrint("POST", "/admin/v1/apps/\(app)/keys" + query)
+    }
+}
+
+/// `storekeeper server product set`
+struct ServerProductSetCommand: Command {
+    static let abstract = "Say what a product grants: an entitlement, or credit to a balance."
+    static let help = """
+    APP_ID PRODUCT_ID --type TYPE [--entitlement ID] [--currency NAME --amount N] [--duration-days N] [--price 0.99 --price-currency USD]
+
+      TYPE is consumable, non-consumable, auto-renewable, non-renewing or free-subscription.
+    \(serverConnectionHelp)
+    """
+    let client: AdminClient
+    let app: String
+    let product: String
+    let body: [String: Any]
+
+    init(_ arguments: inout Arguments) throws {
+        client = try serverClient(&arguments)
+        guard let type = try arguments.option("type") else { throw UsageError(description: "--type is required") }
+        var body: [String: Any] = ["type": type]
+        for (option, key) in [("entitlement", "entitlement"), ("currency", "currency"), ("price", "price"), ("price-currency", "priceCurrency")] {
+            if let value = try arguments.option(option) { body[key] = value }
+        }
+        for (option, key) in [("amount", "amount"), ("duration-days", "durationDays")] {
+            if let value = try arguments.option(option) {
+                guard let number = Int(value) else { throw UsageError(description: "--\(option) must be a number") }
+                body[key] = number
+            }
+        }
+        let rest = try arguments.positionals()
+        guard rest.count == 2 else { throw UsageError(description: "give APP_ID and PRODUCT_ID") }
+        app = rest[0]
+        product = rest[1]
+        self.body = body
+    }
+
+    func run() async throws { try await client.sendAndPrint("PUT", "/admin/v1/apps/\(app)/products/\(product)", json: body) }
+}
+
+/// `storekeeper server user show`
+struct ServerUserShowCommand: Command {
+    static let abstract = "Show what a user owns: entitlements, balances, subscriptions, transactions, audit events."
+    static let help = "APP_USER_ID --app APP_ID [--url URL] [--admin-key KEY]\n\n\(serverConnectionHelp)"
+    let client: AdminClient
+    let app: String
+    let user: String
+
+    init(_ arguments: inout Arguments) throws {
+        client = try serverClient(&arguments)
+        guard let app = try arguments.option("app") else { throw UsageError(description: "--app is required") }
+        self.app = app
+        user = try arguments.single("APP_USER_ID")
+    }
+
+    func run() async throws {
+        let encoded = user.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/"))) ?? user
+        try await client.sendAndPrint("GET", "/admin/v1/apps/\(app)/users/\(encoded)")
+    }
+}
+
+/// `storekeeper server jobs list`
+struct ServerJobsListCommand: Command {
+    static let abstract = "List verification jobs (e.g. --state dead for the dead-letter queue) with counts per state."
+    static let help = "[--state pending|verifying|timed_out|verified|rejected|dead] [--app APP_ID] [--limit N] [--url URL] [--admin-key KEY]\n\n\(serverConnectionHelp)"
+    let client: AdminClient
+    let query: String
+
+    init(_ arguments: inout Arguments) throws {
+        client = try serverClient(&arguments)
+        var parts: [String] = []
+        for name in ["state", "app", "limit"] {
+            if let value = try arguments.option(name) { parts.append("\(name)=\(value.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? value)") }
+        }
+        query = parts.isEmpty ? "" : "?" + parts.joined(separator: "&")
+    }
+
+    func run() async throws { try await client.sendAndPrint("GET", "/admin/v1/jobs" + query) }
+}
+
+/// `storekeeper server jobs replay`
+struct ServerJobsReplayCommand: Command {
+    static let abstract = "Put dead-lettered (or timed-out) jobs back in the queue: the given ids, or every dead job."
+    static let help = "[VERIFICATION_ID...] [--url URL] [--admin-key KEY]\n\n\(serverConnectionHelp)"
+    let client: AdminClient
+    let ids: [String]
+
+    init(_ arguments: inout Arguments) throws {
+        client = try serverClient(&arguments)
+        ids = try arguments.positionals()
+    }
+
+    func run() async throws {
+        try await client.sendAndPrint("POST", "/admin/v1/jobs/replay", json: ids.isEmpty ? [:] : ["ids": ids])
+    }
+}
+
+/// `storekeeper server report`
+struct ServerReportCommand: Command {
+    static let abstract = "Revenue from the ledger: transactions, units, gross, refunds and net per day, product, currency and environment."
+    static let help = "[--app APP_ID] [--from DATE] [--to DATE] [--group day,product,currency,environment] [--format table|csv|json] [--url URL] [--admin-key KEY]\n\n\(serverConnectionHelp)"
+    let client: AdminClient
+    let query: String
+    let format: String
+
+    init(_ arguments: inout Arguments) throws {
+        client = try serverClient(&arguments)
+        var parts: [String] = []
+        for name in ["app", "from", "to", "group"] {
+            if let value = try arguments.option(name) { parts.append("\(name)=\(value.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: ",-:"))) ?? value)") }
+        }
+        query = parts.isEmpty ? "" : "?" + parts.joined(separator: "&")
+        format = try arguments.option("format") ?? "table"
+        guard ["table", "csv", "json"].contains(format) else { throw UsageError(description: "--format is table, csv or json") }
+    }
+
+    func run() async throws {
+        let data = try await client.send("GET", "/admin/v1/reports/revenue" + query)
+        guard format != "json" else {
+            try printJSON(try JSONSerialization.jsonObject(with: data))
+            return
+        }
+        guard let report = try JSONSerialization.jsonObject(with: data) as? [String: Any], let rows = report["rows"] as? [[String: Any]] else {
+            throw CommandFailure(description: "unexpected report shape")
+        }
+        let columns = ["day", "productId", "currency", "environment", "transactions", "units", "gross", "refunds", "refunded", "net"]
+        let present = columns.filter { column in rows.contains { $0[column] != nil } || ["transactions", "units", "gross", "refunds", "refunded", "net"].contains(column) }
+        let table = rows.map { row in present.map { row[$0].map { "\($0)" } ?? "" } }
+        if format == "csv" {
+            print(present.joined(separator: ","))
+            for line in table { print(line.map { $0.contains(",") ? "\"\($0)\"" : $0 }.joined(separator: ",")) }
+        } else {
+            let widths = present.indices.map { index in max(present[index].count, table.map { $0[index].count }.max() ?? 0) }
+            func render(_ cells: [String]) -> String { zip(cells, widths).map { $0.padding(toLength: $1, withPad: " ", startingAt: 0) }.joined(separator: "  ") }
+            print(render(present))
+            for line in table { print(render(line)) }
+            if let totals = report["totals"] as? [String: String], !totals.isEmpty {
+                print("net total: " + totals.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", "))
+            }
+        }
+    }
+}

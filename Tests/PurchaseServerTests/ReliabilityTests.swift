@@ -1,0 +1,115 @@
+import AppStoreCrypto
+@testable import AppStoreEmulator
+import AppStoreModels
+import Foundation
+import HTTP
+@testable import PurchaseServer
+import StorekeeperTesting
+import Testing
+
+@Suite("Verification survives Apple", .serialized)
+struct ReliabilityTests {
+    @Test("Timeouts, connection errors, 5xx, HTML-with-200, 21005 and retryable 211xx are retried until the purchase is granted",
+          arguments: Engine.available)
+    func retries(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        world.transport.failures.withLock { $0 = [.timeout, .connection, .http(503), .html] }
+        try await world.emulator.addFault(endpoint: "verifyReceipt", environment: .sandbox, behavior: .status(21005), duration: 0.3)
+        let (bought, receipt) = try await world.buy("com.example.coins", "Nada.JPYF02")
+        let answer = try await world.upload("com.example.coins", user: "alice", receipt: receipt)
+        #expect(answer.state == "verified")
+        #expect(answer.granted == [bought.id])
+        #expect((answer["attempts"] as? Int ?? 0) >= 5)
+        #expect(try await world.user("com.example.coins", "alice").balances == ["coins": 100])
+    }
+
+    @Test("A verification that cannot settle is dead-lettered after its maximum age, and a replay grants it once", arguments: Engine.available)
+    func deadLetter(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine, retry: .init(baseDelay: 0.01, maxDelay: 0.02, maxAge: 0.3))
+        defer { Task { await world.stop() } }
+        try await world.emulator.addFault(endpoint: "verifyReceipt", environment: nil, behavior: .http(503))
+        let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF01")
+        var job = try await world.upload("com.example.coins", user: "alice", receipt: receipt)
+        #expect(job.state == "dead")
+        #expect((job["reason"] as? String)?.contains("gave up") == true)
+        let dead = try await world.server.store.jobs(state: .dead, limit: 10)
+        #expect(dead.count == 1)
+        try await world.emulator.clearFaults()
+        let (status, replayed) = try await world.client.json(.post, "/admin/v1/jobs/replay", json: [:], headers: ["Authorization": "Bearer \(ServerWorld.adminKey)"])
+        #expect(status == 200 && replayed["replayed"] as? Int == 1)
+        let settled = try await world.server.awaitSettlement(dead[0].id, appId: nil, timeout: .seconds(10))
+        #expect(settled?.state == .verified)
+        job = try await world.user("com.example.coins", "alice")
+        #expect(job.balances == ["coins": 20])
+    }
+
+    @Test("A worker that lost its lease cannot settle; the job is settled once by the new owner", arguments: Engine.available)
+    func leaseTakeover(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine, startWorker: false)
+        defer { Task { await world.stop() } }
+        let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF02")
+        let job = try await world.server.submit(appId: "com.example.coins", appUserId: "alice", receiptData: receipt, kind: .purchase)
+        let now = world.server.clock.now()
+        let first = try await world.server.store.claim(owner: "crashed", limit: 10, lease: 0.05, now: now)
+        #expect(first.map(\.id) == [job.id])
+        #expect(try await world.server.store.claim(owner: "other", limit: 10, lease: 30, now: now).isEmpty)
+        let taken = try await world.server.store.claim(owner: "survivor", limit: 10, lease: 30, now: now.addingTimeInterval(1))
+        #expect(taken.map(\.id) == [job.id])
+        let engine = world.server.worker.engine
+        #expect(await engine.process(first[0], owner: "crashed") == nil)
+        #expect(await engine.process(taken[0], owner: "survivor") == .verified)
+        #expect(try await world.user("com.example.coins", "alice").balances == ["coins": 100])
+    }
+
+    @Test("Apple's final answers are rejections with reasons: wrong shared secret (21004), deleted account (21010)", arguments: Engine.available)
+    func finalAnswers(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine) { app in if app.id == "com.example.magazine" { app.sharedSecret = "wrong" } }
+        defer { Task { await world.stop() } }
+        let (_, magazine) = try await world.buy("com.example.magazine", "com.example.magazine.monthly")
+        let secret = try await world.upload("com.example.magazine", user: "u", receipt: magazine)
+        #expect(secret.state == "rejected")
+        #expect((secret["reason"] as? String)?.contains("21004") == true)
+        let (_, coins) = try await world.buy("com.example.coins", "Nada.JPYF01")
+        try await world.emulator.deleteAccount(email: ServerWorld.tester)
+        let deleted = try await world.upload("com.example.coins", user: "u", receipt: coins)
+        #expect(deleted.state == "rejected")
+        #expect((deleted["reason"] as? String)?.contains("21010") == true)
+    }
+
+    @Test("The backoff doubles with jitter and is capped")
+    func backoff() {
+        let policy = VerificationEngine.RetryPolicy(baseDelay: 1, maxDelay: 10, maxAge: 100)
+        for attempt in Int64(1)...8 {
+            let delay = policy.delay(afterAttempt: attempt)
+            let nominal = min(pow(2, Double(attempt - 1)), 10)
+            #expect(delay >= nominal * 0.5 && delay <= nominal * 1.5)
+        }
+    }
+
+    @Test("The app API needs a valid key; bad bodies get clear errors", arguments: Engine.available)
+    func apiErrors(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        let (missing, _) = try await world.client.json(.get, "/v1/users/alice")
+        #expect(missing == 401)
+        let (wrong, body) = try await world.client.json(.get, "/v1/users/alice", headers: ["Authorization": "Bearer sk_nope"])
+        #expect(wrong == 401 && (body["error"] as? [String: Any])?["code"] as? String == "invalid_api_key")
+        let auth = ["Authorization": "Bearer \(world.keys["com.example.coins"]!)"]
+        let (noReceipt, _) = try await world.client.json(.post, "/v1/receipts", json: ["appUserId": "a"], headers: auth)
+        #expect(noReceipt == 400)
+        let (noUser, _) = try await world.client.json(.post, "/v1/receipts", json: ["receiptData": "x"], headers: auth)
+        #expect(noUser == 400)
+        let (notJSON, _) = try await world.client.json(.post, "/v1/receipts", body: Data("{".utf8), headers: auth)
+        #expect(notJSON == 400)
+        let (adminDenied, _) = try await world.client.json(.get, "/admin/v1/apps", headers: auth)
+        #expect(adminDenied == 401)
+        let (unknown, _) = try await world.client.json(.get, "/v1/verifications/nope", headers: auth)
+        #expect(unknown == 404)
+        // Another app's verification is not visible with this key.
+        let (_, receipt) = try await world.buy("com.example.football", "GoldenGlobe")
+        let other = try await world.upload("com.example.football", user: "p", receipt: receipt)
+        let (hidden, _) = try await world.client.json(.get, "/v1/verifications/\(other["verificationId"] as? String ?? "")", headers: auth)
+        #expect(hidden == 404)
+    }
+}
