@@ -46,11 +46,12 @@ extension AppStoreEmulator {
         try await read { state, now in state.faults.values.filter { $0.expiresAt.map { $0 > now } ?? true }.sorted { $0.id < $1.id } }
     }
 
-    /// The first fault that covers a call (read without locking storage).
+    /// A fault that covers a call; when several do, one at random, so faults can be mixed
+    /// (an outage of 21005, 503, HTML and drops together).
     func fault(for endpoint: String, environment: AppStoreEnvironment?) -> Fault? {
         let now = clock.now()
         return state.withLock { state in
-            state.faults.values.first { $0.applies(to: endpoint, environment: environment, at: now) }
+            state.faults.isEmpty ? nil : state.faults.values.filter { $0.applies(to: endpoint, environment: environment, at: now) }.randomElement()
         }
     }
 

@@ -13,6 +13,19 @@ public struct UserView: Codable, Sendable, Equatable {
         public var source: String
         public var productId: String
         public var environment: String
+
+        enum CodingKeys: String, CodingKey { case id, active, expiresDate, source, productId, environment }
+
+        /// `expiresDate` is always present: null means the entitlement never expires.
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(id, forKey: .id)
+            try container.encode(active, forKey: .active)
+            try container.encode(expiresDate, forKey: .expiresDate)
+            try container.encode(source, forKey: .source)
+            try container.encode(productId, forKey: .productId)
+            try container.encode(environment, forKey: .environment)
+        }
     }
 
     public struct Subscription: Codable, Sendable, Equatable {

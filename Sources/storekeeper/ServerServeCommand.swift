@@ -20,6 +20,7 @@ struct ServerOptions {
     var maxAge: Double
     var retryBase: Double
     var retryCap: Double
+    var lease: Double
 
     static let help = """
       --data DIR            State directory for the embedded SQLite database and the admin key (default ./.storekeeper).
@@ -34,6 +35,7 @@ struct ServerOptions {
       --max-age S           Seconds a verification keeps retrying before it is dead-lettered (default 86400).
       --retry-base S        First retry delay in seconds, doubled per attempt with jitter (default 1).
       --retry-cap S         Longest retry delay in seconds (default 300).
+      --lease S             Seconds a worker holds a claimed job before another process may take it over (default 120).
     """
 
     init(_ arguments: inout Arguments) throws {
@@ -53,6 +55,7 @@ struct ServerOptions {
         maxAge = try number("max-age", 86400)
         retryBase = try number("retry-base", 1)
         retryCap = try number("retry-cap", 300)
+        lease = try number("lease", 120)
     }
 
     /// Opens the database, the trust store and the server.
@@ -85,7 +88,7 @@ struct ServerOptions {
         let key = try adminKey ?? Self.persistentAdminKey(in: directory)
         let configuration = PurchaseServer.Configuration(
             trust: trust, endpoints: endpoints, transport: URLSessionTransport(), adminKey: key,
-            worker: .init(concurrency: concurrency), retry: .init(baseDelay: retryBase, maxDelay: retryCap, maxAge: maxAge),
+            worker: .init(concurrency: concurrency, lease: max(lease, callTimeout * 2 + 1)), retry: .init(baseDelay: retryBase, maxDelay: retryCap, maxAge: maxAge),
             callTimeout: callTimeout)
         return (try await PurchaseServer.open(database: database, configuration: configuration), key, database)
     }

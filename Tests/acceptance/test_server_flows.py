@@ -1,0 +1,159 @@
+"""The purchase server end to end through HTTP, against the running emulator, on SQLite and PostgreSQL."""
+import json
+import subprocess
+import tempfile
+import threading
+
+import pytest
+
+from conftest import BIN, ROOT, TESTER
+from server_support import ENGINES, Server, emulator_buy, fresh_postgres_url
+
+
+@pytest.fixture(params=ENGINES)
+def server(request, emulator):
+    with tempfile.TemporaryDirectory() as data_dir:
+        running = Server(emulator, data_dir, database=fresh_postgres_url() if request.param == "postgres" else None)
+        try:
+            yield running
+        finally:
+            running.stop()
+
+
+def new_tester(emulator):
+    import uuid
+    email = f"t{uuid.uuid4().hex[:10]}@example.com"
+    emulator.cli("appstore", "tester", "add", email)
+    return email
+
+
+def test_coins_are_counted_once(emulator, server):
+    key = server.setup_app("com.example.coins")
+    tester = new_tester(emulator)
+    first = emulator_buy(emulator, "com.example.coins", "Nada.JPYF02", tester)
+    assert server.upload(key, "alice", first["receipt"])["state"] == "verified"
+    second = emulator_buy(emulator, "com.example.coins", "Nada.JPYF01", tester, quantity=3)
+    for _ in range(3):
+        assert server.upload(key, "alice", second["receipt"])["state"] == "verified"
+    assert server.user(key, "alice")["balances"] == {"coins": 160}
+
+
+def test_football_store_and_restore_on_new_device(emulator, server):
+    key = server.setup_app("com.example.football")
+    tester = new_tester(emulator)
+    for product in ["ProtectiveGloves", "EnergyBottle", "EnergyBottle"]:
+        emulator_buy(emulator, "com.example.football", product, tester)
+    last = emulator_buy(emulator, "com.example.football", "GoldenGlobe", tester)
+    assert server.upload(key, "player", last["receipt"])["state"] == "verified"
+    player = server.user(key, "player")
+    assert {e["id"] for e in player["entitlements"] if e["active"]} == {"protective_gloves", "golden_globe"}
+    assert all(e["expiresDate"] is None and e["source"] == "non-consumable" for e in player["entitlements"])
+    assert player["balances"] == {"energy_bottles": 2}
+    # A new device: restore completed transactions, refresh the receipt, upload it as a restore.
+    restored = json.loads(emulator.cli("appstore", "restore", "--app", "com.example.football", "--account", tester,
+                                       "--device", "9A1B2C3D-0000-4000-8000-000000000001").stdout)
+    assert {t["productIdentifier"] for t in restored["transactions"]} == {"ProtectiveGloves", "GoldenGlobe"}
+    status, data = emulator.request("POST", "/device/v1/receipt/refresh", {"app": "com.example.football", "device": restored["device"]})
+    receipt = json.loads(data)["receipt"]
+    status, body = server.request("POST", "/v1/users/player/restore?wait=30", {"receiptData": receipt}, key=key)
+    assert status == 200 and body["state"] == "verified"
+    after = server.user(key, "player")
+    assert {e["id"] for e in after["entitlements"] if e["active"]} == {"protective_gloves", "golden_globe"}
+    assert after["balances"] == {"energy_bottles": 2}
+
+
+def test_comics_and_magazine(emulator, server):
+    comics = server.setup_app("com.example.comics")
+    magazine = server.setup_app("com.example.magazine")
+    tester = new_tester(emulator)
+    comic = emulator_buy(emulator, "com.example.comics", "com.raywenderlich.inapprage.nightlyrage", tester)
+    assert server.upload(comics, "reader", comic["receipt"])["state"] == "verified"
+    assert [e["id"] for e in server.user(comics, "reader")["entitlements"]] == ["nightlyrage"]
+    subscription = emulator_buy(emulator, "com.example.magazine", "com.example.magazine.monthly", tester)
+    assert server.upload(magazine, "reader", subscription["receipt"])["state"] == "verified"
+    reader = server.user(magazine, "reader")
+    assert reader["entitlements"][0]["id"] == "magazine" and reader["entitlements"][0]["active"]
+    assert reader["subscriptions"][0]["state"] == "active"
+
+
+def test_replay_duplicates_forgeries_and_sandbox_allow_list(emulator, server, tmp_path):
+    key = server.setup_app("com.example.football", sandbox_policy="allow_list", sandbox_user=["owner", "thief", "reviewer"])
+    tester = new_tester(emulator)
+    bought = emulator_buy(emulator, "com.example.football", "GoldenGlobe", tester)
+    # Concurrent duplicates grant once.
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(Server.upload(server_copy(server), key, "owner", bought["receipt"])))
+               for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(result["state"] == "verified" for result in results)
+    assert sum(len(result["result"]["granted"]) for result in results) == 1
+    # Replay by another user is refused.
+    stolen = server.upload(key, "thief", bought["receipt"])
+    assert stolen["state"] == "rejected" and "bound to another user" in stolen["reason"]
+    # Sandbox purchases for users off the allow-list are refused.
+    outsider = server.upload(key, "customer", bought["receipt"])
+    assert outsider["state"] == "rejected" and "allow-list" in outsider["reason"]
+    # Forgeries: another app's receipt, a tampered payload, garbage.
+    comic = emulator_buy(emulator, "com.example.comics", "com.raywenderlich.inapprage.nightlyrage", tester)
+    other = server.upload(key, "owner", comic["receipt"])
+    assert other["state"] == "rejected" and "bundle id" in other["reason"]
+    import base64
+    raw = bytearray(base64.b64decode(bought["receipt"]))
+    index = raw.index(b"GoldenGlobe")
+    raw[index] = ord("X")
+    tampered = server.upload(key, "owner", base64.b64encode(bytes(raw)).decode())
+    assert tampered["state"] == "rejected" and "signature" in tampered["reason"]
+    assert server.upload(key, "owner", "!!!")["state"] == "rejected"
+    assert {e["id"] for e in server.user(key, "thief")["entitlements"]} == set()
+
+
+def server_copy(server):
+    """A second client connection to the same server (http.client connections are not thread-safe)."""
+    copy = object.__new__(Server)
+    copy.__dict__.update(server.__dict__)
+    copy.connection = None
+    return copy
+
+
+def test_report_and_cli(emulator, server):
+    key = server.setup_app("com.example.coins")
+    tester = new_tester(emulator)
+    purchase = emulator_buy(emulator, "com.example.coins", "Nada.JPYF03", tester, quantity=2)
+    assert server.upload(key, "buyer", purchase["receipt"])["state"] == "verified"
+    report = server.cli("server", "report", "--app", "com.example.coins", "--from", "2000-01-01", "--to", "2100-01-01",
+                        "--group", "product,currency", "--format", "json")
+    assert report["rows"][0]["units"] == 2 and report["rows"][0]["gross"] == "1.98"
+    csv = server.cli("server", "report", "--app", "com.example.coins", "--from", "2000-01-01", "--to", "2100-01-01", "--format", "csv")
+    assert csv.splitlines()[0].startswith("day,productId,currency,environment")
+    shown = server.cli("server", "user", "show", "buyer", "--app", "com.example.coins")
+    assert shown["balances"] == {"coins": 1200}
+    assert any(event["kind"] == "balance_credited" for event in shown["audit"])
+    jobs = server.cli("server", "jobs", "list", "--state", "verified")
+    assert jobs["counts"]["verified"] >= 1
+
+
+def test_up_runs_everything_wired_together(tmp_path):
+    process = subprocess.Popen([BIN, "up", "--data", str(tmp_path), "--appstore-port", "0", "--server-port", "0", "--quiet"],
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        summary = json.loads(process.stdout.readline())
+        assert {app["bundleId"] for app in summary["apps"]} == {"com.example.coins", "com.example.football", "com.example.comics", "com.example.magazine"}
+        keys = {app["bundleId"]: app["apiKey"] for app in summary["apps"]}
+        buy = subprocess.run([BIN, "appstore", "buy", "--url", summary["appstore"], "--app", "com.example.coins", "--product", "Nada.JPYF02",
+                              "--account", "sandbox@example.com"], capture_output=True, text=True, check=True)
+        receipt = json.loads(buy.stdout)["receipt"]
+        import urllib.request
+        request = urllib.request.Request(summary["server"] + "/v1/receipts?wait=10", method="POST",
+                                         data=json.dumps({"appUserId": "alice", "receiptData": receipt}).encode(),
+                                         headers={"Authorization": "Bearer " + keys["com.example.coins"]})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert json.loads(response.read())["state"] == "verified"
+        request = urllib.request.Request(summary["server"] + "/v1/users/alice", headers={"Authorization": "Bearer " + keys["com.example.coins"]})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert json.loads(response.read())["balances"] == {"coins": 100}
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
