@@ -95,7 +95,8 @@ def test_sixty_second_outage_of_mixed_failures(emulator, engine):
 def test_sigkill_with_a_thousand_verifications_queued(emulator, engine):
     with tempfile.TemporaryDirectory() as data_dir:
         database = database_for(engine)
-        server = Server(emulator, data_dir, database=database, extra=["--concurrency", "8"])
+        # Short leases (and calls) so the killed server's claims expire quickly.
+        server = Server(emulator, data_dir, database=database, extra=["--concurrency", "8", "--call-timeout", "1", "--lease", "3"])
         try:
             key = server.setup_app("com.example.coins")
             uploads = buy_many(emulator, testers=100, per_tester=10)
@@ -104,7 +105,7 @@ def test_sigkill_with_a_thousand_verifications_queued(emulator, engine):
             assert len(ids) == 1000
             server.kill()
             emulator.cli("appstore", "fault", "clear")
-            server.extra = ["--lease", "2"]
+            server.extra = ["--call-timeout", "1", "--lease", "3"]
             server.start()
             states = settle_all(server, key, ids, timeout=300)
             assert set(states.values()) == {"verified"}
@@ -121,7 +122,7 @@ def test_three_servers_share_postgres_and_survive_losing_one(emulator):
     servers = []
     try:
         for index, directory in enumerate(directories):
-            servers.append(Server(emulator, directory.name, database=database, extra=["--lease", "3", "--concurrency", "16"]))
+            servers.append(Server(emulator, directory.name, database=database, extra=["--lease", "3", "--call-timeout", "1", "--concurrency", "16"]))
         key = servers[0].setup_app("com.example.coins")
         uploads = buy_many(emulator, testers=30, per_tester=10)
         emulator.cli("appstore", "fault", "add", "--endpoint", "verifyReceipt", "--latency", "100ms-300ms")
