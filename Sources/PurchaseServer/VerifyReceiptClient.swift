@@ -1,5 +1,6 @@
 import AppStoreModels
 import Foundation
+import Synchronization
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -86,7 +87,9 @@ public struct VerifyReceiptClient: Sendable {
         guard let body = try? JSONSerialization.data(withJSONObject: object) else { return .retryable("cannot encode the request") }
         let reply: (status: Int, contentType: String?, body: Data)
         do {
-            reply = try await transport.post(endpoints.url(for: environment), body: body, timeout: timeout)
+            reply = try await Self.deadline(timeout + 1) { [transport, endpoints, timeout] in
+                try await transport.post(endpoints.url(for: environment), body: body, timeout: timeout)
+            }
         } catch let error as URLError where error.code == .timedOut {
             return .retryable("verification timed out")
         } catch {
@@ -107,8 +110,58 @@ public struct VerifyReceiptClient: Sendable {
         }
     }
 
+    /// Runs `operation` but gives up after `seconds` even if the operation ignores cancellation
+    /// (a stuck socket must never hold a verification past its lease).
+    static func deadline<T: Sendable>(_ seconds: TimeInterval, _ operation: @escaping @Sendable () async throws -> T) async throws -> T {
+        let gate = FirstResult<T>()
+        let work = Task { gate.finish(with: await Result { try await operation() }) }
+        let timer = Task {
+            try? await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
+            gate.finish(with: .failure(URLError(.timedOut)))
+        }
+        let result = await gate.value
+        work.cancel()
+        timer.cancel()
+        return try result.get()
+    }
+
     static func describe(_ error: any Error) -> String {
         if let error = error as? URLError { return "URLError \(error.code.rawValue)" }
         return String(describing: type(of: error))
+    }
+}
+
+/// The first of several results; later ones are ignored.
+final class FirstResult<T: Sendable>: Sendable {
+    private let state = Mutex<(result: Result<T, any Error>?, waiter: CheckedContinuation<Result<T, any Error>, Never>?)>((nil, nil))
+
+    func finish(with result: Result<T, any Error>) {
+        let waiter = state.withLock { state -> CheckedContinuation<Result<T, any Error>, Never>? in
+            guard state.result == nil else { return nil }
+            state.result = result
+            let waiter = state.waiter
+            state.waiter = nil
+            return waiter
+        }
+        waiter?.resume(returning: result)
+    }
+
+    var value: Result<T, any Error> {
+        get async {
+            await withCheckedContinuation { continuation in
+                let ready = state.withLock { state -> Result<T, any Error>? in
+                    if let result = state.result { return result }
+                    state.waiter = continuation
+                    return nil
+                }
+                if let ready { continuation.resume(returning: ready) }
+            }
+        }
+    }
+}
+
+extension Result where Failure == any Error {
+    init(catching body: () async throws -> Success) async {
+        do { self = .success(try await body()) } catch { self = .failure(error) }
     }
 }
