@@ -2,11 +2,13 @@ import AppStoreCrypto
 import AppStoreModels
 import Foundation
 import Storage
+import Synchronization
 
 /// Every SQL statement of the purchase server, over SQLite or PostgreSQL.
-public struct PurchaseStore: Sendable {
+public final class PurchaseStore: Sendable {
     public let database: any SQLDatabase
     static let jobsChannel = "storekeeper_jobs"
+    private let keyCache = Mutex<[String: (appId: String, expires: Date)]>([:])
 
     public init(database: any SQLDatabase) { self.database = database }
 
@@ -83,12 +85,21 @@ public struct PurchaseStore: Sendable {
         return key
     }
 
-    /// The app an API key belongs to, or nil.
+    /// The app an API key belongs to, or nil. Answers are remembered for a minute (keys are only created, never edited).
     public func appId(forKey key: String) async throws -> String? {
         let hash = APIKey.hash(key)
-        return try await database.transaction { db in
+        let now = Date()
+        if let cached = keyCache.withLock({ $0[hash] }), now < cached.expires { return cached.appId }
+        let appId = try await database.transaction { db in
             try db.query("SELECT app_id FROM api_keys WHERE key_hash = ? AND revoked_at IS NULL", [hash]).first?.string("app_id")
         }
+        if let appId {
+            keyCache.withLock { cache in
+                if cache.count > 10_000 { cache.removeAll() }
+                cache[hash] = (appId, now.addingTimeInterval(60))
+            }
+        }
+        return appId
     }
 
     // MARK: Products

@@ -94,5 +94,9 @@ enum Schema {
             """,
             "CREATE INDEX audit_events_user ON audit_events (app_id, app_user_id, created_at)",
         ]),
+        // A covering index so "what does this user own" never scans the app's whole ownership table.
+        SQLMigration(version: 2, statements: [
+            "CREATE INDEX ownership_by_user ON ownership (app_id, app_user_id, environment, original_transaction_id)",
+        ]),
     ]
 }

@@ -69,13 +69,13 @@ extension PurchaseStore {
             let nowMs = now.milliseconds
             let mappings = Dictionary(try Self.products(db, appId: appId).map { ($0.productId, $0) }, uniquingKeysWith: { $1 })
             let userRow = try db.query("SELECT * FROM users WHERE app_id = ? AND app_user_id = ?", [appId, appUserId]).first
+            // Written as IN (subquery) so both engines walk the user's ownership first (see migration 2).
             let rows = try db.query("""
-                SELECT l.* FROM ledger l JOIN ownership o
-                ON l.app_id = o.app_id AND l.environment = o.environment AND l.original_transaction_id = o.original_transaction_id
-                WHERE o.app_id = ? AND o.app_user_id = ?
+                SELECT * FROM ledger WHERE app_id = ? AND (environment, original_transaction_id) IN
+                    (SELECT environment, original_transaction_id FROM ownership WHERE app_id = ? AND app_user_id = ?)
                 UNION
-                SELECT l.* FROM ledger l WHERE l.app_id = ? AND l.app_user_id = ? AND l.product_type = 'consumable'
-                """, [appId, appUserId, appId, appUserId])
+                SELECT * FROM ledger WHERE app_id = ? AND app_user_id = ? AND product_type = 'consumable'
+                """, [appId, appId, appUserId, appId, appUserId])
             let transactions = rows.map { row in
                 UserView.Transaction(transactionId: row.string("transaction_id") ?? "", originalTransactionId: row.string("original_transaction_id") ?? "",
                                      productId: row.string("product_id") ?? "", productType: row.string("product_type") ?? "",
@@ -122,7 +122,10 @@ extension PurchaseStore {
 
             let owned = Set(transactions.map { $0.environment + "|" + $0.originalTransactionId })
             var subscriptions: [UserView.Subscription] = []
-            for row in try db.query("SELECT * FROM subscriptions WHERE app_id = ?", [appId]) {
+            for row in try db.query("""
+                SELECT * FROM subscriptions WHERE app_id = ? AND (environment, original_transaction_id) IN
+                    (SELECT environment, original_transaction_id FROM ownership WHERE app_id = ? AND app_user_id = ?)
+                """, [appId, appId, appUserId]) {
                 let environment = row.string("environment") ?? ""
                 let original = row.string("original_transaction_id") ?? ""
                 guard owned.contains(environment + "|" + original) else { continue }

@@ -39,7 +39,7 @@ public final class URLSessionTransport: HTTPTransport {
     private let session: URLSession
 
     /// Creates a transport allowing `connectionsPerHost` parallel connections.
-    public init(connectionsPerHost: Int = 1024) {
+    public init(connectionsPerHost: Int = 8192) {
         let configuration = URLSessionConfiguration.ephemeral
         configuration.httpMaximumConnectionsPerHost = connectionsPerHost
         configuration.timeoutIntervalForRequest = 60

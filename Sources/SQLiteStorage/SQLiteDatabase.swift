@@ -7,6 +7,8 @@ import Foundation
 public final class SQLiteDatabase: @unchecked Sendable {
     private let handle: OpaquePointer
     private let queue: DispatchQueue
+    /// Prepared statements by SQL text, reused (reset) across calls; only touched on `queue`.
+    private var statements: [String: OpaquePointer] = [:]
     /// The file path (or `:memory:`).
     public let path: String
 
@@ -30,7 +32,10 @@ public final class SQLiteDatabase: @unchecked Sendable {
         }
     }
 
-    deinit { sqlite3_close_v2(handle) }
+    deinit {
+        for statement in statements.values { sqlite3_finalize(statement) }
+        sqlite3_close_v2(handle)
+    }
 
     /// Runs `body` on the database's queue and returns its result to the awaiting task.
     public func run<T: Sendable>(_ body: @escaping @Sendable (SQLiteDatabase) throws -> T) async throws -> T {
@@ -72,11 +77,25 @@ public final class SQLiteDatabase: @unchecked Sendable {
 
     /// Executes one statement and returns the column names with the rows.
     public func queryWithColumns(_ sql: String, _ parameters: [Value] = []) throws -> (columns: [String], rows: [[Value]]) {
-        var statement: OpaquePointer?
-        guard sqlite3_prepare_v2(handle, sql, -1, &statement, nil) == SQLITE_OK, let statement else {
-            throw StorageErrorFactory.make("sql_failed", String(cString: sqlite3_errmsg(handle)))
+        let statement: OpaquePointer
+        if let cached = statements[sql] {
+            statement = cached
+        } else {
+            var prepared: OpaquePointer?
+            guard sqlite3_prepare_v2(handle, sql, -1, &prepared, nil) == SQLITE_OK, let prepared else {
+                throw StorageErrorFactory.make("sql_failed", String(cString: sqlite3_errmsg(handle)))
+            }
+            statement = prepared
+            if statements.count > 256 {
+                for old in statements.values { sqlite3_finalize(old) }
+                statements.removeAll()
+            }
+            statements[sql] = prepared
         }
-        defer { sqlite3_finalize(statement) }
+        defer {
+            sqlite3_reset(statement)
+            sqlite3_clear_bindings(statement)
+        }
         for (offset, parameter) in parameters.enumerated() {
             let index = Int32(offset + 1)
             switch parameter {
