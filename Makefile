@@ -60,6 +60,7 @@ test-acceptance: pydeps
 
 bench: release pydeps
 	bench/run.sh
+	bench/server.sh
 
 clean:
 	rm -rf .build $(VENV) $(DATA)

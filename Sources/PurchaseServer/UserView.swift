@@ -113,7 +113,8 @@ extension PurchaseStore {
                                 productId: transaction.productId, environment: transaction.environment))
                 case .autoRenewable:
                     let expires = transaction.expiresDate ?? transaction.purchaseDate
-                    offer(.init(id: entitlement, active: nowMs <= expires && transaction.purchaseDate <= nowMs + 60_000, expiresDate: expires,
+                    // Inclusive, and no check of the purchase date: Apple's clock and ours may disagree a little.
+                    offer(.init(id: entitlement, active: nowMs <= expires, expiresDate: expires,
                                 source: mapping.type.rawValue, productId: transaction.productId, environment: transaction.environment))
                 case .consumable:
                     continue

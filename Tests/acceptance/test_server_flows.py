@@ -6,8 +6,19 @@ import threading
 
 import pytest
 
-from conftest import BIN, ROOT, TESTER
+from conftest import BIN, ROOT, TESTER, Emulator
 from server_support import ENGINES, Server, emulator_buy, fresh_postgres_url
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    """A fresh emulator for these flows: other suites move the shared emulator's clock."""
+    with tempfile.TemporaryDirectory() as data_dir:
+        running = Emulator(data_dir)
+        try:
+            yield running
+        finally:
+            running.stop()
 
 
 @pytest.fixture(params=ENGINES)
