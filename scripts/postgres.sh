@@ -15,10 +15,10 @@ case "${1:-}" in
     [ -n "$PGBIN" ] || { echo "PostgreSQL is not installed (apt-get install postgresql)" >&2; exit 1; }
     mkdir -p "$DIR"
     [ "$(id -u)" = 0 ] && chown postgres "$DIR"
-    if [ ! -f "$DIR/data/PG_VERSION" ]; then
-      as_owner "$PGBIN/initdb" -D "$DIR/data" -A trust -U postgres --no-sync >/dev/null
-    fi
     if ! as_owner "$PGBIN/pg_ctl" -D "$DIR/data" status >/dev/null 2>&1; then
+      # Not running: start from an empty cluster (the data is throwaway; a killed one may leave a stale pid file).
+      rm -rf "$DIR/data"
+      as_owner "$PGBIN/initdb" -D "$DIR/data" -A trust -U postgres --no-sync >/dev/null
       as_owner "$PGBIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w \
         -o "-c listen_addresses=127.0.0.1 -p $PORT -k $DIR -c fsync=off -c max_connections=200" start >/dev/null
     fi
