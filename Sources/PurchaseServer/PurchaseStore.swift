@@ -9,8 +9,19 @@ public final class PurchaseStore: Sendable {
     public let database: any SQLDatabase
     static let jobsChannel = "storekeeper_jobs"
     private let keyCache = Mutex<[String: (appId: String, expires: Date)]>([:])
+    private let appCache = Mutex<[String: (app: ServerApp, expires: Date)]>([:])
+    let uploads = GroupCommit<VerificationJob>()
 
     public init(database: any SQLDatabase) { self.database = database }
+
+    /// An app, remembered for two seconds (the worker asks once per job).
+    func cachedApp(_ id: String) async throws -> ServerApp? {
+        let now = Date()
+        if let cached = appCache.withLock({ $0[id] }), now < cached.expires { return cached.app }
+        guard let app = try await app(id) else { return nil }
+        appCache.withLock { $0[id] = (app, now.addingTimeInterval(2)) }
+        return app
+    }
 
     /// Creates or upgrades the schema.
     public func migrate() async throws { try await database.migrate(Schema.migrations) }
@@ -33,6 +44,7 @@ public final class PurchaseStore: Sendable {
 
     /// Replaces an app's settings.
     public func updateApp(_ app: ServerApp) async throws {
+        appCache.withLock { $0[app.id] = nil }
         try Self.validate(app)
         let updated = try await database.transaction { db in
             try db.query("""

@@ -52,7 +52,7 @@ public struct VerificationEngine: Sendable {
     }
 
     func run(_ job: VerificationJob, owner: String) async throws -> JobState? {
-        guard let app = try await store.app(job.appId) else {
+        guard let app = try await store.cachedApp(job.appId) else {
             try await store.reject(job, owner: owner, code: "app_not_found", reason: "the app is no longer registered", environment: nil, now: clock.now())
             return .rejected
         }

@@ -42,16 +42,25 @@ extension PurchaseStore {
     public func enqueue(appId: String, appUserId: String, kind: VerificationJob.Kind, receiptData: String, now: Date) async throws -> VerificationJob {
         let job = VerificationJob(id: UUID().uuidString.lowercased(), appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData,
                                   state: .pending, attempts: 0, nextAttemptAt: now, createdAt: now, updatedAt: now)
+        try await uploads.write(job) { [self] jobs in try await self.insert(jobs) }
+        return job
+    }
+
+    /// Inserts a batch of new jobs in one transaction (group commit: uploads that arrive while a
+    /// commit is running share the next one), then wakes other processes.
+    func insert(_ jobs: [VerificationJob]) async throws {
         try await database.transaction { db in
-            try db.query("INSERT INTO users (app_id, app_user_id, flagged, created_at) VALUES (?, ?, 0, ?) ON CONFLICT DO NOTHING",
-                         [appId, appUserId, now.milliseconds])
-            try db.query("""
-                INSERT INTO verification_jobs (id, app_id, app_user_id, kind, receipt_data, state, attempts, next_attempt_at, created_at, updated_at)
-                VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)
-                """, [job.id, appId, appUserId, kind.rawValue, receiptData, now.milliseconds, now.milliseconds, now.milliseconds])
+            for job in jobs {
+                let now = job.createdAt.milliseconds
+                try db.query("INSERT INTO users (app_id, app_user_id, flagged, created_at) VALUES (?, ?, 0, ?) ON CONFLICT DO NOTHING",
+                             [job.appId, job.appUserId, now])
+                try db.query("""
+                    INSERT INTO verification_jobs (id, app_id, app_user_id, kind, receipt_data, state, attempts, next_attempt_at, created_at, updated_at)
+                    VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)
+                    """, [job.id, job.appId, job.appUserId, job.kind.rawValue, job.receiptData, now, now, now])
+            }
         }
         if database.dialect == .postgres { await database.notify(Self.jobsChannel) }
-        return job
     }
 
     /// One job (of one app when `appId` is given).
