@@ -10,18 +10,7 @@ extension PurchaseServerResponder {
 
     static func addAppRoutes(_ router: inout Router, _ server: PurchaseServer) {
         router.on(.post, "/v1/receipts") { request in
-            await guarded {
-                let appId = try await authenticate(request, server)
-                let body = try request.decode(ReceiptBody.self)
-                let user = try userId(body.appUserId)
-                guard let receipt = body.receiptData, !receipt.isEmpty else {
-                    throw HTTPError.badRequest("receiptData is required (the Base64 app receipt or transaction receipt).", code: "missing_receipt")
-                }
-                let wait = try waitSeconds(request)
-                var job = try await server.submit(appId: appId, appUserId: user, receiptData: receipt, kind: .purchase)
-                if wait > 0 { job = try await server.awaitSettlement(job.id, appId: appId, timeout: .milliseconds(Int(wait * 1000))) ?? job }
-                return verificationResponse(job)
-            }
+            await guarded { try await submit(request, server, pathUser: nil, kind: .purchase) }
         }
         router.on(.get, "/v1/verifications/:id") { request in
             await guarded {
@@ -54,18 +43,7 @@ extension PurchaseServerResponder {
             }
         }
         router.on(.post, "/v1/users/:user/restore") { request in
-            await guarded {
-                let appId = try await authenticate(request, server)
-                let user = try userId(request.parameters["user"])
-                let body = try request.decode(ReceiptBody.self)
-                guard let receipt = body.receiptData, !receipt.isEmpty else {
-                    throw HTTPError.badRequest("receiptData is required.", code: "missing_receipt")
-                }
-                let wait = try waitSeconds(request)
-                var job = try await server.submit(appId: appId, appUserId: user, receiptData: receipt, kind: .restore)
-                if wait > 0 { job = try await server.awaitSettlement(job.id, appId: appId, timeout: .milliseconds(Int(wait * 1000))) ?? job }
-                return verificationResponse(job)
-            }
+            await guarded { try await submit(request, server, pathUser: request.parameters["user"], kind: .restore) }
         }
         router.on(.get, "/v1/reports/revenue") { request in
             await guarded {
@@ -73,6 +51,20 @@ extension PurchaseServerResponder {
                 return .json(try await revenue(request, server, appId: appId))
             }
         }
+    }
+
+    /// Accepts a receipt upload (purchase or restore) and answers, after `?wait=` if asked.
+    static func submit(_ request: Request, _ server: PurchaseServer, pathUser: String?, kind: VerificationJob.Kind) async throws -> Response {
+        let appId = try await authenticate(request, server)
+        let body = try request.decode(ReceiptBody.self)
+        let user = try userId(pathUser ?? body.appUserId)
+        guard let receipt = body.receiptData, !receipt.isEmpty else {
+            throw HTTPError.badRequest("receiptData is required (the Base64 app receipt or transaction receipt).", code: "missing_receipt")
+        }
+        let wait = try waitSeconds(request)
+        var job = try await server.submit(appId: appId, appUserId: user, receiptData: receipt, kind: kind)
+        if wait > 0 { job = try await server.awaitSettlement(job.id, appId: appId, timeout: .milliseconds(Int(wait * 1000))) ?? job }
+        return verificationResponse(job)
     }
 
     static func revenue(_ request: Request, _ server: PurchaseServer, appId: String?) async throws -> RevenueReport {
