@@ -12,6 +12,8 @@ COMMANDS = [
     [], ["appstore"], ["appstore", "serve"], ["appstore", "tester", "add"], ["appstore", "buy"], ["appstore", "finish"],
     ["appstore", "restore"], ["appstore", "time", "advance"], ["appstore", "time", "set"], ["appstore", "fault", "add"],
     ["appstore", "fault", "clear"], ["appstore", "ca", "export"], ["receipt", "decode"],
+    ["server"], ["server", "serve"], ["server", "app", "add"], ["server", "key", "create"], ["server", "product", "set"],
+    ["server", "user", "show"], ["server", "jobs", "list"], ["server", "jobs", "replay"], ["server", "report"], ["up"],
 ]
 
 
