@@ -82,9 +82,14 @@ public struct VerifyReceiptClient: Sendable {
 
     /// One call to one environment.
     public func verify(_ receiptData: String, password: String?, environment: AppStoreEnvironment) async -> AppleAnswer {
-        var object: [String: Any] = ["receipt-data": receiptData, "exclude-old-transactions": false]
-        if let password { object["password"] = password }
-        guard let body = try? JSONSerialization.data(withJSONObject: object) else { return .retryable("cannot encode the request") }
+        // Written directly: JSONSerialization escapes a multi-kilobyte receipt character by character.
+        var json = JSONBuffer(capacity: receiptData.utf8.count + 128)
+        json.object { json in
+            json.field("receipt-data", receiptData)
+            json.field("password", password)
+            json.field("exclude-old-transactions", false)
+        }
+        let body = Data(json.bytes)
         let reply: (status: Int, contentType: String?, body: Data)
         do {
             reply = try await Self.deadline(timeout + 1) { [transport, endpoints, timeout] in
