@@ -1,3 +1,4 @@
+import AppStoreModels
 import COpenSSL
 import Foundation
 
@@ -117,7 +118,7 @@ public final class Certificate: @unchecked Sendable {
             let digits = Array(full.utf8)
             guard digits.count >= 15 else { throw ASN1Error("time too short") }
             let iso = "\(String(full.prefix(4)))-\(full.dropFirst(4).prefix(2))-\(full.dropFirst(6).prefix(2))T\(full.dropFirst(8).prefix(2)):\(full.dropFirst(10).prefix(2)):\(full.dropFirst(12).prefix(2))Z"
-            guard let date = AppStoreModelsBridge.parseRFC3339(iso) else { throw ASN1Error("bad time") }
+            guard let date = ReceiptDate.parseRFC3339(iso) else { throw ASN1Error("bad time") }
             return date
         }
     }

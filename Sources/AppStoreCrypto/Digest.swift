@@ -30,3 +30,16 @@ public enum Digest: Sendable {
         return Array(output.prefix(Int(length)))
     }
 }
+
+extension Sequence where Element == UInt8 {
+    /// Lower-case hexadecimal, two digits per byte (without String(format:), which is slow on hot paths).
+    public var hexString: String {
+        let digits = Array("0123456789abcdef".utf8)
+        var bytes: [UInt8] = []
+        for byte in self {
+            bytes.append(digits[Int(byte >> 4)])
+            bytes.append(digits[Int(byte & 0x0f)])
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}

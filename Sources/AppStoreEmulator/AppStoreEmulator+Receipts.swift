@@ -67,7 +67,7 @@ extension AppStoreEmulator {
     static func legacyPurchaseInfo(_ record: TransactionRecord, app: CatalogApp) -> [(String, String)] {
         let purchase = ReceiptDateTriple(record.purchaseDate)
         let original = ReceiptDateTriple(record.originalPurchaseDate)
-        let deviceHash = Digest.sha1.hash(Array(record.deviceId.utf8)).map { String(format: "%02x", $0) }.joined()
+        let deviceHash = Digest.sha1.hash(Array(record.deviceId.utf8)).hexString
         var info: [(String, String)] = [
             ("original-purchase-date-pst", original.pacific), ("purchase-date-ms", purchase.milliseconds),
             ("unique-identifier", deviceHash), ("original-transaction-id", record.originalId),

@@ -175,12 +175,12 @@ public enum APIKey {
     /// 32 random bytes as hex.
     public static func random() -> String {
         var generator = SystemRandomNumberGenerator()
-        return (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
+        return (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }.hexString
     }
 
     /// The stored form of a key.
     public static func hash(_ key: String) -> String {
-        Digest.sha256.hash(Array(key.utf8)).map { String(format: "%02x", $0) }.joined()
+        Digest.sha256.hash(Array(key.utf8)).hexString
     }
 }
 

@@ -1,3 +1,4 @@
+import AppStoreModels
 import Foundation
 import Storage
 
@@ -98,12 +99,6 @@ extension PurchaseStore {
 /// UTC calendar days for reports.
 enum ReceiptDay {
     static func string(_ date: Date) -> String {
-        String(ReceiptDateBridge.rfc3339(date).prefix(10))
+        String(ReceiptDate.rfc3339(date).prefix(10))
     }
-}
-
-import AppStoreModels
-
-enum ReceiptDateBridge {
-    static func rfc3339(_ date: Date) -> String { ReceiptDate.rfc3339(date) }
 }
