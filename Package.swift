@@ -19,11 +19,13 @@ let package = Package(
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CSystem"),
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
 
         .target(name: "AppStoreModels", swiftSettings: swiftSettings),
         .target(name: "HTTP", swiftSettings: swiftSettings),
         .target(name: "HTTPServer", dependencies: ["HTTP", "CMicroHTTPD"], swiftSettings: swiftSettings),
+        .target(name: "HTTPClient", dependencies: ["COpenSSL", "CSystem"], swiftSettings: swiftSettings),
         .target(name: "AppStoreCrypto", dependencies: ["AppStoreModels", "COpenSSL"], swiftSettings: swiftSettings),
         .target(name: "Storage", swiftSettings: swiftSettings),
         .target(name: "SQLiteStorage", dependencies: ["Storage", "CSQLite"], swiftSettings: swiftSettings),
@@ -35,7 +37,7 @@ let package = Package(
         ),
         .target(
             name: "PurchaseServer",
-            dependencies: ["AppStoreModels", "AppStoreCrypto", "HTTP", "Storage"],
+            dependencies: ["AppStoreModels", "AppStoreCrypto", "HTTP", "HTTPClient", "Storage"],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -45,7 +47,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "storekeeper",
-            dependencies: ["AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPServer", "SQLiteStorage", "PostgresStorage", "PurchaseServer"],
+            dependencies: ["AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPServer", "HTTPClient", "SQLiteStorage", "PostgresStorage", "PurchaseServer"],
             swiftSettings: swiftSettings
         ),
 
@@ -55,7 +57,7 @@ let package = Package(
             dependencies: ["AppStoreCrypto", "AppStoreModels"],
             swiftSettings: swiftSettings
         ),
-        .testTarget(name: "HTTPTests", dependencies: ["HTTP", "HTTPServer"], swiftSettings: swiftSettings),
+        .testTarget(name: "HTTPTests", dependencies: ["HTTP", "HTTPServer", "HTTPClient"], swiftSettings: swiftSettings),
         .testTarget(name: "SQLiteStorageTests", dependencies: ["Storage", "SQLiteStorage"], swiftSettings: swiftSettings),
         .testTarget(
             name: "PurchaseServerTests",

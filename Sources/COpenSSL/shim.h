@@ -13,6 +13,7 @@
 #include <openssl/sha.h>
 #include <openssl/ecdsa.h>
 #include <openssl/core_names.h>
+#include <openssl/ssl.h>
 
 /// Macros and stack helpers that Swift cannot import directly.
 static inline STACK_OF(X509) *shim_sk_X509_new_null(void) { return sk_X509_new_null(); }
@@ -21,4 +22,5 @@ static inline void shim_sk_X509_pop_free(STACK_OF(X509) *stack) { sk_X509_pop_fr
 static inline void shim_sk_X509_free(STACK_OF(X509) *stack) { sk_X509_free(stack); }
 static inline long shim_BIO_get_mem_data(BIO *bio, char **data) { return BIO_get_mem_data(bio, data); }
 static inline int shim_EVP_PKEY_CTX_set_rsa_padding(EVP_PKEY_CTX *ctx, int pad) { return EVP_PKEY_CTX_set_rsa_padding(ctx, pad); }
+static inline long shim_SSL_set_tlsext_host_name(SSL *ssl, const char *name) { return SSL_set_tlsext_host_name(ssl, name); }
 #endif

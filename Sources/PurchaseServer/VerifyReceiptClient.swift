@@ -1,9 +1,7 @@
 import AppStoreModels
 import Foundation
+import HTTPClient
 import Synchronization
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 
 /// Where verifyReceipt lives: Apple's hosts by default, the emulator's URLs in tests.
 public struct AppStoreEndpoints: Sendable, Equatable {
@@ -34,27 +32,20 @@ public protocol HTTPTransport: Sendable {
     func post(_ url: URL, body: Data, timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data)
 }
 
-/// `HTTPTransport` over URLSession, sized for thousands of requests in flight.
-public final class URLSessionTransport: HTTPTransport {
-    private let session: URLSession
+/// `HTTPTransport` over Storekeeper's HTTP client: one event-loop thread, kept-alive connections,
+/// thousands of calls in flight for the cost of a socket each.
+public final class ClientTransport: HTTPTransport {
+    private let client: HTTPClient
 
-    /// Creates a transport allowing `connectionsPerHost` parallel connections.
-    public init(connectionsPerHost: Int = 8192) {
-        let configuration = URLSessionConfiguration.ephemeral
-        configuration.httpMaximumConnectionsPerHost = connectionsPerHost
-        configuration.timeoutIntervalForRequest = 60
-        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
-        session = URLSession(configuration: configuration)
+    /// Creates a transport allowing `connectionsPerHost` parallel connections; `caFile` adds trusted roots for HTTPS.
+    public init(connectionsPerHost: Int = 8192, caFile: String? = nil) throws {
+        client = try HTTPClient(configuration: .init(maxConnectionsPerHost: connectionsPerHost, caFile: caFile))
     }
 
     public func post(_ url: URL, body: Data, timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data) {
-        var request = URLRequest(url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: timeout)
-        request.httpMethod = "POST"
-        request.httpBody = body
-        request.setValue("application/json; charset=utf-8", forHTTPHeaderField: "Content-Type")
-        let (data, response) = try await session.data(for: request)
-        let http = response as? HTTPURLResponse
-        return (http?.statusCode ?? 0, http?.value(forHTTPHeaderField: "Content-Type"), data)
+        let response = try await client.send("POST", url, headers: [("Content-Type", "application/json; charset=utf-8")],
+                                              body: [UInt8](body), timeout: timeout)
+        return (response.status, response.header("Content-Type"), Data(response.body))
     }
 }
 
@@ -97,6 +88,8 @@ public struct VerifyReceiptClient: Sendable {
             }
         } catch let error as URLError where error.code == .timedOut {
             return .retryable("verification timed out")
+        } catch let error as HTTPClientError where error.code == .timedOut {
+            return .retryable("verification timed out")
         } catch {
             return .retryable("connection error: \(Self.describe(error))")
         }
@@ -132,6 +125,7 @@ public struct VerifyReceiptClient: Sendable {
 
     static func describe(_ error: any Error) -> String {
         if let error = error as? URLError { return "URLError \(error.code.rawValue)" }
+        if let error = error as? HTTPClientError { return error.description }
         return String(describing: type(of: error))
     }
 }

@@ -54,7 +54,7 @@ struct AppStoreServeCommand: Command {
         for email in testers where try await !emulator.accounts().contains(where: { $0.email.lowercased() == email.lowercased() }) {
             try await emulator.addAccount(email: email, environment: .sandbox)
         }
-        let server = HTTPServer(configuration: .init(host: host, port: port, maxBodySize: maxBody, connectionLimit: 4096, accessLog: !quiet),
+        let server = HTTPServer(configuration: .init(host: host, port: port, maxBodySize: maxBody, connectionLimit: FileLimits.connectionLimit(share: 0.5), accessLog: !quiet),
                                 responder: AppStoreResponder(emulator: emulator))
         let bound = try server.start()
         say("storekeeper appstore listening on http://\(host):\(bound)")

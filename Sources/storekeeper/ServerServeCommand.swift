@@ -87,7 +87,7 @@ struct ServerOptions {
         }
         let key = try adminKey ?? Self.persistentAdminKey(in: directory)
         let configuration = PurchaseServer.Configuration(
-            trust: trust, endpoints: endpoints, transport: URLSessionTransport(), adminKey: key,
+            trust: trust, endpoints: endpoints, transport: try ClientTransport(), adminKey: key,
             worker: .init(concurrency: concurrency, lease: max(lease, callTimeout * 2 + 1)), retry: .init(baseDelay: retryBase, maxDelay: retryCap, maxAge: maxAge),
             callTimeout: callTimeout)
         return (try await PurchaseServer.open(database: database, configuration: configuration), key, database)
@@ -134,7 +134,7 @@ struct ServerServeCommand: Command {
         FileLimits.raise()
         let (server, adminKey, database) = try await options.openServer()
         let worker = server.runWorker()
-        let http = HTTPServer(configuration: .init(host: host, port: port, maxBodySize: 4 << 20, connectionLimit: 4096, accessLog: !quiet),
+        let http = HTTPServer(configuration: .init(host: host, port: port, maxBodySize: 4 << 20, connectionLimit: FileLimits.connectionLimit(share: 0.25), accessLog: !quiet),
                               responder: PurchaseServerResponder(server: server))
         let bound = try http.start()
         say("storekeeper server listening on http://\(host):\(bound)")
@@ -157,5 +157,13 @@ enum FileLimits {
         guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return }
         limit.rlim_cur = limit.rlim_max
         _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+    }
+
+    /// Connections a listener may accept: `share` of the open-file limit, between 1,024 and 16,384
+    /// (the emulator must take every call a server with thousands in flight makes at once).
+    static func connectionLimit(share: Double) -> UInt32 {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1024 }
+        return UInt32(min(16_384, max(1024, Double(limit.rlim_cur) * share)))
     }
 }

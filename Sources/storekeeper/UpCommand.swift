@@ -86,7 +86,7 @@ struct UpCommand: Command {
         if try await !emulator.accounts().contains(where: { $0.email == "sandbox@example.com" }) {
             try await emulator.addAccount(email: "sandbox@example.com", environment: .sandbox)
         }
-        let appstoreHTTP = HTTPServer(configuration: .init(port: appstorePort, connectionLimit: 4096, accessLog: !quiet),
+        let appstoreHTTP = HTTPServer(configuration: .init(port: appstorePort, connectionLimit: FileLimits.connectionLimit(share: 0.3), accessLog: !quiet),
                                       responder: AppStoreResponder(emulator: emulator))
         let appstorePortBound = try appstoreHTTP.start()
         let appstoreURL = "http://127.0.0.1:\(appstorePortBound)"
@@ -112,7 +112,7 @@ struct UpCommand: Command {
         try JSONEncoder().encode(keys).write(to: keysFile)
         try? FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: keysFile.path)
         let worker = server.runWorker()
-        let serverHTTP = HTTPServer(configuration: .init(port: serverPort, connectionLimit: 4096, accessLog: !quiet),
+        let serverHTTP = HTTPServer(configuration: .init(port: serverPort, connectionLimit: FileLimits.connectionLimit(share: 0.2), accessLog: !quiet),
                                     responder: PurchaseServerResponder(server: server))
         let serverURL = "http://127.0.0.1:\(try serverHTTP.start())"
 

@@ -1,0 +1,453 @@
+import CSystem
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import Synchronization
+
+/// Which connections may serve a request.
+struct PoolKey: Hashable {
+    let host: String
+    let port: Int
+    let secure: Bool
+}
+
+/// A request waiting for, or travelling on, a connection.
+final class PendingRequest: @unchecked Sendable {  // handed to the loop thread, then used only there
+    let id: UInt64
+    let key: PoolKey
+    let address: SocketAddress
+    let bytes: [UInt8]
+    let deadline: UInt64
+    private var continuation: CheckedContinuation<HTTPClientResponse, any Error>?
+    /// A request that failed on a reused connection before any answer is tried once more on a new one.
+    var retried = false
+
+    init(id: UInt64, key: PoolKey, address: SocketAddress, bytes: [UInt8], deadline: UInt64,
+         continuation: CheckedContinuation<HTTPClientResponse, any Error>) {
+        self.id = id
+        self.key = key
+        self.address = address
+        self.bytes = bytes
+        self.deadline = deadline
+        self.continuation = continuation
+    }
+
+    var isFinished: Bool { continuation == nil }
+
+    func finish(_ result: Result<HTTPClientResponse, HTTPClientError>) {
+        guard let continuation else { return }
+        self.continuation = nil
+        continuation.resume(with: result.mapError { $0 as any Error })
+    }
+}
+
+/// One socket and where it stands.
+final class Connection {
+    enum Phase { case connecting, handshaking, writing, reading, idle }
+
+    let fd: Int32
+    let key: PoolKey
+    let tls: TLSSession?
+    var phase = Phase.connecting
+    var request: PendingRequest?
+    var written = 0
+    var parser = ResponseParser()
+    var reused = false
+    var idleSince: UInt64 = 0
+
+    init(fd: Int32, key: PoolKey, tls: TLSSession?) {
+        self.fd = fd
+        self.key = key
+        self.tls = tls
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> IOStep {
+        if let tls { return tls.read(into: buffer) }
+        let count = recv(fd, buffer.baseAddress, buffer.count, 0)
+        if count > 0 { return .done(count) }
+        if count == 0 { return .closed }
+        return Self.classify(errno, during: "read")
+    }
+
+    func write(_ bytes: UnsafeRawBufferPointer) -> IOStep {
+        if let tls { return tls.write(bytes) }
+        let count = send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL))
+        return count >= 0 ? .done(count) : Self.classify(errno, during: "write")
+    }
+
+    static func classify(_ code: Int32, during action: String) -> IOStep {
+        switch code {
+        case EAGAIN, EWOULDBLOCK, EINTR: return .wouldBlock
+        case ECONNRESET, EPIPE: return .closed
+        default: return .failed(HTTPClientError(.connectionClosed, "\(action): \(String(cString: strerror(code)))"))
+        }
+    }
+}
+
+/// Connections to one host.
+final class Pool {
+    var idle: [Connection] = []
+    var open = 0
+    var waiting: [PendingRequest] = []
+    var waitingHead = 0
+
+    func nextWaiting() -> PendingRequest? {
+        while waitingHead < waiting.count {
+            let request = waiting[waitingHead]
+            waitingHead += 1
+            if waitingHead > 1024 && waitingHead * 2 > waiting.count {
+                waiting.removeFirst(waitingHead)
+                waitingHead = 0
+            }
+            if !request.isFinished { return request }
+        }
+        return nil
+    }
+}
+
+/// The thread that owns every socket: epoll, edge-triggered, each connection driven until it would block.
+/// Other threads talk to it only through `submit` and `cancel` (a locked inbox and an eventfd).
+final class EventLoop: @unchecked Sendable {
+    private enum Command {
+        case start(PendingRequest)
+        case cancel(UInt64)
+    }
+
+    private let configuration: HTTPClient.Configuration
+    private let tls: TLSContext
+    private let epoll: Int32
+    private let wakeFD: Int32
+    private let inbox = Mutex<(commands: [Command], stopping: Bool)>(([], false))
+    private let ids = Atomic<UInt64>(0)
+
+    // Owned by the loop thread.
+    private var connections: [Int32: Connection] = [:]
+    private var byRequest: [UInt64: Connection] = [:]
+    private var pools: [PoolKey: Pool] = [:]
+    private var lastSweep: UInt64 = 0
+    private var tearingDown = false
+    private let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 << 10, alignment: 16)
+
+    init(configuration: HTTPClient.Configuration, tls: TLSContext) throws(HTTPClientError) {
+        self.configuration = configuration
+        self.tls = tls
+        signal(SIGPIPE, SIG_IGN)  // OpenSSL writes with write(2); a peer that went away must not end the process
+        epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
+        wakeFD = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
+        guard epoll >= 0, wakeFD >= 0 else { throw HTTPClientError(.connectFailed, "epoll/eventfd: \(String(cString: strerror(errno)))") }
+        var event = epoll_event()
+        event.events = EPOLLIN.rawValue
+        event.data.fd = wakeFD
+        epoll_ctl(epoll, EPOLL_CTL_ADD, wakeFD, &event)
+        let thread = Thread { [self] in run() }
+        thread.name = "storekeeper-http-client"
+        thread.start()
+    }
+
+    func nextID() -> UInt64 { ids.add(1, ordering: .relaxed).newValue }
+
+    func submit(_ request: PendingRequest) { send(.start(request), failing: request) }
+
+    func cancel(_ id: UInt64) { send(.cancel(id), failing: nil) }
+
+    func shutdown() {
+        let first = inbox.withLock { state -> Bool in
+            defer { state.stopping = true }
+            return !state.stopping
+        }
+        if first { wake() }
+    }
+
+    private func send(_ command: Command, failing request: PendingRequest?) {
+        let outcome = inbox.withLock { state -> (accepted: Bool, wake: Bool) in
+            guard !state.stopping else { return (false, false) }
+            state.commands.append(command)
+            return (true, state.commands.count == 1)
+        }
+        if !outcome.accepted { request?.finish(.failure(HTTPClientError(.shutDown, "the HTTP client was shut down"))) }
+        if outcome.wake { wake() }
+    }
+
+    private func wake() {
+        var one: UInt64 = 1
+        _ = write(wakeFD, &one, 8)
+    }
+
+    // MARK: The loop
+
+    private func run() {
+        var events = [epoll_event](repeating: epoll_event(), count: 512)
+        while true {
+            let timeout: Int32 = connections.isEmpty ? 1000 : 50
+            let count = epoll_wait(epoll, &events, Int32(events.count), timeout)
+            if count > 0 {
+                for index in 0..<Int(count) {
+                    let fd = events[index].data.fd
+                    if fd == wakeFD {
+                        var value: UInt64 = 0
+                        _ = read(wakeFD, &value, 8)
+                    } else if let connection = connections[fd] {
+                        drive(connection)
+                    }
+                }
+            }
+            let (commands, stopping) = inbox.withLock { state in
+                defer { state.commands.removeAll(keepingCapacity: true) }
+                return (state.commands, state.stopping)
+            }
+            if stopping {
+                tearDown(commands)
+                return
+            }
+            for command in commands {
+                switch command {
+                case .start(let request): start(request)
+                case .cancel(let id): cancelRequest(id)
+                }
+            }
+            let now = Monotonic.now
+            if now &- lastSweep >= 50_000_000 {
+                lastSweep = now
+                sweep(now: now)
+            }
+        }
+    }
+
+    private func start(_ request: PendingRequest) {
+        guard !request.isFinished else { return }
+        guard Monotonic.now < request.deadline else {
+            request.finish(.failure(HTTPClientError(.timedOut, "timed out waiting for a connection to \(request.key.host)")))
+            return
+        }
+        let pool = pool(for: request.key)
+        if let connection = pool.idle.popLast() {
+            connection.reused = true
+            assign(request, to: connection)
+            drive(connection)
+        } else if pool.open < configuration.maxConnectionsPerHost {
+            open(for: request, in: pool)
+        } else {
+            pool.waiting.append(request)
+        }
+    }
+
+    private func pool(for key: PoolKey) -> Pool {
+        if let pool = pools[key] { return pool }
+        let pool = Pool()
+        pools[key] = pool
+        return pool
+    }
+
+    private func open(for request: PendingRequest, in pool: Pool) {
+        let fd = socket(request.address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else {
+            request.finish(.failure(HTTPClientError(.connectFailed, "socket: \(String(cString: strerror(errno)))")))
+            return
+        }
+        var one: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        let result = request.address.withSockaddr { connect(fd, $0, $1) }
+        guard result == 0 || errno == EINPROGRESS else {
+            let reason = String(cString: strerror(errno))
+            Glibc.close(fd)
+            request.finish(.failure(HTTPClientError(.connectFailed, "connect to \(request.key.host):\(request.key.port): \(reason)")))
+            return
+        }
+        var session: TLSSession?
+        if request.key.secure {
+            do {
+                session = try tls.session(fd: fd, host: request.key.host)
+            } catch {
+                Glibc.close(fd)
+                request.finish(.failure(error))
+                return
+            }
+        }
+        let connection = Connection(fd: fd, key: request.key, tls: session)
+        var event = epoll_event()
+        event.events = EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue
+        event.data.fd = fd
+        epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event)
+        connections[fd] = connection
+        pool.open += 1
+        assign(request, to: connection)
+        drive(connection)
+    }
+
+    private func assign(_ request: PendingRequest, to connection: Connection) {
+        connection.request = request
+        connection.written = 0
+        connection.parser = ResponseParser(maxBodyBytes: configuration.maxResponseBytes)
+        if connection.phase == .idle { connection.phase = .writing }
+        byRequest[request.id] = connection
+    }
+
+    /// Moves `connection` forward until it would block.
+    private func drive(_ connection: Connection) {
+        while true {
+            switch connection.phase {
+            case .connecting:
+                var code: Int32 = 0
+                var length = socklen_t(MemoryLayout<Int32>.size)
+                getsockopt(connection.fd, SOL_SOCKET, SO_ERROR, &code, &length)
+                if code != 0 {
+                    fail(connection, HTTPClientError(.connectFailed, "connect to \(connection.key.host):\(connection.key.port): \(String(cString: strerror(code)))"))
+                    return
+                }
+                var peer = sockaddr_storage()
+                var peerLength = socklen_t(MemoryLayout<sockaddr_storage>.size)
+                let connected = withUnsafeMutablePointer(to: &peer) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(connection.fd, $0, &peerLength) == 0 }
+                }
+                guard connected else { return }
+                connection.phase = connection.tls == nil ? .writing : .handshaking
+            case .handshaking:
+                switch connection.tls!.handshake() {
+                case .done: connection.phase = .writing
+                case .wouldBlock: return
+                case .closed: fail(connection, HTTPClientError(.tlsFailed, "connection closed during the TLS handshake")); return
+                case .failed(let error): fail(connection, error); return
+                }
+            case .writing:
+                guard let request = connection.request else { connection.phase = .idle; return }
+                let step = request.bytes.withUnsafeBytes { bytes in
+                    connection.write(UnsafeRawBufferPointer(rebasing: bytes[connection.written...]))
+                }
+                switch step {
+                case .done(let count):
+                    connection.written += count
+                    if connection.written == request.bytes.count { connection.phase = .reading }
+                case .wouldBlock: return
+                case .closed: fail(connection, HTTPClientError(.connectionClosed, "connection closed while sending")); return
+                case .failed(let error): fail(connection, error); return
+                }
+            case .reading:
+                switch connection.read(into: readBuffer) {
+                case .done(let count):
+                    do {
+                        if try connection.parser.feed(UnsafeRawBufferPointer(rebasing: readBuffer[0..<count])) {
+                            complete(connection)
+                            if connection.phase != .writing { return }
+                        }
+                    } catch {
+                        fail(connection, error)
+                        return
+                    }
+                case .wouldBlock: return
+                case .closed:
+                    if connection.parser.finishAtEndOfStream() {
+                        complete(connection)
+                        close(connection)
+                    } else {
+                        fail(connection, HTTPClientError(.connectionClosed, "connection closed before the response was complete"))
+                    }
+                    return
+                case .failed(let error): fail(connection, error); return
+                }
+            case .idle:
+                // Anything but "nothing to read" on an idle connection (the server closed it, stray bytes) ends it.
+                switch connection.read(into: readBuffer) {
+                case .wouldBlock: return
+                default: close(connection); return
+                }
+            }
+        }
+    }
+
+    private func complete(_ connection: Connection) {
+        guard let request = connection.request else { return }
+        let parser = connection.parser
+        connection.request = nil
+        byRequest[request.id] = nil
+        request.finish(.success(HTTPClientResponse(status: parser.status, headers: parser.headers, body: parser.body)))
+        guard parser.keepAlive else {
+            close(connection)
+            return
+        }
+        let pool = pool(for: connection.key)
+        connection.reused = true
+        if let next = pool.nextWaiting() {
+            assign(next, to: connection)
+            connection.phase = .writing
+        } else {
+            connection.phase = .idle
+            connection.idleSince = Monotonic.now
+            pool.idle.append(connection)
+        }
+    }
+
+    /// Ends `connection` with `error`; a request that never got an answer on a reused connection gets one more try.
+    private func fail(_ connection: Connection, _ error: HTTPClientError) {
+        let request = connection.request
+        let retry = connection.reused && !connection.parser.sawBytes && request?.retried == false
+        connection.request = nil
+        close(connection)
+        guard let request else { return }
+        if retry {
+            request.retried = true
+            start(request)
+        } else {
+            request.finish(.failure(error))
+        }
+    }
+
+    private func close(_ connection: Connection) {
+        guard connections.removeValue(forKey: connection.fd) != nil else { return }
+        if let request = connection.request { byRequest[request.id] = nil }
+        Glibc.close(connection.fd)
+        let pool = pool(for: connection.key)
+        pool.open -= 1
+        if connection.phase == .idle, let index = pool.idle.firstIndex(where: { $0 === connection }) { pool.idle.remove(at: index) }
+        if !tearingDown, pool.open < configuration.maxConnectionsPerHost, let next = pool.nextWaiting() { open(for: next, in: pool) }
+    }
+
+    private func cancelRequest(_ id: UInt64) {
+        if let connection = byRequest.removeValue(forKey: id), let request = connection.request {
+            connection.request = nil
+            close(connection)
+            request.finish(.failure(HTTPClientError(.cancelled, "cancelled")))
+            return
+        }
+        for pool in pools.values {
+            for request in pool.waiting[pool.waitingHead...] where request.id == id {
+                request.finish(.failure(HTTPClientError(.cancelled, "cancelled")))
+            }
+        }
+    }
+
+    private func sweep(now: UInt64) {
+        let idleLimit = UInt64(configuration.idleTimeout * 1e9)
+        for connection in Array(connections.values) {
+            if let request = connection.request, request.deadline <= now {
+                connection.request = nil
+                close(connection)
+                request.finish(.failure(HTTPClientError(.timedOut, "no answer from \(connection.key.host) in time")))
+            } else if connection.phase == .idle && now &- connection.idleSince > idleLimit {
+                close(connection)
+            }
+        }
+        for pool in pools.values {
+            for request in pool.waiting[pool.waitingHead...] where !request.isFinished && request.deadline <= now {
+                request.finish(.failure(HTTPClientError(.timedOut, "timed out waiting for a connection to \(request.key.host)")))
+            }
+        }
+    }
+
+    private func tearDown(_ commands: [Command]) {
+        tearingDown = true
+        let error = HTTPClientError(.shutDown, "the HTTP client was shut down")
+        for command in commands { if case .start(let request) = command { request.finish(.failure(error)) } }
+        for connection in Array(connections.values) {
+            let request = connection.request
+            connection.request = nil
+            close(connection)
+            request?.finish(.failure(error))
+        }
+        for pool in pools.values { for request in pool.waiting[pool.waitingHead...] { request.finish(.failure(error)) } }
+        pools = [:]
+        Glibc.close(epoll)
+        Glibc.close(wakeFD)
+        readBuffer.deallocate()
+    }
+}

@@ -1,0 +1,142 @@
+import Foundation
+
+/// What a request came to.
+public struct HTTPClientResponse: Sendable {
+    public var status: Int
+    public var headers: [(name: String, value: String)]
+    public var body: [UInt8]
+
+    /// The first value of header `name` (case-insensitive).
+    public func header(_ name: String) -> String? {
+        headers.first { $0.name.caseInsensitiveEquals(name) }?.value
+    }
+}
+
+/// A failed request, with a code a caller can sort on (retry a timeout, give up on a bad URL).
+public struct HTTPClientError: Error, Sendable, Equatable, CustomStringConvertible {
+    public enum Code: String, Sendable {
+        case invalidURL
+        case resolveFailed
+        case connectFailed
+        case tlsFailed
+        case timedOut
+        case connectionClosed
+        case malformedResponse
+        case cancelled
+        case shutDown
+    }
+
+    public var code: Code
+    public var message: String
+
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { "\(code.rawValue): \(message)" }
+}
+
+/// An HTTP/1.1 client for many requests in flight at once: one event-loop thread (epoll) drives
+/// every connection, connections are kept alive and reused per host, TLS goes through OpenSSL
+/// with the system's trust store (or the CA file given). Thousands of slow requests cost a socket
+/// each, not a thread or a timer each.
+public final class HTTPClient: Sendable {
+    public struct Configuration: Sendable {
+        /// Open connections per host (scheme, host, port) at most; further requests wait for one.
+        public var maxConnectionsPerHost: Int
+        /// How long an unused kept-alive connection stays open.
+        public var idleTimeout: TimeInterval
+        /// Extra trusted roots (PEM file) for HTTPS; the system's are always used too.
+        public var caFile: String?
+        /// Largest response body accepted.
+        public var maxResponseBytes: Int
+        public var userAgent: String
+
+        public init(maxConnectionsPerHost: Int = 8192, idleTimeout: TimeInterval = 30, caFile: String? = nil,
+                    maxResponseBytes: Int = 64 << 20, userAgent: String = "storekeeper") {
+            self.maxConnectionsPerHost = maxConnectionsPerHost
+            self.idleTimeout = idleTimeout
+            self.caFile = caFile
+            self.maxResponseBytes = maxResponseBytes
+            self.userAgent = userAgent
+        }
+    }
+
+    let configuration: Configuration
+    private let loop: EventLoop
+    private let resolver = Resolver()
+
+    /// Creates a client and starts its event-loop thread; throws when TLS cannot be set up.
+    public init(configuration: Configuration = Configuration()) throws(HTTPClientError) {
+        self.configuration = configuration
+        let tls = try TLSContext(caFile: configuration.caFile)
+        loop = try EventLoop(configuration: configuration, tls: tls)
+    }
+
+    deinit { loop.shutdown() }
+
+    /// Stops the event loop; requests in flight fail with `shutDown`.
+    public func shutdown() { loop.shutdown() }
+
+    /// Sends one request and returns the whole response, or throws within `timeout` seconds.
+    public func send(_ method: String, _ url: URL, headers: [(String, String)] = [], body: [UInt8] = [],
+                     timeout: TimeInterval) async throws(HTTPClientError) -> HTTPClientResponse {
+        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", let host = url.host, !host.isEmpty else {
+            throw HTTPClientError(.invalidURL, "not an http(s) URL: \(url.absoluteString)")
+        }
+        let secure = scheme == "https"
+        let port = url.port ?? (secure ? 443 : 80)
+        let deadline = Monotonic.now + UInt64(max(0, timeout) * 1e9)
+        let address = try await resolver.resolve(host, port: port)
+        guard Monotonic.now < deadline else { throw HTTPClientError(.timedOut, "timed out resolving \(host)") }
+        let request = RequestBytes.make(method: method, url: url, host: host, port: port, secure: secure, headers: headers,
+                                        body: body, userAgent: configuration.userAgent)
+        let key = PoolKey(host: host, port: port, secure: secure)
+        let id = loop.nextID()
+        do {
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { continuation in
+                    loop.submit(PendingRequest(id: id, key: key, address: address, bytes: request, deadline: deadline,
+                                               continuation: continuation))
+                }
+            } onCancel: {
+                loop.cancel(id)
+            }
+        } catch let error as HTTPClientError {
+            throw error
+        } catch {
+            throw HTTPClientError(.connectFailed, String(describing: error))
+        }
+    }
+}
+
+/// The request as it goes on the wire.
+enum RequestBytes {
+    static func make(method: String, url: URL, host: String, port: Int, secure: Bool, headers: [(String, String)], body: [UInt8],
+                     userAgent: String) -> [UInt8] {
+        var target = url.path.isEmpty ? "/" : url.path
+        if let query = url.query { target += "?" + query }
+        let defaultPort = secure ? 443 : 80
+        let hostHeader = host.contains(":") ? "[\(host)]" : host
+        var head = "\(method) \(target) HTTP/1.1\r\nHost: \(hostHeader)\(port == defaultPort ? "" : ":\(port)")\r\n"
+        head += "User-Agent: \(userAgent)\r\n"
+        if !body.isEmpty || method == "POST" || method == "PUT" || method == "PATCH" { head += "Content-Length: \(body.count)\r\n" }
+        for (name, value) in headers where !name.caseInsensitiveEquals("content-length") && !name.caseInsensitiveEquals("host") {
+            head += "\(name): \(value)\r\n"
+        }
+        head += "\r\n"
+        var bytes = Array(head.utf8)
+        bytes.append(contentsOf: body)
+        return bytes
+    }
+}
+
+/// Nanoseconds on the monotonic clock.
+enum Monotonic {
+    static var now: UInt64 {
+        var spec = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &spec)
+        return UInt64(spec.tv_sec) * 1_000_000_000 + UInt64(spec.tv_nsec)
+    }
+}

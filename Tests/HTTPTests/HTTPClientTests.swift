@@ -1,0 +1,162 @@
+import Foundation
+import HTTP
+import HTTPClient
+import HTTPServer
+import Synchronization
+import Testing
+
+@Suite("HTTP client against live servers", .serialized)
+struct HTTPClientTests {
+    static func makeServer(connectionTimeout: UInt32 = 30) throws -> (HTTPServer, URL) {
+        var router = Router()
+        router.on(.post, "/echo") { request in
+            Response(status: .ok, headers: ["Content-Type": "application/octet-stream", "X-Method": request.method.rawValue], body: request.body)
+        }
+        router.on(.get, "/sleep") { request in
+            try await Task.sleep(for: .milliseconds(Int(request.query["ms"] ?? "0") ?? 0))
+            return .text("slept")
+        }
+        router.on(.get, "/status/:code") { request in
+            Response(status: HTTPStatus(Int(request.parameters["code"] ?? "") ?? 500), headers: ["Content-Type": "text/html"],
+                     body: Data("<html>down</html>".utf8))
+        }
+        let server = HTTPServer(configuration: .init(port: 0, connectionTimeout: connectionTimeout, accessLog: false), responder: router)
+        let port = try server.start()
+        return (server, URL(string: "http://127.0.0.1:\(port)")!)
+    }
+
+    @Test("POST bodies go and come back intact, with status and headers")
+    func echo() async throws {
+        let (server, base) = try Self.makeServer()
+        let client = try HTTPClient()
+        let payload = (0..<100_000).map { UInt8($0 % 251) }
+        let response = try await client.send("POST", base.appendingPathComponent("echo"), headers: [("Content-Type", "application/json")],
+                                             body: payload, timeout: 10)
+        #expect(response.status == 200)
+        #expect(response.body == payload)
+        #expect(response.header("x-method") == "POST")
+        let error = try await client.send("GET", base.appendingPathComponent("status/503"), timeout: 10)
+        #expect(error.status == 503)
+        #expect(error.header("Content-Type") == "text/html")
+        client.shutdown()
+        await server.shutdown()
+    }
+
+    @Test("Many requests in flight over few kept-alive connections all get their own answers")
+    func concurrency() async throws {
+        let (server, base) = try Self.makeServer()
+        let client = try HTTPClient(configuration: .init(maxConnectionsPerHost: 4))
+        let answers = try await withThrowingTaskGroup(of: (Int, [UInt8]).self) { group in
+            for index in 0..<300 {
+                group.addTask {
+                    let body = Array("request \(index)".utf8)
+                    let response = try await client.send("POST", base.appendingPathComponent("echo"), body: body, timeout: 20)
+                    return (index, response.body)
+                }
+            }
+            return try await group.reduce(into: [Int: [UInt8]]()) { $0[$1.0] = $1.1 }
+        }
+        #expect(answers.count == 300)
+        #expect(answers.allSatisfy { String(decoding: $0.value, as: UTF8.self) == "request \($0.key)" })
+        client.shutdown()
+        await server.shutdown()
+    }
+
+    @Test("A slow server times out with .timedOut; a closed port fails with .connectFailed")
+    func failures() async throws {
+        let (server, base) = try Self.makeServer()
+        let client = try HTTPClient()
+        await #expect(throws: HTTPClientError(.timedOut, "no answer from 127.0.0.1 in time")) {
+            try await client.send("GET", URL(string: base.absoluteString + "/sleep?ms=1500")!, timeout: 0.3)
+        }
+        let port = server.port
+        await server.shutdown()
+        do {
+            _ = try await client.send("GET", URL(string: "http://127.0.0.1:\(port)/sleep")!, timeout: 5)
+            Issue.record("a request to a closed port succeeded")
+        } catch {
+            #expect(error.code == .connectFailed)
+        }
+        await #expect(throws: HTTPClientError.self) { try await client.send("GET", URL(string: "ftp://127.0.0.1/x")!, timeout: 1) }
+        client.shutdown()
+    }
+
+    @Test("A kept-alive connection the server closed while idle is replaced, not reported as a failure")
+    func staleConnection() async throws {
+        let (server, base) = try Self.makeServer(connectionTimeout: 1)
+        let client = try HTTPClient(configuration: .init(maxConnectionsPerHost: 1))
+        let first = try await client.send("GET", URL(string: base.absoluteString + "/sleep?ms=0")!, timeout: 5)
+        try await Task.sleep(for: .milliseconds(1800))
+        let second = try await client.send("GET", URL(string: base.absoluteString + "/sleep?ms=0")!, timeout: 5)
+        #expect(first.status == 200 && second.status == 200)
+        client.shutdown()
+        await server.shutdown()
+    }
+
+    @Test("Cancelling the calling task ends the request")
+    func cancellation() async throws {
+        let (server, base) = try Self.makeServer()
+        let client = try HTTPClient()
+        let task = Task { try await client.send("GET", URL(string: base.absoluteString + "/sleep?ms=1500")!, timeout: 30) }
+        try await Task.sleep(for: .milliseconds(200))
+        task.cancel()
+        do {
+            _ = try await task.value
+            Issue.record("a cancelled request succeeded")
+        } catch let error as HTTPClientError {
+            #expect(error.code == .cancelled)
+        }
+        client.shutdown()
+        await server.shutdown()
+    }
+
+    @Test("HTTPS: a server whose certificate chains to a trusted CA answers; an untrusted one is refused")
+    func tls() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tls-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let cert = directory.appendingPathComponent("cert.pem").path
+        let key = directory.appendingPathComponent("key.pem").path
+        try Self.run("/usr/bin/openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+                                          "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost", "-keyout", key, "-out", cert])
+        let port = Int.random(in: 40000...49999)
+        let server = Process()
+        server.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        server.arguments = ["s_server", "-accept", "127.0.0.1:\(port)", "-cert", cert, "-key", key, "-www", "-quiet"]
+        server.standardOutput = FileHandle.nullDevice
+        server.standardError = FileHandle.nullDevice
+        try server.run()
+        defer { server.terminate() }
+        let url = URL(string: "https://localhost:\(port)/")!
+        let trusting = try HTTPClient(configuration: .init(caFile: cert))
+        var response: HTTPClientResponse?
+        for _ in 0..<50 where response == nil {  // until s_server listens
+            response = try? await trusting.send("GET", url, timeout: 5)
+            if response == nil { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(response?.status == 200)
+        let page = String(decoding: response?.body ?? [], as: UTF8.self)
+        #expect(page.contains("s_server"))
+        let strict = try HTTPClient()
+        do {
+            _ = try await strict.send("GET", url, timeout: 5)
+            Issue.record("a self-signed certificate was accepted")
+        } catch {
+            #expect(error.code == .tlsFailed)
+            #expect(error.message.contains("certificate"))
+        }
+        trusting.shutdown()
+        strict.shutdown()
+    }
+
+    static func run(_ tool: String, _ arguments: [String]) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: tool)
+        process.arguments = arguments
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw HTTPClientError(.tlsFailed, "\(tool) failed") }
+    }
+}
