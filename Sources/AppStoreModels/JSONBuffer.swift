@@ -64,6 +64,12 @@ public struct JSONBuffer {
         bytes.append(UInt8(ascii: "\""))
     }
 
+    /// `"key":<json>` with `json` already valid JSON text (written as is).
+    public mutating func field(_ name: String, rawJSON json: String) {
+        key(name)
+        bytes.append(contentsOf: json.utf8)
+    }
+
     /// `"key":"value"`
     public mutating func field(_ name: String, _ value: String) {
         key(name)

@@ -1,19 +1,25 @@
 import Synchronization
 
 /// Collects items written concurrently and commits them in batches: while one batch commits, new
-/// items queue up and go together in the next. Each writer returns only after its batch committed.
-final class GroupCommit<Item: Sendable>: Sendable {
+/// items queue up and go together in the next. Each writer returns only after its batch committed,
+/// with its own item's outcome.
+final class GroupCommit<Item: Sendable, Output: Sendable>: Sendable {
     private struct State {
-        var pending: [(Item, CheckedContinuation<Void, any Error>)] = []
+        var pending: [(Item, CheckedContinuation<Output, any Error>)] = []
         var flushing = false
     }
 
     private let state = Mutex(State())
+    private let maxBatch: Int
 
-    /// Writes `item` durably, possibly together with others; `flush` writes one batch (the caller
-    /// that finds no batch in progress drives the flushing with its closure).
-    func write(_ item: Item, flush: @escaping @Sendable ([Item]) async throws -> Void) async throws {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+    init(maxBatch: Int = 512) {
+        self.maxBatch = maxBatch
+    }
+
+    /// Writes `item` durably, possibly together with others. `flush` writes one batch and returns one
+    /// result per item, in order (the caller that finds no batch in progress drives the flushing).
+    func write(_ item: Item, flush: @escaping @Sendable ([Item]) async -> [Result<Output, any Error>]) async throws -> Output {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Output, any Error>) in
             let lead = state.withLock { state -> Bool in
                 state.pending.append((item, continuation))
                 guard !state.flushing else { return false }
@@ -24,20 +30,32 @@ final class GroupCommit<Item: Sendable>: Sendable {
         }
     }
 
-    private func drain(_ flush: @Sendable ([Item]) async throws -> Void) async {
+    private func drain(_ flush: @Sendable ([Item]) async -> [Result<Output, any Error>]) async {
         while true {
-            let batch = state.withLock { state -> [(Item, CheckedContinuation<Void, any Error>)] in
-                let batch = Array(state.pending.prefix(512))
+            let batch = state.withLock { state -> [(Item, CheckedContinuation<Output, any Error>)] in
+                let batch = Array(state.pending.prefix(maxBatch))
                 state.pending.removeFirst(batch.count)
                 if batch.isEmpty { state.flushing = false }
                 return batch
             }
             if batch.isEmpty { return }
+            let results = await flush(batch.map(\.0))
+            for (index, (_, continuation)) in batch.enumerated() {
+                continuation.resume(with: index < results.count ? results[index] : .failure(CancellationError()))
+            }
+        }
+    }
+}
+
+extension GroupCommit where Output == Void {
+    /// For batches that succeed or fail as a whole.
+    func write(_ item: Item, all flush: @escaping @Sendable ([Item]) async throws -> Void) async throws {
+        try await write(item) { items -> [Result<Void, any Error>] in
             do {
-                try await flush(batch.map(\.0))
-                for (_, continuation) in batch { continuation.resume() }
+                try await flush(items)
+                return Array(repeating: .success(()), count: items.count)
             } catch {
-                for (_, continuation) in batch { continuation.resume(throwing: error) }
+                return Array(repeating: .failure(error), count: items.count)
             }
         }
     }

@@ -60,14 +60,21 @@ public struct PurchaseServerResponder: Responder {
 
     /// `{"verificationId", "state", "reason"?, "environment"?, "result"?}`
     static func verificationResponse(_ job: VerificationJob) -> Response {
-        var body: [String: Any] = ["verificationId": job.id, "state": job.state.rawValue, "appUserId": job.appUserId, "kind": job.kind.rawValue,
-                                   "attempts": job.attempts, "createdAt": Int64(job.createdAt.timeIntervalSince1970 * 1000)]
-        if let reason = job.reason { body["reason"] = reason }
-        if let environment = job.environment { body["environment"] = environment.rawValue }
-        if let result = job.result, let object = try? JSONSerialization.jsonObject(with: Data(result.utf8)) { body["result"] = object }
-        if let settled = job.settledAt { body["settledAt"] = Int64(settled.timeIntervalSince1970 * 1000) }
-        let data = (try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])) ?? Data()
-        return Response(status: job.state.isSettled ? .ok : HTTPStatus(202), headers: ["Content-Type": "application/json"], body: data)
+        // Written directly (keys sorted): this answers every upload, and JSONSerialization costs more than the rest of it.
+        var json = JSONBuffer(capacity: 256 + (job.result?.utf8.count ?? 0))
+        json.object { json in
+            json.field("appUserId", job.appUserId)
+            json.field("attempts", job.attempts)
+            json.field("createdAt", job.createdAt.milliseconds)
+            if let environment = job.environment { json.field("environment", environment.rawValue) }
+            json.field("kind", job.kind.rawValue)
+            if let reason = job.reason { json.field("reason", reason) }
+            if let result = job.result, result.first == "{" { json.field("result", rawJSON: result) }
+            if let settled = job.settledAt { json.field("settledAt", settled.milliseconds) }
+            json.field("state", job.state.rawValue)
+            json.field("verificationId", job.id)
+        }
+        return Response(status: job.state.isSettled ? .ok : HTTPStatus(202), headers: ["Content-Type": "application/json"], body: Data(json.bytes))
     }
 }
 

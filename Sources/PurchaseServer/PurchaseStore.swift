@@ -10,7 +10,8 @@ public final class PurchaseStore: Sendable {
     static let jobsChannel = "storekeeper_jobs"
     private let keyCache = Mutex<[String: (appId: String, expires: Date)]>([:])
     private let appCache = Mutex<[String: (app: ServerApp, expires: Date)]>([:])
-    let uploads = GroupCommit<VerificationJob>()
+    let uploads = GroupCommit<VerificationJob, Void>()
+    let settlements = GroupCommit<Settlement, (JobState, SettlementResult)?>(maxBatch: 256)
 
     public init(database: any SQLDatabase) { self.database = database }
 

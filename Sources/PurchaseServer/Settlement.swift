@@ -93,6 +93,31 @@ public struct SettlementResult: Codable, Sendable, Equatable {
     public var unknownProducts: [String] = []
     /// Refunds found, with the credit taken back.
     public var revoked: [String] = []
+
+    /// The JSON stored with the job (the same keys `Codable` reads back), written without JSONEncoder: once per settlement.
+    var jsonText: String {
+        var json = JSONBuffer(capacity: 256)
+        json.object { json in
+            for (name, list) in [("granted", granted), ("alreadyOwned", alreadyOwned)] {
+                json.key(name)
+                json.array(list) { json, id in json.string(id) }
+            }
+            json.key("refused")
+            json.array(refused) { json, refusal in
+                json.object { json in
+                    json.field("transactionId", refusal.transactionId)
+                    json.field("productId", refusal.productId)
+                    json.field("code", refusal.code)
+                    json.field("reason", refusal.reason)
+                }
+            }
+            for (name, list) in [("unknownProducts", unknownProducts), ("revoked", revoked)] {
+                json.key(name)
+                json.array(list) { json, id in json.string(id) }
+            }
+        }
+        return String(decoding: json.bytes, as: UTF8.self)
+    }
 }
 
 extension PurchaseStore {
@@ -101,60 +126,76 @@ extension PurchaseStore {
     /// states, and the job's final state — all in one transaction, guarded by the worker's lease.
     /// Returns nil when the lease was lost (another worker settles the job).
     public func settle(_ settlement: Settlement) async throws -> (JobState, SettlementResult)? {
-        try await database.transaction { db in
-            let job = settlement.job
-            let now = settlement.now.milliseconds
-            let env = settlement.environment.rawValue
-            let held = try db.query("SELECT id FROM verification_jobs WHERE id = ? AND lease_owner = ? AND state = 'verifying'" +
-                                    (self.database.dialect == .postgres ? " FOR UPDATE" : ""), [job.id, settlement.owner])
-            guard !held.isEmpty else { return nil }
-            guard let appRow = try db.query("SELECT * FROM apps WHERE id = ?", [job.appId]).first else {
-                throw ServerError(404, "app_not_found", "App \(job.appId) is not registered.")
-            }
-            let app = Self.app(appRow)
-            let mappings = Dictionary(try Self.products(db, appId: job.appId).map { ($0.productId, $0) }, uniquingKeysWith: { $1 })
-            var result = SettlementResult()
-            var seen: Set<String> = []
-            for transaction in settlement.transactions where seen.insert(transaction.transactionId).inserted {
-                guard let mapping = mappings[transaction.productId] else {
-                    if !result.unknownProducts.contains(transaction.productId) { result.unknownProducts.append(transaction.productId) }
-                    continue
-                }
-                try Self.record(db, transaction, mapping: mapping, app: app, settlement: settlement, result: &result)
-            }
-            for subscription in settlement.subscriptions {
-                let expires = settlement.transactions.filter { $0.originalTransactionId == subscription.originalTransactionId && $0.cancellationDate == nil }
-                    .compactMap(\.expiresDate).max()
-                let revoked = settlement.transactions.filter { $0.originalTransactionId == subscription.originalTransactionId }
-                    .max { $0.purchaseDate < $1.purchaseDate }?.cancellationDate
-                try db.query("DELETE FROM subscriptions WHERE app_id = ? AND environment = ? AND original_transaction_id = ?",
-                             [job.appId, env, subscription.originalTransactionId])
-                try db.query("""
-                    INSERT INTO subscriptions (app_id, environment, original_transaction_id, product_id, auto_renew_product_id, auto_renew_status,
-                    expires_date, expiration_intent, is_in_billing_retry, grace_period_expires_date, revoked_at, updated_at)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """, [job.appId, env, subscription.originalTransactionId, subscription.productId, subscription.autoRenewProductId,
-                          subscription.autoRenewStatus.map { $0 ? 1 : 0 }, expires?.milliseconds, subscription.expirationIntent,
-                          subscription.isInBillingRetry, subscription.gracePeriodExpiresDate?.milliseconds, revoked?.milliseconds, now])
-            }
-            let state: JobState
-            var reason: String?
-            if result.granted.isEmpty && result.alreadyOwned.isEmpty && !result.refused.isEmpty {
-                state = .rejected
-                reason = result.refused[0].reason
-            } else if result.granted.isEmpty && result.alreadyOwned.isEmpty && result.revoked.isEmpty {
-                state = .rejected
-                reason = result.unknownProducts.isEmpty ? "the receipt contains no purchases" : "the receipt contains only products this app does not sell: \(result.unknownProducts.joined(separator: ", "))"
-            } else {
-                state = .verified
-            }
-            let summary = String(decoding: (try? JSONEncoder().encode(result)) ?? Data("{}".utf8), as: UTF8.self)
-            try db.query("""
-                UPDATE verification_jobs SET state = ?, reason = ?, environment = ?, result = ?, lease_owner = NULL, lease_expires_at = NULL,
-                updated_at = ?, settled_at = ? WHERE id = ?
-                """, [state.rawValue, reason, env, summary, now, now, job.id])
-            return (state, result)
+        try await settlements.write(settlement) { [self] batch in await self.settle(batch: batch) }
+    }
+
+    /// Settles a batch in one transaction (one commit for many jobs, applied in order, as if one by
+    /// one); if that fails, each job in its own transaction, so one job's failure never holds back the others.
+    func settle(batch: [Settlement]) async -> [Result<(JobState, SettlementResult)?, any Error>] {
+        if batch.count > 1, let all = try? await database.transaction({ db in try batch.map { try self.apply($0, db) } }) {
+            return all.map { .success($0) }
         }
+        var results: [Result<(JobState, SettlementResult)?, any Error>] = []
+        for settlement in batch {
+            results.append(await Result { try await self.database.transaction { db in try self.apply(settlement, db) } })
+        }
+        return results
+    }
+
+    /// One settlement inside the caller's transaction.
+    func apply(_ settlement: Settlement, _ db: any SQLConnection) throws -> (JobState, SettlementResult)? {
+        let job = settlement.job
+        let now = settlement.now.milliseconds
+        let env = settlement.environment.rawValue
+        let held = try db.query("SELECT id FROM verification_jobs WHERE id = ? AND lease_owner = ? AND state = 'verifying'" +
+                                (self.database.dialect == .postgres ? " FOR UPDATE" : ""), [job.id, settlement.owner])
+        guard !held.isEmpty else { return nil }
+        guard let appRow = try db.query("SELECT * FROM apps WHERE id = ?", [job.appId]).first else {
+            throw ServerError(404, "app_not_found", "App \(job.appId) is not registered.")
+        }
+        let app = Self.app(appRow)
+        let mappings = Dictionary(try Self.products(db, appId: job.appId).map { ($0.productId, $0) }, uniquingKeysWith: { $1 })
+        var result = SettlementResult()
+        var seen: Set<String> = []
+        for transaction in settlement.transactions where seen.insert(transaction.transactionId).inserted {
+            guard let mapping = mappings[transaction.productId] else {
+                if !result.unknownProducts.contains(transaction.productId) { result.unknownProducts.append(transaction.productId) }
+                continue
+            }
+            try Self.record(db, transaction, mapping: mapping, app: app, settlement: settlement, result: &result)
+        }
+        for subscription in settlement.subscriptions {
+            let expires = settlement.transactions.filter { $0.originalTransactionId == subscription.originalTransactionId && $0.cancellationDate == nil }
+                .compactMap(\.expiresDate).max()
+            let revoked = settlement.transactions.filter { $0.originalTransactionId == subscription.originalTransactionId }
+                .max { $0.purchaseDate < $1.purchaseDate }?.cancellationDate
+            try db.query("DELETE FROM subscriptions WHERE app_id = ? AND environment = ? AND original_transaction_id = ?",
+                         [job.appId, env, subscription.originalTransactionId])
+            try db.query("""
+                INSERT INTO subscriptions (app_id, environment, original_transaction_id, product_id, auto_renew_product_id, auto_renew_status,
+                expires_date, expiration_intent, is_in_billing_retry, grace_period_expires_date, revoked_at, updated_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, [job.appId, env, subscription.originalTransactionId, subscription.productId, subscription.autoRenewProductId,
+                      subscription.autoRenewStatus.map { $0 ? 1 : 0 }, expires?.milliseconds, subscription.expirationIntent,
+                      subscription.isInBillingRetry, subscription.gracePeriodExpiresDate?.milliseconds, revoked?.milliseconds, now])
+        }
+        let state: JobState
+        var reason: String?
+        if result.granted.isEmpty && result.alreadyOwned.isEmpty && !result.refused.isEmpty {
+            state = .rejected
+            reason = result.refused[0].reason
+        } else if result.granted.isEmpty && result.alreadyOwned.isEmpty && result.revoked.isEmpty {
+            state = .rejected
+            reason = result.unknownProducts.isEmpty ? "the receipt contains no purchases" : "the receipt contains only products this app does not sell: \(result.unknownProducts.joined(separator: ", "))"
+        } else {
+            state = .verified
+        }
+        let summary = result.jsonText
+        try db.query("""
+            UPDATE verification_jobs SET state = ?, reason = ?, environment = ?, result = ?, lease_owner = NULL, lease_expires_at = NULL,
+            updated_at = ?, settled_at = ? WHERE id = ?
+            """, [state.rawValue, reason, env, summary, now, now, job.id])
+        return (state, result)
     }
 
     static func record(_ db: any SQLConnection, _ transaction: ConfirmedTransaction, mapping: ProductMapping, app: ServerApp,

@@ -42,7 +42,7 @@ extension PurchaseStore {
     public func enqueue(appId: String, appUserId: String, kind: VerificationJob.Kind, receiptData: String, now: Date) async throws -> VerificationJob {
         let job = VerificationJob(id: UUID().uuidString.lowercased(), appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData,
                                   state: .pending, attempts: 0, nextAttemptAt: now, createdAt: now, updatedAt: now)
-        try await uploads.write(job) { [self] jobs in try await self.insert(jobs) }
+        try await uploads.write(job, all: { [self] jobs in try await self.insert(jobs) })
         return job
     }
 
