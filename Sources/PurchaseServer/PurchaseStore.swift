@@ -165,7 +165,11 @@ public final class PurchaseStore: Sendable {
 
     /// Appends an audit event.
     static func audit(_ db: any SQLConnection, appId: String, userId: String?, kind: String, detail: [String: String], now: Date) throws {
-        let body = (try? JSONSerialization.data(withJSONObject: detail, options: [.sortedKeys])).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
+        var json = JSONBuffer(capacity: 128)
+        json.object { json in
+            for (name, value) in detail.sorted(by: { $0.key < $1.key }) { json.field(name, value) }
+        }
+        let body = String(decoding: json.bytes, as: UTF8.self)
         try db.query("INSERT INTO audit_events (id, app_id, app_user_id, kind, detail, created_at) VALUES (?, ?, ?, ?, ?, ?)",
                      [UUID().uuidString.lowercased(), appId, userId, kind, body, now.milliseconds])
     }

@@ -22,10 +22,24 @@ public struct ReceiptRejection: Error, Sendable, Equatable {
 
 /// The local checks of seed 003's server mode, done before calling Apple: Base64 and PKCS#7
 /// structure, the signature chain to the configured roots at the receipt's own date, the bundle id
-/// allow-list. Chains already seen are remembered with their validity window.
+/// allow-list. Signers already verified are remembered with their key and validity window.
 public final class ReceiptInspector: Sendable {
     let trust: TrustStore
-    private let verifiedChains = Mutex<[Data: (notBefore: Date, notAfter: Date)]>([:])
+    private let trustedSigners = Mutex<[SignerKey: TrustedSigner]>([:])
+
+    /// Identifies a receipt signer: the certificates the receipt embeds and which of them signed.
+    private struct SignerKey: Hashable {
+        let certificates: [[UInt8]]
+        let issuer: [UInt8]
+        let serial: [UInt8]
+    }
+
+    /// A signer whose chain verified, with the window in which every certificate of it is valid.
+    private struct TrustedSigner {
+        let key: PublicKey
+        let notBefore: Date
+        let notAfter: Date
+    }
 
     public init(trust: TrustStore) { self.trust = trust }
 
@@ -70,6 +84,15 @@ public final class ReceiptInspector: Sendable {
     }
 
     private func checkChain(_ signed: SignedData, at date: Date) throws(ReceiptRejection) {
+        // A signer seen before (same embedded certificates, same signer id) already chained to a trusted
+        // root: only its validity window and the signature remain to check, with its key already parsed.
+        let cacheKey = SignerKey(certificates: signed.certificates, issuer: signed.signerIssuer, serial: signed.signerSerial)
+        if let known = trustedSigners.withLock({ $0[cacheKey] }), date >= known.notBefore, date <= known.notAfter {
+            do { try signed.verifySignature(with: known.key) } catch {
+                throw ReceiptRejection(code: "invalid_signature", reason: "the receipt signature is invalid")
+            }
+            return
+        }
         let signer: Certificate
         do {
             signer = try signed.signerCertificate()
@@ -77,9 +100,6 @@ public final class ReceiptInspector: Sendable {
         } catch {
             throw ReceiptRejection(code: "invalid_signature", reason: "the receipt signature is invalid")
         }
-        // Keyed by the signer's full certificate: once it chained to a trusted root, only the dates matter.
-        let key = Data(signer.der)
-        if let window = verifiedChains.withLock({ $0[key] }), date >= window.notBefore, date <= window.notAfter { return }
         let others = signed.certificates.filter { $0 != signer.der }.compactMap { try? Certificate(der: $0) }
         do {
             try trust.verifier.verify(leaf: signer, intermediates: others + trust.intermediates, at: date, policy: .appleReceiptSigning)
@@ -87,10 +107,10 @@ public final class ReceiptInspector: Sendable {
             throw ReceiptRejection(code: "untrusted_certificate", reason: "the receipt's certificate chain is not trusted: \(error)")
         }
         let fields = ([signer] + others).compactMap { try? $0.fields }
-        if let notBefore = fields.map(\.notBefore).max(), let notAfter = fields.map(\.notAfter).min() {
-            verifiedChains.withLock { cache in
+        if let key = signer.publicKey, let notBefore = fields.map(\.notBefore).max(), let notAfter = fields.map(\.notAfter).min() {
+            trustedSigners.withLock { cache in
                 if cache.count > 64 { cache.removeAll() }
-                cache[key] = (notBefore, notAfter)
+                cache[cacheKey] = TrustedSigner(key: key, notBefore: notBefore, notAfter: notAfter)
             }
         }
     }
