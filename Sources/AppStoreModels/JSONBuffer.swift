@@ -42,9 +42,14 @@ public struct JSONBuffer {
     /// A string value, escaped.
     public mutating func string(_ value: String) {
         bytes.append(UInt8(ascii: "\""))
-        // Most values need no escaping: copy them in one go.
-        if !value.utf8.contains(where: { $0 < 0x20 || $0 == 34 || $0 == 92 }) {
-            bytes.append(contentsOf: value.utf8)
+        // Most values need no escaping: copy them in one go (scanning the contiguous UTF-8 directly;
+        // a receipt's kilobytes of Base64 pass through here on every verifyReceipt call).
+        let clean = value.utf8.withContiguousStorageIfAvailable { buffer -> Bool in
+            for byte in buffer where byte < 0x20 || byte == 34 || byte == 92 { return false }
+            bytes.append(contentsOf: buffer)
+            return true
+        }
+        if clean == true {
             bytes.append(UInt8(ascii: "\""))
             return
         }

@@ -38,28 +38,26 @@ extension KeyedEncodingContainer where K == DynamicKey {
     }
 }
 
-extension KeyedDecodingContainer where K == DynamicKey {
-    func decodeTriple(_ name: String) -> ReceiptDateTriple? {
-        guard let ms = string(name + "_ms"), let value = Int64(ms) else { return nil }
-        var triple = ReceiptDateTriple(ReceiptDate.date(milliseconds: value))
+/// The fields of one verifyReceipt JSON object, read leniently as Apple writes them (ids as numbers
+/// or strings, dates as `name`, `name_ms`, `name_pst`).
+struct ReceiptFields {
+    let value: JSONValue
+
+    func string(_ name: String) -> String? { value[name]?.text }
+    func int64(_ name: String) -> Int64? { value[name]?.int64 }
+
+    func triple(_ name: String) -> ReceiptDateTriple? {
+        guard let ms = string(name + "_ms"), let milliseconds = Int64(ms) else { return nil }
+        var triple = ReceiptDateTriple(ReceiptDate.date(milliseconds: milliseconds))
         if let gmt = string(name) { triple.gmt = gmt }
         if let pacific = string(name + "_pst") { triple.pacific = pacific }
         triple.milliseconds = ms
         return triple
     }
-    func string(_ name: String) -> String? {
-        if let text = try? decodeIfPresent(String.self, forKey: DynamicKey(name)) { return text }
-        if let number = try? decodeIfPresent(Int64.self, forKey: DynamicKey(name)) { return String(number) }
-        return nil
-    }
-    func int64(_ name: String) -> Int64? {
-        if let number = try? decodeIfPresent(Int64.self, forKey: DynamicKey(name)) { return number }
-        return (try? decodeIfPresent(String.self, forKey: DynamicKey(name))).flatMap { $0.flatMap(Int64.init) }
-    }
 }
 
 /// One transaction as verifyReceipt renders it in `in_app` and `latest_receipt_info`.
-public struct ReceiptTransactionInfo: Codable, Sendable, Equatable {
+public struct ReceiptTransactionInfo: Encodable, Sendable, Equatable {
     public var quantity: String
     public var productId: String
     public var transactionId: String
@@ -140,17 +138,16 @@ public struct ReceiptTransactionInfo: Codable, Sendable, Equatable {
         try c.encodeOptional(appAccountToken, "app_account_token")
     }
 
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: DynamicKey.self)
-        guard let productId = c.string("product_id"), let transactionId = c.string("transaction_id") else {
-            throw DecodingError.keyNotFound(DynamicKey("product_id"), .init(codingPath: decoder.codingPath, debugDescription: "product_id and transaction_id are required"))
-        }
+    /// Reads one entry of `in_app` or `latest_receipt_info`; nil without a product id and a transaction id.
+    public init?(json: JSONValue) {
+        let c = ReceiptFields(value: json)
+        guard let productId = c.string("product_id"), let transactionId = c.string("transaction_id") else { return nil }
         self.init(quantity: c.string("quantity") ?? "1", productId: productId, transactionId: transactionId,
                   originalTransactionId: c.string("original_transaction_id"),
-                  purchaseDate: c.decodeTriple("purchase_date"), originalPurchaseDate: c.decodeTriple("original_purchase_date"),
-                  expiresDate: c.decodeTriple("expires_date"), webOrderLineItemId: c.string("web_order_line_item_id"),
+                  purchaseDate: c.triple("purchase_date"), originalPurchaseDate: c.triple("original_purchase_date"),
+                  expiresDate: c.triple("expires_date"), webOrderLineItemId: c.string("web_order_line_item_id"),
                   isTrialPeriod: c.string("is_trial_period"), isInIntroOfferPeriod: c.string("is_in_intro_offer_period"),
-                  cancellationDate: c.decodeTriple("cancellation_date"), cancellationReason: c.string("cancellation_reason"),
+                  cancellationDate: c.triple("cancellation_date"), cancellationReason: c.string("cancellation_reason"),
                   promotionalOfferId: c.string("promotional_offer_id"), inAppOwnershipType: c.string("in_app_ownership_type"),
                   subscriptionGroupIdentifier: c.string("subscription_group_identifier"), isUpgraded: c.string("is_upgraded"),
                   appAccountToken: c.string("app_account_token"))
@@ -158,7 +155,7 @@ public struct ReceiptTransactionInfo: Codable, Sendable, Equatable {
 }
 
 /// The `receipt` object of a verifyReceipt response for an app receipt.
-public struct ReceiptInfo: Codable, Sendable, Equatable {
+public struct ReceiptInfo: Encodable, Sendable, Equatable {
     public var receiptType: String
     public var adamId: Int64
     public var appItemId: Int64
@@ -207,8 +204,9 @@ public struct ReceiptInfo: Codable, Sendable, Equatable {
         try c.encode(inApp, forKey: DynamicKey("in_app"))
     }
 
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: DynamicKey.self)
+    /// Reads the `receipt` object of an app receipt's answer.
+    public init(json: JSONValue) {
+        let c = ReceiptFields(value: json)
         receiptType = c.string("receipt_type") ?? ""
         adamId = c.int64("adam_id") ?? 0
         appItemId = c.int64("app_item_id") ?? 0
@@ -216,17 +214,17 @@ public struct ReceiptInfo: Codable, Sendable, Equatable {
         applicationVersion = c.string("application_version") ?? ""
         downloadId = c.int64("download_id") ?? 0
         versionExternalIdentifier = c.int64("version_external_identifier") ?? 0
-        receiptCreationDate = c.decodeTriple("receipt_creation_date")
-        requestDate = c.decodeTriple("request_date")
-        originalPurchaseDate = c.decodeTriple("original_purchase_date")
+        receiptCreationDate = c.triple("receipt_creation_date")
+        requestDate = c.triple("request_date")
+        originalPurchaseDate = c.triple("original_purchase_date")
         originalApplicationVersion = c.string("original_application_version")
-        expirationDate = c.decodeTriple("expiration_date")
-        inApp = (try? c.decodeIfPresent([ReceiptTransactionInfo].self, forKey: DynamicKey("in_app"))) ?? []
+        expirationDate = c.triple("expiration_date")
+        inApp = (json["in_app"]?.array ?? []).compactMap(ReceiptTransactionInfo.init(json:))
     }
 }
 
 /// One `pending_renewal_info` element.
-public struct PendingRenewalInfo: Codable, Sendable, Equatable {
+public struct PendingRenewalInfo: Encodable, Sendable, Equatable {
     public var autoRenewProductId: String
     public var autoRenewStatus: String
     public var productId: String
@@ -262,17 +260,18 @@ public struct PendingRenewalInfo: Codable, Sendable, Equatable {
         try c.encodeOptional(priceConsentStatus, "price_consent_status")
     }
 
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: DynamicKey.self)
+    /// Reads one `pending_renewal_info` element.
+    public init(json: JSONValue) {
+        let c = ReceiptFields(value: json)
         self.init(autoRenewProductId: c.string("auto_renew_product_id") ?? "", autoRenewStatus: c.string("auto_renew_status") ?? "0",
                   productId: c.string("product_id") ?? "", originalTransactionId: c.string("original_transaction_id") ?? "",
                   expirationIntent: c.string("expiration_intent"), isInBillingRetryPeriod: c.string("is_in_billing_retry_period"),
-                  gracePeriodExpiresDate: c.decodeTriple("grace_period_expires_date"), priceConsentStatus: c.string("price_consent_status"))
+                  gracePeriodExpiresDate: c.triple("grace_period_expires_date"), priceConsentStatus: c.string("price_consent_status"))
     }
 }
 
 /// The verifyReceipt response for app receipts (and for every error status).
-public struct VerifyReceiptResponse: Codable, Sendable {
+public struct VerifyReceiptResponse: Encodable, Sendable {
     public var status: Int
     public var environment: AppStoreEnvironment?
     public var receipt: ReceiptInfo?
@@ -317,21 +316,21 @@ public struct VerifyReceiptResponse: Codable, Sendable {
         try c.encodeIfPresent(exception, forKey: .exception)
     }
 
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        status = try c.decode(Int.self, forKey: .status)
-        environment = try? c.decodeIfPresent(AppStoreEnvironment.self, forKey: .environment)
-        receipt = try? c.decodeIfPresent(ReceiptInfo.self, forKey: .receipt)
-        latestReceiptInfo = try? c.decodeIfPresent([ReceiptTransactionInfo].self, forKey: .latestReceiptInfo)
-        latestReceipt = try? c.decodeIfPresent(String.self, forKey: .latestReceipt)
-        pendingRenewalInfo = try? c.decodeIfPresent([PendingRenewalInfo].self, forKey: .pendingRenewalInfo)
-        // Apple's docs say is-retryable, real responses say is_retryable; accept both, and 0/1.
-        func flag(_ key: CodingKeys) -> Bool? {
-            if let value = try? c.decodeIfPresent(Bool.self, forKey: key) { return value }
-            if let value = try? c.decodeIfPresent(Int.self, forKey: key) { return value != 0 }
-            return nil
+    /// Reads a verifyReceipt answer; throws unless it is a JSON object with a numeric `status`.
+    public init(jsonBytes bytes: some Collection<UInt8>) throws(JSONParseError) {
+        let json = try JSONValue.parse(bytes)
+        guard json.isObject else { throw JSONParseError(offset: 0, message: "the answer is not a JSON object") }
+        guard let status = json["status"].flatMap({ if case .number(let text) = $0 { Int(text) } else { nil } }) else {
+            throw JSONParseError(offset: 0, message: "the answer has no numeric status")
         }
-        isRetryable = flag(.isRetryable) ?? flag(.legacyIsRetryable)
-        exception = try? c.decodeIfPresent(String.self, forKey: .exception)
+        self.status = status
+        environment = json["environment"]?.text.flatMap(AppStoreEnvironment.init(rawValue:))
+        receipt = json["receipt"].flatMap { $0.isObject ? ReceiptInfo(json: $0) : nil }
+        latestReceiptInfo = json["latest_receipt_info"]?.array?.compactMap(ReceiptTransactionInfo.init(json:))
+        latestReceipt = json["latest_receipt"]?.text
+        pendingRenewalInfo = json["pending_renewal_info"]?.array?.filter(\.isObject).map(PendingRenewalInfo.init(json:))
+        // Apple's docs say is-retryable, real responses say is_retryable; accept both, and 0/1.
+        isRetryable = json["is_retryable"]?.bool ?? json["is-retryable"]?.bool
+        exception = json["exception"]?.text
     }
 }

@@ -3,9 +3,27 @@ import Foundation
 import HTTP
 
 extension PurchaseServerResponder {
-    struct ReceiptBody: Decodable {
+    /// `{"appUserId", "receiptData"}`, read without JSONDecoder: every upload carries kilobytes of Base64.
+    struct ReceiptBody {
         var appUserId: String?
         var receiptData: String?
+
+        init(_ request: Request) throws {
+            let json: JSONValue
+            do { json = try JSONValue.parse(request.body) } catch {
+                throw HTTPError.badRequest("The request body is not valid JSON: \(error)", code: "invalid_json")
+            }
+            func string(_ name: String) throws -> String? {
+                switch json[name] {
+                case nil, .null?: return nil
+                case .string(let value)?: return value
+                default: throw HTTPError.badRequest("\(name) must be a string.", code: "invalid_json")
+                }
+            }
+            guard json.isObject else { throw HTTPError.badRequest("The request body must be a JSON object.", code: "invalid_json") }
+            appUserId = try string("appUserId")
+            receiptData = try string("receiptData")
+        }
     }
 
     static func addAppRoutes(_ router: inout Router, _ server: PurchaseServer) {
@@ -56,7 +74,7 @@ extension PurchaseServerResponder {
     /// Accepts a receipt upload (purchase or restore) and answers, after `?wait=` if asked.
     static func submit(_ request: Request, _ server: PurchaseServer, pathUser: String?, kind: VerificationJob.Kind) async throws -> Response {
         let appId = try await authenticate(request, server)
-        let body = try request.decode(ReceiptBody.self)
+        let body = try ReceiptBody(request)
         let user = try userId(pathUser ?? body.appUserId)
         guard let receipt = body.receiptData, !receipt.isEmpty else {
             throw HTTPError.badRequest("receiptData is required (the Base64 app receipt or transaction receipt).", code: "missing_receipt")

@@ -94,7 +94,7 @@ public struct VerifyReceiptClient: Sendable {
             return .retryable("connection error: \(Self.describe(error))")
         }
         guard reply.status == 200 else { return .retryable("HTTP \(reply.status) from \(environment.rawValue.lowercased()) verifyReceipt") }
-        guard let response = try? JSONDecoder().decode(VerifyReceiptResponse.self, from: reply.body) else {
+        guard let response = try? VerifyReceiptResponse(jsonBytes: reply.body) else {
             let kind = (reply.contentType ?? "").contains("html") ? "an HTML page" : "a non-JSON body"
             return .retryable("\(environment.rawValue.lowercased()) verifyReceipt answered \(kind) with HTTP 200")
         }

@@ -7,7 +7,7 @@ struct VerifyReceiptModelTests {
     @Test("Both spellings of the retry flag are read, as booleans or numbers",
           arguments: [#"{"status":21100,"is_retryable":true}"#, #"{"status":21100,"is-retryable":1}"#])
     func retryFlag(json: String) throws {
-        let response = try JSONDecoder().decode(VerifyReceiptResponse.self, from: Data(json.utf8))
+        let response = try VerifyReceiptResponse(jsonBytes: Data(json.utf8))
         #expect(response.status == 21100)
         #expect(response.isRetryable == true)
     }
