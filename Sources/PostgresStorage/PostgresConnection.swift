@@ -8,6 +8,9 @@ import Storage
 final class PostgresConnection: @unchecked Sendable {
     let handle: OpaquePointer
     let queue: DispatchQueue
+    /// Statements prepared on this connection (SQL → name): parsed and planned once, not per call.
+    private var prepared: [String: String] = [:]
+    private static let maxPrepared = 256
 
     init(url: String, label: String) throws {
         guard let handle = PQconnectdb(url) else { throw PostgresError.make("connect_failed", "cannot allocate a connection") }
@@ -33,8 +36,13 @@ final class PostgresConnection: @unchecked Sendable {
             case .text(let value): return value
             }
         }
+        let name = try preparedName(for: sql, statement: statement, parameterCount: texts.count)
         let result: OpaquePointer? = withCStrings(texts) { pointers in
-            PQexecParams(handle, statement, Int32(texts.count), nil, pointers, nil, nil, 0)
+            if let name {
+                PQexecPrepared(handle, name, Int32(texts.count), pointers, nil, nil, 0)
+            } else {
+                PQexecParams(handle, statement, Int32(texts.count), nil, pointers, nil, nil, 0)
+            }
         }
         guard let result else { throw PostgresError.make("query_failed", String(cString: PQerrorMessage(handle))) }
         defer { PQclear(result) }
@@ -64,9 +72,32 @@ final class PostgresConnection: @unchecked Sendable {
         }
     }
 
+    /// The prepared statement's name for a data statement, preparing it on first use; nil for
+    /// schema changes and once the cache is full (those run unprepared).
+    private func preparedName(for sql: String, statement: String, parameterCount: Int) throws -> String? {
+        if let name = prepared[sql] { return name }
+        let verb = sql.prefix(7).uppercased()
+        guard prepared.count < Self.maxPrepared,
+              ["SELECT", "INSERT", "UPDATE", "DELETE", "WITH"].contains(where: { verb.hasPrefix($0) }) else { return nil }
+        let name = "sk_\(prepared.count + 1)"
+        guard let result = PQprepare(handle, name, statement, Int32(parameterCount), nil) else {
+            throw PostgresError.make("query_failed", String(cString: PQerrorMessage(handle)))
+        }
+        defer { PQclear(result) }
+        guard PQresultStatus(result) == PGRES_COMMAND_OK else {
+            // The statement's own error (a prepare failure aborts the transaction, so there is no running it unprepared).
+            throw PostgresError.make("query_failed", String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+        prepared[sql] = name
+        return name
+    }
+
     var isHealthy: Bool { PQstatus(handle) == CONNECTION_OK }
 
-    func reset() { PQreset(handle) }
+    func reset() {
+        PQreset(handle)
+        prepared = [:]  // a new session has none
+    }
 
     /// `?` → `$1, $2, …` outside quoted strings.
     static func numberPlaceholders(_ sql: String) -> String {

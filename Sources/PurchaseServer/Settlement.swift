@@ -132,29 +132,55 @@ extension PurchaseStore {
     /// Settles a batch in one transaction (one commit for many jobs, applied in order, as if one by
     /// one); if that fails, each job in its own transaction, so one job's failure never holds back the others.
     func settle(batch: [Settlement]) async -> [Result<(JobState, SettlementResult)?, any Error>] {
-        if batch.count > 1, let all = try? await database.transaction({ db in try batch.map { try self.apply($0, db) } }) {
+        if batch.count > 1, let all = try? await database.transaction({ db in
+            var catalog = SettlementCatalog()
+            return try batch.map { try self.apply($0, db, catalog: &catalog) }
+        }) {
             return all.map { .success($0) }
         }
         var results: [Result<(JobState, SettlementResult)?, any Error>] = []
         for settlement in batch {
-            results.append(await Result { try await self.database.transaction { db in try self.apply(settlement, db) } })
+            results.append(await Result { try await self.database.transaction { db in
+                var catalog = SettlementCatalog()
+                return try self.apply(settlement, db, catalog: &catalog)
+            } })
         }
         return results
     }
 
+    /// Apps and product mappings read once per settlement transaction, however many jobs it settles.
+    struct SettlementCatalog {
+        var apps: [String: ServerApp] = [:]
+        var mappings: [String: [String: ProductMapping]] = [:]
+
+        mutating func app(_ id: String, _ db: any SQLConnection) throws -> ServerApp {
+            if let app = apps[id] { return app }
+            guard let row = try db.query("SELECT * FROM apps WHERE id = ?", [id]).first else {
+                throw ServerError(404, "app_not_found", "App \(id) is not registered.")
+            }
+            let app = PurchaseStore.app(row)
+            apps[id] = app
+            return app
+        }
+
+        mutating func mappings(_ appId: String, _ db: any SQLConnection) throws -> [String: ProductMapping] {
+            if let known = mappings[appId] { return known }
+            let loaded = Dictionary(try PurchaseStore.products(db, appId: appId).map { ($0.productId, $0) }, uniquingKeysWith: { $1 })
+            mappings[appId] = loaded
+            return loaded
+        }
+    }
+
     /// One settlement inside the caller's transaction.
-    func apply(_ settlement: Settlement, _ db: any SQLConnection) throws -> (JobState, SettlementResult)? {
+    func apply(_ settlement: Settlement, _ db: any SQLConnection, catalog: inout SettlementCatalog) throws -> (JobState, SettlementResult)? {
         let job = settlement.job
         let now = settlement.now.milliseconds
         let env = settlement.environment.rawValue
         let held = try db.query("SELECT id FROM verification_jobs WHERE id = ? AND lease_owner = ? AND state = 'verifying'" +
                                 (self.database.dialect == .postgres ? " FOR UPDATE" : ""), [job.id, settlement.owner])
         guard !held.isEmpty else { return nil }
-        guard let appRow = try db.query("SELECT * FROM apps WHERE id = ?", [job.appId]).first else {
-            throw ServerError(404, "app_not_found", "App \(job.appId) is not registered.")
-        }
-        let app = Self.app(appRow)
-        let mappings = Dictionary(try Self.products(db, appId: job.appId).map { ($0.productId, $0) }, uniquingKeysWith: { $1 })
+        let app = try catalog.app(job.appId, db)
+        let mappings = try catalog.mappings(job.appId, db)
         var result = SettlementResult()
         var seen: Set<String> = []
         for transaction in settlement.transactions where seen.insert(transaction.transactionId).inserted {
@@ -213,8 +239,9 @@ extension PurchaseStore {
                   transaction.webOrderLineItemId, transaction.expiresDate?.milliseconds, mapping.price, mapping.priceCurrency,
                   transaction.source, job.id, transaction.cancellationDate?.milliseconds, transaction.cancellationReason, transaction.isTrial,
                   now]).isEmpty)
-        guard let ledgerRow = try db.query("SELECT * FROM ledger WHERE environment = ? AND transaction_id = ?", [env, transaction.transactionId]).first,
-              ledgerRow.string("app_id") == job.appId else {
+        // A row just inserted is ours; one seen before is read back (another app's, a refund to apply).
+        let ledgerRow = inserted ? nil : try db.query("SELECT * FROM ledger WHERE environment = ? AND transaction_id = ?", [env, transaction.transactionId]).first
+        guard inserted || ledgerRow?.string("app_id") == job.appId else {
             result.refused.append(.init(transactionId: transaction.transactionId, productId: transaction.productId, code: "other_app",
                                         reason: "transaction \(transaction.transactionId) belongs to another app"))
             return
@@ -271,7 +298,7 @@ extension PurchaseStore {
         }
 
         // A refund seen now: mark it, revoke, and claw back credit (the balance may go negative).
-        if !inserted, let cancelled = transaction.cancellationDate, ledgerRow.int("cancellation_date") == nil {
+        if !inserted, let ledgerRow, let cancelled = transaction.cancellationDate, ledgerRow.int("cancellation_date") == nil {
             try db.query("UPDATE ledger SET cancellation_date = ?, cancellation_reason = ? WHERE environment = ? AND transaction_id = ?",
                          [cancelled.milliseconds, transaction.cancellationReason, env, transaction.transactionId])
             result.revoked.append(transaction.transactionId)
