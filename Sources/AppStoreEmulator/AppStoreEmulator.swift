@@ -13,8 +13,10 @@ public final class AppStoreEmulator: Sendable {
     let store: any DocumentStore
     /// The clock; `time advance`/`time set` move it.
     public let clock: AdjustableClock
-    /// The signing chain.
+    /// The receipt signing chain (RSA).
     public let authority: CertificateAuthority
+    /// The StoreKit 2 signing chain (ECC P-256): signed transactions, renewal info, notifications.
+    public let jwsAuthority: CertificateAuthority
     let persistLock = PersistQueue()
 
     enum Collection {
@@ -23,7 +25,8 @@ public final class AppStoreEmulator: Sendable {
     }
 
     /// Opens the emulator over a store, loading everything it holds.
-    public static func open(store: any DocumentStore, authority: CertificateAuthority, clock: AdjustableClock = AdjustableClock()) async throws -> AppStoreEmulator {
+    public static func open(store: any DocumentStore, authority: CertificateAuthority, jwsAuthority: CertificateAuthority,
+                            clock: AdjustableClock = AdjustableClock()) async throws -> AppStoreEmulator {
         var state = EmulatorState()
         let decoder = JSONDecoder()
         for document in try await store.documents(in: Collection.apps) {
@@ -58,13 +61,15 @@ public final class AppStoreEmulator: Sendable {
             clock.advance(by: offset - clock.currentOffset)
             state.clockOffset = offset
         }
-        return AppStoreEmulator(state: state, store: store, authority: authority, clock: clock)
+        return AppStoreEmulator(state: state, store: store, authority: authority, jwsAuthority: jwsAuthority, clock: clock)
     }
 
-    private init(state: EmulatorState, store: any DocumentStore, authority: CertificateAuthority, clock: AdjustableClock) {
+    private init(state: EmulatorState, store: any DocumentStore, authority: CertificateAuthority, jwsAuthority: CertificateAuthority,
+                 clock: AdjustableClock) {
         self.state = Mutex(state)
         self.store = store
         self.authority = authority
+        self.jwsAuthority = jwsAuthority
         self.clock = clock
     }
 

@@ -62,6 +62,8 @@ extension AppStoreResponder {
         var transaction_receipt: String?
         var error: DeviceTransaction.TransactionError?
         var expires_date_ms: String?
+        /// The StoreKit 2 signed transaction (JWS), for purchased transactions.
+        var signedTransaction: String?
     }
 
     /// A device of the account: the named one (signed in if new), else its first, else a new one.
@@ -157,7 +159,8 @@ extension AppStoreResponder {
                 return .json(PurchaseSummary(transaction_id: record.id, original_transaction_id: record.originalId, product_id: record.productId,
                                              environment: record.environment, state: record.state, device: deviceId,
                                              receipt: receipt?.base64EncodedString(), transaction_receipt: transaction.transactionReceipt,
-                                             error: transaction.error, expires_date_ms: record.expiresDate.map { String(ReceiptDate.milliseconds($0)) }),
+                                             error: transaction.error, expires_date_ms: record.expiresDate.map { String(ReceiptDate.milliseconds($0)) },
+                                             signedTransaction: record.state == .purchased ? try emulator.signedTransaction(for: record, signedAt: emulator.clock.now()) : nil),
                              status: .created)
             }
         }
@@ -264,7 +267,9 @@ extension AppStoreResponder {
         }
         router.on(.get, "/admin/v1/ca") { request in
             let chain = request.query["chain"] == "true"
-            let pem = chain ? emulator.authority.root.pem + emulator.authority.intermediate.pem : emulator.authority.root.pem
+            // ?jws=true: the ECC chain that signs StoreKit 2 data (Apple Root CA - G3's role), else the receipt chain.
+            let authority = request.query["jws"] == "true" ? emulator.jwsAuthority : emulator.authority
+            let pem = chain ? authority.root.pem + authority.intermediate.pem : authority.root.pem
             return .text(pem, contentType: "application/x-pem-file")
         }
     }

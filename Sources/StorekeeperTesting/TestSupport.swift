@@ -11,6 +11,11 @@ public enum TestSupport {
         do { return try CertificateAuthority.generate() } catch { fatalError("cannot generate the test CA: \(error)") }
     }()
 
+    /// The test JWS chain (ECC), generated once per process.
+    public static let jwsAuthority: CertificateAuthority = {
+        do { return try CertificateAuthority.generate(algorithm: .ecP256) } catch { fatalError("cannot generate the test JWS CA: \(error)") }
+    }()
+
     /// 2026-01-15T10:00:00Z, a fixed "now" for tests.
     public static let referenceDate = Date(timeIntervalSince1970: 1_768_471_200)
 
@@ -26,7 +31,7 @@ public enum TestSupport {
 
     /// An emulator over `store` (in memory by default) with the test CA and a fixed clock.
     public static func emulator(store: any DocumentStore = InMemoryDocumentStore(), clock: AdjustableClock = fixedClock()) async throws -> AppStoreEmulator {
-        try await AppStoreEmulator.open(store: store, authority: authority, clock: clock)
+        try await AppStoreEmulator.open(store: store, authority: authority, jwsAuthority: jwsAuthority, clock: clock)
     }
 
     /// The repository root (for `examples/`) and the shared fixtures beside the checkout.

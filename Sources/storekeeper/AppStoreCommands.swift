@@ -209,23 +209,28 @@ struct FaultListCommand: Command {
 struct CAExportCommand: Command {
     static let abstract = "Write the emulator's root certificate as PEM (what a backend must trust)."
     static let help = """
-    [--chain] [--output FILE] [--url URL]
+    [--jws] [--chain] [--output FILE] [--url URL]
 
+      --jws          The ECC root that signs StoreKit 2 data (signed transactions, notifications) instead of
+                     the RSA root of receipts; Apple likewise has two (Apple Inc. Root, Apple Root CA - G3).
       --chain        Also write the intermediate (needed to check iOS 6 style receipts, which embed only the leaf).
       --output FILE  Write to FILE instead of standard output.
     """
     let client: AdminClient
     let chain: Bool
+    let jws: Bool
     let output: String?
 
     init(_ arguments: inout Arguments) throws {
         client = try AdminClient(url: try emulatorURL(&arguments))
         chain = arguments.flag("chain")
+        jws = arguments.flag("jws")
         output = try arguments.option("output")
     }
 
     func run() async throws {
-        let data = try await client.send("GET", "/admin/v1/ca" + (chain ? "?chain=true" : ""))
+        let query = [chain ? "chain=true" : nil, jws ? "jws=true" : nil].compactMap { $0 }.joined(separator: "&")
+        let data = try await client.send("GET", "/admin/v1/ca" + (query.isEmpty ? "" : "?" + query))
         if let output {
             try data.write(to: URL(fileURLWithPath: output))
         } else {

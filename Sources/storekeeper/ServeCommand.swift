@@ -48,8 +48,9 @@ struct AppStoreServeCommand: Command {
         let directory = URL(fileURLWithPath: data, isDirectory: true)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let authority = try CertificateAuthority.loadOrCreate(in: directory.appendingPathComponent("ca"))
+        let jwsAuthority = try CertificateAuthority.loadOrCreate(in: directory.appendingPathComponent("ca/jws"), algorithm: .ecP256)
         let store = try SQLiteDocumentStore(path: directory.appendingPathComponent("appstore.sqlite").path)
-        let emulator = try await AppStoreEmulator.open(store: store, authority: authority)
+        let emulator = try await AppStoreEmulator.open(store: store, authority: authority, jwsAuthority: jwsAuthority)
         for entry in catalogs { try await CatalogLoader.load(entry, into: emulator) }
         for email in testers where try await !emulator.accounts().contains(where: { $0.email.lowercased() == email.lowercased() }) {
             try await emulator.addAccount(email: email, environment: .sandbox)

@@ -78,8 +78,9 @@ struct UpCommand: Command {
 
         // The App Store.
         let authority = try CertificateAuthority.loadOrCreate(in: appstoreDirectory.appendingPathComponent("ca"))
+        let jwsAuthority = try CertificateAuthority.loadOrCreate(in: appstoreDirectory.appendingPathComponent("ca/jws"), algorithm: .ecP256)
         let emulator = try await AppStoreEmulator.open(store: try SQLiteDocumentStore(path: appstoreDirectory.appendingPathComponent("appstore.sqlite").path),
-                                                       authority: authority)
+                                                       authority: authority, jwsAuthority: jwsAuthority)
         for store in ExampleStores.all {
             try await CatalogLoader.load("\(store.bundleId)=\(examples)/\(store.file)", into: emulator)
         }

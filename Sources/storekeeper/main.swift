@@ -31,6 +31,9 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
     ("receipt", .group(abstract: "Work with App Store receipts.", children: [
         ("decode", .command(ReceiptDecodeCommand.self)),
     ])),
+    ("jws", .group(abstract: "Work with StoreKit 2 signed data (JWS).", children: [
+        ("decode", .command(JWSDecodeCommand.self)),
+    ])),
 ])
 
 let status = await tree.dispatch(path: ["storekeeper"], words: Array(CommandLine.arguments.dropFirst()))

@@ -97,3 +97,10 @@ def root_pem(emulator, tmp_path_factory):
     path = tmp_path_factory.mktemp("ca") / "root.pem"
     emulator.cli("appstore", "ca", "export", "--output", str(path))
     return path
+
+
+@pytest.fixture(scope="session")
+def jws_root_pem(emulator, tmp_path_factory):
+    path = tmp_path_factory.mktemp("jws-ca") / "jws-root.pem"
+    emulator.cli("appstore", "ca", "export", "--jws", "--output", str(path))
+    return path

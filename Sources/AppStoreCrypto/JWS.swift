@@ -1,0 +1,103 @@
+import AppStoreModels
+import Foundation
+
+/// A compact JWS as Apple signs StoreKit 2 data: `base64url(header).base64url(payload).base64url(signature)`,
+/// header `{"alg":"ES256","x5c":[leaf, intermediate, root]}` (standard Base64 DER), signature raw R‖S.
+public struct JWS: Sendable {
+    /// The header's JSON.
+    public let header: JSONValue
+    /// The header bytes (UTF-8 JSON) as signed.
+    public let headerBytes: [UInt8]
+    /// The payload bytes (UTF-8 JSON).
+    public let payload: [UInt8]
+    /// `header.payload` as sent: what the signature covers.
+    public let signingInput: [UInt8]
+    public let signature: [UInt8]
+
+    /// Splits and decodes a compact JWS; throws `invalid_jws_format` unless it has three Base64url
+    /// parts with a JSON object header.
+    public init(compact: String) throws {
+        let parts = compact.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3 else { throw CryptoError("invalid_jws_format", "a JWS has three dot-separated parts, this has \(parts.count)") }
+        guard let headerBytes = Base64URL.decode(parts[0]), let payload = Base64URL.decode(parts[1]),
+              let signature = Base64URL.decode(parts[2]) else {
+            throw CryptoError("invalid_jws_format", "a JWS part is not Base64url")
+        }
+        guard let header = try? JSONValue.parse(headerBytes), header.isObject else {
+            throw CryptoError("invalid_jws_format", "the JWS header is not a JSON object")
+        }
+        self.header = header
+        self.headerBytes = headerBytes
+        self.payload = payload
+        self.signature = signature
+        signingInput = Array(parts[0].utf8) + [UInt8(ascii: ".")] + Array(parts[1].utf8)
+    }
+
+    /// The payload as JSON.
+    public func payloadJSON() throws -> JSONValue {
+        do { return try JSONValue.parse(payload) } catch { throw CryptoError("invalid_jws_format", "the JWS payload is not JSON: \(error)") }
+    }
+
+    /// The certificates of the `x5c` header, leaf first.
+    public func certificates() throws -> [Certificate] {
+        guard let list = header["x5c"]?.array else { throw CryptoError("invalid_certificate", "the JWS header has no x5c chain") }
+        return try list.map { entry in
+            guard let text = entry.text, let der = Data(base64Encoded: text) else {
+                throw CryptoError("invalid_certificate", "an x5c entry is not Base64 DER")
+            }
+            return try Certificate(der: [UInt8](der))
+        }
+    }
+
+    /// Verifies the way Apple's `SignedDataVerifier` does: `alg` ES256, exactly three x5c certificates,
+    /// leaf → intermediate → one of the verifier's roots at `date` (x5c[2] itself is not trusted), the
+    /// leaf and intermediate marker OIDs, then the signature with the leaf's key. Returns the leaf.
+    @discardableResult
+    public func verify(with verifier: ChainVerifier, at date: Date) throws -> Certificate {
+        guard header["alg"]?.text == "ES256" else { throw CryptoError("invalid_jws_algorithm", "JWS alg must be ES256") }
+        let chain = try certificates()
+        guard chain.count == 3 else { throw CryptoError("invalid_chain_length", "x5c must hold exactly three certificates, it holds \(chain.count)") }
+        try verifier.verify(leaf: chain[0], intermediates: [chain[1]], at: date, policy: .appleReceiptSigning)
+        guard let key = chain[0].publicKey, key.isValidES256(signature, for: signingInput) else {
+            throw CryptoError("signature_mismatch", "the JWS signature does not verify with the leaf certificate's key")
+        }
+        return chain[0]
+    }
+
+    /// Signs `payload` (JSON bytes) with `key`, putting `chain` (leaf first) in `x5c`, or `keyId` in `kid`
+    /// for tokens (`typ` JWT) such as App Store Server API bearer tokens.
+    public static func sign(payload: [UInt8], key: PrivateKey, chain: [Certificate] = [], keyId: String? = nil) throws -> String {
+        var header = JSONBuffer(capacity: 4096)
+        header.object { json in
+            json.field("alg", "ES256")
+            if let keyId {
+                json.field("kid", keyId)
+                json.field("typ", "JWT")
+            }
+            if !chain.isEmpty {
+                json.key("x5c")
+                json.array(chain) { json, certificate in json.string(Data(certificate.der).base64EncodedString()) }
+            }
+        }
+        let input = Base64URL.encode(header.bytes) + "." + Base64URL.encode(payload)
+        let signature = try key.signES256(Array(input.utf8))
+        return input + "." + Base64URL.encode(signature)
+    }
+}
+
+/// Base64url without padding (RFC 7515 §2).
+public enum Base64URL {
+    public static func encode(_ bytes: some Collection<UInt8>) -> String {
+        var text = Data(bytes).base64EncodedString()
+        text = text.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+        while text.hasSuffix("=") { text.removeLast() }
+        return text
+    }
+
+    public static func decode(_ text: some StringProtocol) -> [UInt8]? {
+        var standard = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        guard !standard.contains("=") else { return nil }
+        while standard.count % 4 != 0 { standard += "=" }
+        return Data(base64Encoded: standard).map { [UInt8]($0) }
+    }
+}

@@ -1,0 +1,78 @@
+import AppStoreCrypto
+import AppStoreModels
+import Foundation
+
+/// `storekeeper jws decode [FILE|-] [--verify-with ROOT.pem]`
+struct JWSDecodeCommand: Command {
+    static let abstract = "Print a JWS (signed transaction, renewal info, notification) as header and payload JSON."
+    static let help = """
+    [FILE|-] [--verify-with PEM]...
+
+    ARGUMENTS:
+      FILE                 A compact JWS, or a JSON object holding one in "signedPayload" (a notification
+                           body); default standard input.
+    OPTIONS:
+      --verify-with PEM    Check alg ES256, the x5c chain to the certificates in PEM (trust anchors) with
+                           Apple's marker OIDs, and the signature, at the payload's signedDate.
+    Nested JWS (signedTransactionInfo, signedRenewalInfo, signedAppTransactionInfo) are decoded in place,
+    and verified the same way. Exit status 0 when decoded (and verified), 2 when a check fails.
+    """
+
+    let path: String
+    let trustFiles: [String]
+
+    init(_ arguments: inout Arguments) throws {
+        trustFiles = try arguments.options("verify-with")
+        let rest = try arguments.positionals()
+        guard rest.count <= 1 else { throw UsageError(description: "give one JWS file") }
+        path = rest.first ?? "-"
+    }
+
+    func run() async throws {
+        var text = String(decoding: try readInput(path), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        if text.hasPrefix("{"), let body = try? JSONValue.parse(Array(text.utf8)), let signed = body["signedPayload"]?.text {
+            text = signed
+        }
+        var verifier: ChainVerifier?
+        if !trustFiles.isEmpty {
+            var roots: [Certificate] = []
+            for file in trustFiles { roots += try Certificate.parsePEM(String(decoding: try readInput(file), as: UTF8.self)) }
+            verifier = ChainVerifier(roots: roots)
+        }
+        var failed = false
+        let output = try decode(text, verifier: verifier, failed: &failed)
+        try printJSON(output)
+        if failed { exit(2) }
+    }
+
+    /// Header, payload (nested JWS decoded) and, with a verifier, the verification outcome.
+    func decode(_ compact: String, verifier: ChainVerifier?, failed: inout Bool) throws -> [String: Any] {
+        let jws = try JWS(compact: compact)
+        var payload = try JSONSerialization.jsonObject(with: Data(jws.payload)) as? [String: Any] ?? [:]
+        for key in ["signedTransactionInfo", "signedRenewalInfo", "signedAppTransactionInfo"] {
+            for container in ["data", "appData"] {
+                if var inner = payload[container] as? [String: Any], let nested = inner[key] as? String {
+                    inner[key] = try decode(nested, verifier: verifier, failed: &failed)
+                    payload[container] = inner
+                }
+            }
+        }
+        var output: [String: Any] = [
+            "header": try JSONSerialization.jsonObject(with: Data(jws.headerBytes)),
+            "payload": payload,
+        ]
+        if let verifier {
+            let json = try jws.payloadJSON()
+            let signedDate = (json["signedDate"] ?? json["receiptCreationDate"])?.int64.map(ReceiptDate.date(milliseconds:)) ?? Date()
+            do {
+                let leaf = try jws.verify(with: verifier, at: signedDate)
+                output["verification"] = ["valid": true, "validatedAt": ReceiptDate.rfc3339(signedDate),
+                                          "signer": (try? leaf.fields.subjectCommonName) as Any? ?? NSNull()]
+            } catch {
+                failed = true
+                output["verification"] = ["valid": false, "error": "\(error)"]
+            }
+        }
+        return output
+    }
+}

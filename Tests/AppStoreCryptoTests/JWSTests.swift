@@ -1,0 +1,80 @@
+import AppStoreCrypto
+import AppStoreModels
+import Foundation
+import Testing
+
+@Suite("JWS (ES256 with an x5c chain)")
+struct JWSTests {
+    struct Chain {
+        let root: Certificate, intermediate: Certificate, leaf: Certificate, leafKey: PrivateKey
+        var x5c: [Certificate] { [leaf, intermediate, root] }
+    }
+
+    static func makeChain(markers: Bool = true) throws -> Chain {
+        let start = Date(timeIntervalSince1970: 946_684_800), end = Date(timeIntervalSince1970: 4_102_444_799)
+        let rootKey = try PrivateKey.generateEC(), intermediateKey = try PrivateKey.generateEC(), leafKey = try PrivateKey.generateEC()
+        let root = try CertificateBuilder(subject: [("CN", "JWS Test Root")], serial: 1, notBefore: start, notAfter: end, isCertificateAuthority: true)
+            .issue(for: rootKey, issuer: nil, issuerKey: rootKey)
+        let intermediate = try CertificateBuilder(subject: [("CN", "JWS Test Intermediate")], serial: 2, notBefore: start, notAfter: end,
+                                                  isCertificateAuthority: true, pathLength: 0,
+                                                  markerExtensions: markers ? [OID.appleWWDRIntermediate] : [])
+            .issue(for: intermediateKey, issuer: root, issuerKey: rootKey)
+        let leaf = try CertificateBuilder(subject: [("CN", "JWS Test Leaf")], serial: 3, notBefore: start, notAfter: end,
+                                          isCertificateAuthority: false, markerExtensions: markers ? [OID.appleReceiptSigner] : [])
+            .issue(for: leafKey, issuer: intermediate, issuerKey: intermediateKey)
+        return Chain(root: root, intermediate: intermediate, leaf: leaf, leafKey: leafKey)
+    }
+
+    static let payload = Array(#"{"transactionId":"2000000000000001","signedDate":1768471200000}"#.utf8)
+
+    @Test("What we sign verifies with our root and decodes to the same payload; the signature is raw 64-byte R‖S")
+    func roundTrip() throws {
+        let chain = try Self.makeChain()
+        let compact = try JWS.sign(payload: Self.payload, key: chain.leafKey, chain: chain.x5c)
+        let jws = try JWS(compact: compact)
+        #expect(jws.payload == Self.payload)
+        #expect(jws.signature.count == 64)
+        #expect(jws.header["alg"]?.text == "ES256")
+        #expect(try jws.certificates().map(\.der) == chain.x5c.map(\.der))
+        let leaf = try jws.verify(with: ChainVerifier(roots: [chain.root]), at: Date(timeIntervalSince1970: 1_768_471_200))
+        #expect(leaf.der == chain.leaf.der)
+    }
+
+    @Test("A changed payload, another root, a short chain, another alg and missing Apple OIDs are all refused")
+    func refusals() throws {
+        let chain = try Self.makeChain()
+        let date = Date(timeIntervalSince1970: 1_768_471_200)
+        let compact = try JWS.sign(payload: Self.payload, key: chain.leafKey, chain: chain.x5c)
+        let parts = compact.split(separator: ".").map(String.init)
+        let tampered = parts[0] + "." + Base64URL.encode(Array(#"{"transactionId":"2000000000000002","signedDate":1768471200000}"#.utf8)) + "." + parts[2]
+        #expect(throws: CryptoError.self) { try JWS(compact: tampered).verify(with: ChainVerifier(roots: [chain.root]), at: date) }
+
+        let other = try Self.makeChain()
+        #expect(throws: CryptoError.self) { try JWS(compact: compact).verify(with: ChainVerifier(roots: [other.root]), at: date) }
+
+        let short = try JWS.sign(payload: Self.payload, key: chain.leafKey, chain: [chain.leaf, chain.intermediate])
+        #expect(throws: CryptoError.self) { try JWS(compact: short).verify(with: ChainVerifier(roots: [chain.root]), at: date) }
+
+        let hs256Header = Base64URL.encode(Array(#"{"alg":"HS256","x5c":[]}"#.utf8))
+        #expect(throws: CryptoError.self) { try JWS(compact: hs256Header + "." + parts[1] + "." + parts[2]).verify(with: ChainVerifier(roots: [chain.root]), at: date) }
+
+        let plain = try Self.makeChain(markers: false)
+        let unmarked = try JWS.sign(payload: Self.payload, key: plain.leafKey, chain: plain.x5c)
+        #expect(throws: CryptoError.self) { try JWS(compact: unmarked).verify(with: ChainVerifier(roots: [plain.root]), at: date) }
+    }
+
+    @Test("Malformed compact forms are format errors", arguments: ["", "a.b", "a.b.c.d", "!!!.e30.e30", "e30.e30.@@", "W10.e30.e30"])
+    func malformed(text: String) {
+        #expect(throws: CryptoError.self) { try JWS(compact: text) }
+    }
+
+    @Test("Base64url round-trips every length without padding")
+    func base64url() {
+        for length in 0..<40 {
+            let bytes = (0..<length).map { UInt8(truncatingIfNeeded: $0 * 37 + 250) }
+            let text = Base64URL.encode(bytes)
+            #expect(!text.contains("=") && !text.contains("+") && !text.contains("/"))
+            #expect(Base64URL.decode(text) == bytes)
+        }
+    }
+}
