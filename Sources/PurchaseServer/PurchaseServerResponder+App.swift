@@ -7,6 +7,7 @@ extension PurchaseServerResponder {
     struct ReceiptBody {
         var appUserId: String?
         var receiptData: String?
+        var signedTransaction: String?
 
         init(_ request: Request) throws {
             let json: JSONValue
@@ -23,12 +24,28 @@ extension PurchaseServerResponder {
             guard json.isObject else { throw HTTPError.badRequest("The request body must be a JSON object.", code: "invalid_json") }
             appUserId = try string("appUserId")
             receiptData = try string("receiptData")
+            signedTransaction = try string("signedTransaction")
         }
     }
 
     static func addAppRoutes(_ router: inout Router, _ server: PurchaseServer) {
         router.on(.post, "/v1/receipts") { request in
             await guarded { try await submit(request, server, pathUser: nil, kind: .purchase) }
+        }
+        router.on(.post, "/v1/transactions") { request in
+            await guarded {
+                let appId = try await authenticate(request, server)
+                let body = try ReceiptBody(request)
+                let user = try userId(body.appUserId)
+                guard let signed = body.signedTransaction, !signed.isEmpty else {
+                    throw HTTPError.badRequest("signedTransaction is required (the JWS StoreKit 2 returned for the purchase).", code: "missing_transaction")
+                }
+                // Checked locally, so the answer is usually ready at once: wait for it unless told otherwise.
+                let wait = request.query["wait"] == nil ? 10 : try waitSeconds(request)
+                var job = try await server.submit(appId: appId, appUserId: user, receiptData: signed, kind: .signedTransaction)
+                if wait > 0 { job = try await server.awaitSettlement(job.id, appId: appId, timeout: .milliseconds(Int(wait * 1000))) ?? job }
+                return verificationResponse(job)
+            }
         }
         router.on(.get, "/v1/verifications/:id") { request in
             await guarded {

@@ -28,6 +28,7 @@ public struct VerificationEngine: Sendable {
 
     public let store: PurchaseStore
     public let inspector: ReceiptInspector
+    public let transactionInspector: SignedTransactionInspector
     public let client: VerifyReceiptClient
     public let clock: any ServerClock
     public let retry: RetryPolicy
@@ -35,6 +36,7 @@ public struct VerificationEngine: Sendable {
     public init(store: PurchaseStore, inspector: ReceiptInspector, client: VerifyReceiptClient, clock: any ServerClock, retry: RetryPolicy) {
         self.store = store
         self.inspector = inspector
+        transactionInspector = SignedTransactionInspector(trust: inspector.trust)
         self.client = client
         self.clock = clock
         self.retry = retry
@@ -56,27 +58,14 @@ public struct VerificationEngine: Sendable {
             try await store.reject(job, owner: owner, code: "app_not_found", reason: "the app is no longer registered", environment: nil, now: clock.now())
             return .rejected
         }
+        if job.kind == .signedTransaction { return try await runSignedTransaction(job, app: app, owner: owner) }
         let inspected: InspectedReceipt
-        do {
+        do throws(ReceiptRejection) {
             inspected = try inspector.inspect(job.receiptData, bundleIds: app.bundleIds)
+            try Self.checkSandboxPolicy(app, environment: inspected.environment, user: job.appUserId)
         } catch {
             try await store.reject(job, owner: owner, code: error.code, reason: error.reason, environment: nil, now: clock.now())
             return .rejected
-        }
-        if inspected.environment == .sandbox {
-            switch app.sandboxPolicy {
-            case .allow: break
-            case .deny:
-                try await store.reject(job, owner: owner, code: "sandbox_not_allowed", reason: "this app does not accept sandbox purchases",
-                                       environment: .sandbox, now: clock.now())
-                return .rejected
-            case .allowList where !app.sandboxAllowList.contains(job.appUserId):
-                try await store.reject(job, owner: owner, code: "sandbox_not_allowed",
-                                       reason: "sandbox purchases are granted only to users on the app's sandbox allow-list",
-                                       environment: .sandbox, now: clock.now())
-                return .rejected
-            case .allowList: break
-            }
         }
 
         // seed 003: the receipt's own type says where it belongs; production receipts go to production first.
@@ -118,6 +107,40 @@ public struct VerificationEngine: Sendable {
         let settlement = Settlement(job: job, owner: owner, environment: environment, transactions: confirmed.transactions,
                                     subscriptions: confirmed.subscriptions, now: clock.now())
         return try await store.settle(settlement)?.0
+    }
+
+    /// A StoreKit 2 signed transaction: everything is checked locally (Apple signed it), then settled
+    /// through the same ledger as receipts.
+    func runSignedTransaction(_ job: VerificationJob, app: ServerApp, owner: String) async throws -> JobState? {
+        let transaction: JWSTransaction
+        let environment: AppStoreEnvironment
+        do throws(ReceiptRejection) {
+            (transaction, environment) = try transactionInspector.inspect(job.receiptData, bundleIds: app.bundleIds)
+            try Self.checkSandboxPolicy(app, environment: environment, user: job.appUserId)
+            // An appAccountToken binds the purchase to the app's user it was made for (apps whose user ids are UUIDs).
+            if let token = transaction.appAccountToken, let user = UUID(uuidString: job.appUserId), UUID(uuidString: token) != user {
+                throw ReceiptRejection(code: "app_account_token_mismatch",
+                                       reason: "the transaction was bought for app account \(token), not for user \(job.appUserId)")
+            }
+        } catch {
+            try await store.reject(job, owner: owner, code: error.code, reason: error.reason, environment: nil, now: clock.now())
+            return .rejected
+        }
+        let settlement = Settlement(job: job, owner: owner, environment: environment,
+                                    transactions: [ConfirmedTransaction(transaction, source: "signed_transaction")], subscriptions: [], now: clock.now())
+        return try await store.settle(settlement)?.0
+    }
+
+    /// The app's sandbox policy (App Review buys in the sandbox; production apps may allow-list those accounts).
+    static func checkSandboxPolicy(_ app: ServerApp, environment: AppStoreEnvironment, user: String) throws(ReceiptRejection) {
+        guard environment == .sandbox else { return }
+        switch app.sandboxPolicy {
+        case .allow: return
+        case .deny: throw ReceiptRejection(code: "sandbox_not_allowed", reason: "this app does not accept sandbox purchases")
+        case .allowList where !app.sandboxAllowList.contains(user):
+            throw ReceiptRejection(code: "sandbox_not_allowed", reason: "sandbox purchases are granted only to users on the app's sandbox allow-list")
+        case .allowList: return
+        }
     }
 
     func reschedule(_ job: VerificationJob, owner: String, reason: String) async throws {

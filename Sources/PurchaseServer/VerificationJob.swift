@@ -8,6 +8,8 @@ public struct VerificationJob: Sendable, Codable, Equatable {
     public enum Kind: String, Codable, Sendable {
         case purchase
         case restore
+        /// A StoreKit 2 signed transaction (JWS) from `POST /v1/transactions`, checked without calling Apple.
+        case signedTransaction = "signed_transaction"
     }
 
     public var id: String

@@ -27,8 +27,9 @@ struct ServerOptions {
       --database URL        Use PostgreSQL (postgres://user@host:port/db) instead of SQLite.
       --appstore-url URL    verifyReceipt base URL (an emulator: URL/production/verifyReceipt, URL/sandbox/verifyReceipt);
                             default Apple's buy.itunes.apple.com and sandbox.itunes.apple.com.
-      --trust PEM           Trust the certificates in PEM for receipts (repeatable; default Apple's roots).
-      --trust-emulator      Fetch and trust the emulator's CA from --appstore-url.
+      --trust PEM           Trust the certificates in PEM for receipts and signed transactions (repeatable;
+                            default Apple's roots: Apple Inc. Root, the iTunes Store CA, Apple Root CA - G3).
+      --trust-emulator      Fetch and trust the emulator's two CAs (receipts, JWS) from --appstore-url.
       --admin-key KEY       The admin API key (default $STOREKEEPER_ADMIN_KEY, else generated once into DIR/admin-key).
       --concurrency N       Verifications in flight at once (default 2048).
       --call-timeout S      Seconds per verifyReceipt call (default 15).
@@ -76,8 +77,11 @@ struct ServerOptions {
         if let emulatorCA { certificates += try Certificate.parsePEM(emulatorCA) }
         if trustEmulator {
             guard let appstoreURL else { throw UsageError(description: "--trust-emulator needs --appstore-url") }
-            let pem = try await AdminClient(url: appstoreURL).send("GET", "/admin/v1/ca?chain=true")
-            certificates += try Certificate.parsePEM(String(decoding: pem, as: UTF8.self))
+            // Both of the emulator's chains: RSA for receipts, ECC for StoreKit 2 signed data.
+            for path in ["/admin/v1/ca?chain=true", "/admin/v1/ca?chain=true&jws=true"] {
+                let pem = try await AdminClient(url: appstoreURL).send("GET", path)
+                certificates += try Certificate.parsePEM(String(decoding: pem, as: UTF8.self))
+            }
         }
         let trust = certificates.isEmpty ? try TrustStore.apple() : TrustStore(certificates: certificates)
         var endpoints = AppStoreEndpoints.apple

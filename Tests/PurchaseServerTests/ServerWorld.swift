@@ -86,7 +86,8 @@ struct ServerWorld {
         let device = try await emulator.signIn(deviceId: nil, email: tester).id
         let transport = EmulatorTransport(emulator: emulator)
         let configuration = PurchaseServer.Configuration(
-            trust: TrustStore(certificates: [TestSupport.authority.root, TestSupport.authority.intermediate]),
+            trust: TrustStore(certificates: [TestSupport.authority.root, TestSupport.authority.intermediate,
+                                             TestSupport.jwsAuthority.root, TestSupport.jwsAuthority.intermediate]),
             endpoints: .emulator(URL(string: "http://emulator")!), transport: transport, adminKey: adminKey,
             worker: .init(concurrency: 64, batchSize: 16, lease: 30, pollInterval: .milliseconds(50)), retry: retry, callTimeout: 5)
         let server = try await PurchaseServer.open(database: try await engine.makeDatabase(), configuration: configuration, clock: EmulatorBackedClock(clock))
@@ -135,6 +136,12 @@ struct ServerWorld {
                                                     headers: ["Authorization": "Bearer \(keys[bundle]!)"])
         precondition(status == 200 || status == 202, "upload answered \(status): \(body)")
         return body
+    }
+
+    /// Posts a StoreKit 2 signed transaction (answered once settled); returns the HTTP status and body.
+    func postTransaction(_ bundle: String, user: String, signed: String) async throws -> (Int, [String: Any]) {
+        try await client.json(.post, "/v1/transactions", json: ["appUserId": user, "signedTransaction": signed],
+                              headers: ["Authorization": "Bearer \(keys[bundle]!)"])
     }
 
     func user(_ bundle: String, _ user: String) async throws -> [String: Any] {

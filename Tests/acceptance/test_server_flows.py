@@ -168,3 +168,22 @@ def test_up_runs_everything_wired_together(tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_storekit2_signed_transactions_are_granted_once_and_forgeries_refused(emulator, server):
+    """A device on StoreKit 2 sends its signed transaction: the server checks it locally (no verifyReceipt)
+    and grants through the same ledger, so the same purchase's receipt grants nothing more."""
+    key = server.setup_app("com.example.football")
+    tester = new_tester(emulator)
+    bought = emulator_buy(emulator, "com.example.football", "EnergyBottle", tester, quantity=3)
+    status, first = server.request("POST", "/v1/transactions", {"appUserId": "sk2-user", "signedTransaction": bought["signedTransaction"]}, key=key)
+    assert status == 200 and first["state"] == "verified", first
+    assert first["result"]["granted"] == [bought["transaction_id"]]
+    status, again = server.request("POST", "/v1/transactions", {"appUserId": "sk2-user", "signedTransaction": bought["signedTransaction"]}, key=key)
+    assert again["state"] == "verified" and again["result"]["granted"] == []
+    assert server.upload(key, "sk2-user", bought["receipt"])["result"]["granted"] == []
+    assert server.user(key, "sk2-user")["balances"] == {"energy_bottles": 3}
+    header, payload, signature = bought["signedTransaction"].split(".")
+    status, forged = server.request("POST", "/v1/transactions", {"appUserId": "sk2-user", "signedTransaction": f"{header}.{payload}x.{signature}"}, key=key)
+    assert forged["state"] == "rejected" and forged["reason"]
+    assert server.user(key, "sk2-user")["balances"] == {"energy_bottles": 3}

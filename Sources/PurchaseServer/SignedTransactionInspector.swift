@@ -1,0 +1,87 @@
+import AppStoreCrypto
+import AppStoreModels
+import Foundation
+import Synchronization
+
+/// The local checks of a StoreKit 2 signed transaction — all of them, since no call to Apple is
+/// needed: alg ES256, the x5c chain to the configured roots at `signedDate` with Apple's marker OIDs,
+/// the signature, a known environment, the bundle id allow-list and App Store ids.
+public final class SignedTransactionInspector: Sendable {
+    let trust: TrustStore
+    /// Chains already verified (x5c as sent → the window in which all their certificates are valid).
+    private let verifiedChains = Mutex<[[String]: (notBefore: Date, notAfter: Date)]>([:])
+
+    public init(trust: TrustStore) { self.trust = trust }
+
+    /// Verifies and decodes `compact` for an app accepting `bundleIds`.
+    public func inspect(_ compact: String, bundleIds: [String]) throws(ReceiptRejection) -> (JWSTransaction, AppStoreEnvironment) {
+        let jws: JWS
+        let transaction: JWSTransaction
+        do {
+            jws = try JWS(compact: compact)
+            guard let decoded = JWSTransaction(json: try jws.payloadJSON()) else { throw CryptoError("invalid_jws_format", "not a transaction") }
+            transaction = decoded
+        } catch {
+            throw ReceiptRejection(code: "malformed_transaction", reason: "signedTransaction is not a StoreKit 2 signed transaction")
+        }
+        let environment: AppStoreEnvironment
+        switch transaction.environment {
+        case "Production": environment = .production
+        case "Sandbox": environment = .sandbox
+        default:
+            throw ReceiptRejection(code: "untrusted_environment",
+                                   reason: "environment '\(transaction.environment)' is signed by Xcode or StoreKit Testing, not the App Store")
+        }
+        try checkSignature(jws, at: ReceiptDate.date(milliseconds: transaction.signedDate))
+        guard bundleIds.contains(transaction.bundleId) else {
+            throw ReceiptRejection(code: "bundle_id_not_allowed", reason: "transaction is for bundle id '\(transaction.bundleId)', which this app does not accept")
+        }
+        for id in [transaction.transactionId, transaction.originalTransactionId] where id.isEmpty || !id.allSatisfy(\.isNumber) {
+            throw ReceiptRejection(code: "invalid_transaction_id", reason: "transaction id '\(id)' is not an App Store id")
+        }
+        return (transaction, environment)
+    }
+
+    private func checkSignature(_ jws: JWS, at date: Date) throws(ReceiptRejection) {
+        let x5c = (jws.header["x5c"]?.array ?? []).compactMap(\.text)
+        if let window = verifiedChains.withLock({ $0[x5c] }), date >= window.notBefore, date <= window.notAfter,
+           let leaf = try? jws.certificates().first, let key = leaf.publicKey {
+            guard jws.header["alg"]?.text == "ES256", key.isValidES256(jws.signature, for: jws.signingInput) else {
+                throw ReceiptRejection(code: "invalid_signature", reason: "the transaction's signature is invalid")
+            }
+            return
+        }
+        do {
+            try jws.verify(with: trust.verifier, at: date)
+        } catch let error as CryptoError where error.code == "signature_mismatch" {
+            throw ReceiptRejection(code: "invalid_signature", reason: "the transaction's signature is invalid")
+        } catch {
+            throw ReceiptRejection(code: "untrusted_certificate", reason: "the transaction's certificate chain is not trusted: \(error)")
+        }
+        let fields = ((try? jws.certificates()) ?? []).prefix(2).compactMap { try? $0.fields }
+        if let notBefore = fields.map(\.notBefore).max(), let notAfter = fields.map(\.notAfter).min() {
+            verifiedChains.withLock { cache in
+                if cache.count > 64 { cache.removeAll() }
+                cache[x5c] = (notBefore, notAfter)
+            }
+        }
+    }
+}
+
+extension ConfirmedTransaction {
+    /// From a verified StoreKit 2 transaction.
+    init(_ jws: JWSTransaction, source: String) {
+        transactionId = jws.transactionId
+        originalTransactionId = jws.originalTransactionId
+        productId = jws.productId
+        quantity = Int64(jws.quantity)
+        purchaseDate = ReceiptDate.date(milliseconds: jws.purchaseDate)
+        originalPurchaseDate = ReceiptDate.date(milliseconds: jws.originalPurchaseDate)
+        expiresDate = jws.expiresDate.map(ReceiptDate.date(milliseconds:))
+        webOrderLineItemId = jws.webOrderLineItemId
+        cancellationDate = jws.revocationDate.map(ReceiptDate.date(milliseconds:))
+        cancellationReason = jws.revocationReason.map(String.init)
+        isTrial = jws.offerType == 1
+        self.source = source
+    }
+}
