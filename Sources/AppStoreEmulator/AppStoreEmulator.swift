@@ -21,7 +21,7 @@ public final class AppStoreEmulator: Sendable {
 
     enum Collection {
         static let apps = "apps", usedProductIds = "used_product_ids", accounts = "accounts", devices = "devices"
-        static let transactions = "transactions", chains = "chains", faults = "faults", settings = "settings"
+        static let transactions = "transactions", chains = "chains", faults = "faults", settings = "settings", apiKeys = "api_keys"
     }
 
     /// Opens the emulator over a store, loading everything it holds.
@@ -53,6 +53,10 @@ public final class AppStoreEmulator: Sendable {
         for document in try await store.documents(in: Collection.faults) {
             let fault = try decoder.decode(Fault.self, from: document.body)
             state.faults[fault.id] = fault
+        }
+        for document in try await store.documents(in: Collection.apiKeys) {
+            let key = try decoder.decode(ServerAPIKey.self, from: document.body)
+            state.apiKeys[key.keyId] = key
         }
         if let body = try await store.document(in: Collection.settings, id: "quirks") { state.quirks = try decoder.decode(Quirks.self, from: body) }
         if let body = try await store.document(in: Collection.settings, id: "counters") { state.counters = try decoder.decode(Counters.self, from: body) }
@@ -115,6 +119,7 @@ public final class AppStoreEmulator: Sendable {
         for id in changes.transactions { put(Collection.transactions, id, state.transactions[id]) }
         for id in changes.chains { put(Collection.chains, id, state.chains[id]) }
         for id in changes.faults.union(changes.deletedFaults) { put(Collection.faults, id, state.faults[id]) }
+        for id in changes.apiKeys { put(Collection.apiKeys, id, state.apiKeys[id]) }
         if changes.settings || !changes.transactions.isEmpty || !changes.accounts.isEmpty {
             put(Collection.settings, "quirks", state.quirks)
             put(Collection.settings, "counters", state.counters)

@@ -14,6 +14,7 @@ public struct AppStoreResponder: Responder {
         AppStoreResponder.addVerifyReceiptRoutes(&router, emulator)
         AppStoreResponder.addDeviceRoutes(&router, emulator)
         AppStoreResponder.addAdminRoutes(&router, emulator)
+        AppStoreResponder.addServerAPIRoutes(&router, emulator)
         router.on(.get, "/health") { _ in .json(["status": "ok"]) }
         self.router = router
     }

@@ -21,6 +21,8 @@ struct EmulatorState: Sendable {
     var transactionIndex: [String: [String]] = [:]
     var chains: [String: SubscriptionChain] = [:]
     var faults: [String: Fault] = [:]
+    /// In-app purchase keys for the App Store Server API, by key id.
+    var apiKeys: [String: ServerAPIKey] = [:]
     var quirks = Quirks()
     var counters = Counters()
     var clockOffset: TimeInterval = 0
@@ -68,6 +70,7 @@ struct Changes {
     var chains: Set<String> = []
     var faults: Set<String> = []
     var deletedFaults: Set<String> = []
+    var apiKeys: Set<String> = []
     var settings = false
 }
 

@@ -21,6 +21,8 @@ public struct Request: Sendable {
     public var path: String
     /// Decoded query parameters; the last value wins for repeated keys.
     public var query: [String: String]
+    /// Every query parameter in order, repeated keys included (`?status=1&status=4`).
+    public var queryItems: [(name: String, value: String)] = []
     /// Header fields with lower-cased names.
     public var headers: [String: String]
     /// The request body.
@@ -37,7 +39,8 @@ public struct Request: Sendable {
         self.body = body
         if let mark = target.firstIndex(of: "?") {
             self.path = String(target[..<mark])
-            self.query = Request.parseQuery(String(target[target.index(after: mark)...]))
+            queryItems = Request.parseQueryItems(String(target[target.index(after: mark)...]))
+            self.query = Dictionary(queryItems.map { ($0.name, $0.value) }, uniquingKeysWith: { $1 })
         } else {
             self.path = target
             self.query = [:]
@@ -73,14 +76,17 @@ public struct Request: Sendable {
         }
     }
 
-    static func parseQuery(_ query: String) -> [String: String] {
-        var result: [String: String] = [:]
-        for pair in query.split(separator: "&") {
+    static func parseQueryItems(_ query: String) -> [(name: String, value: String)] {
+        query.split(separator: "&").map { pair in
             let parts = pair.split(separator: "=", maxSplits: 1).map(String.init)
             let name = parts[0].replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? parts[0]
             let value = parts.count > 1 ? (parts[1].replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? parts[1]) : ""
-            result[name] = value
+            return (name, value)
         }
-        return result
+    }
+
+    /// Every value of query parameter `name`, in order.
+    public func queryValues(_ name: String) -> [String] {
+        queryItems.filter { $0.name == name }.map(\.value)
     }
 }

@@ -165,12 +165,15 @@ final class RequestContext: Sendable {
 /// Collects key/value pairs from libmicrohttpd iterators.
 final class PairCollector {
     var pairs: [String: String] = [:]
+    var items: [(name: String, value: String)] = []
 }
 
 private let collectPair: MHD_KeyValueIterator = { cls, _, key, value in
     guard let cls, let key else { return .YES }
     let collector = Unmanaged<PairCollector>.fromOpaque(cls).takeUnretainedValue()
-    collector.pairs[String(cString: key)] = value.map { String(cString: $0) } ?? ""
+    let name = String(cString: key), text = value.map { String(cString: $0) } ?? ""
+    collector.pairs[name] = text
+    collector.items.append((name, text))
     return .YES
 }
 
@@ -240,6 +243,7 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
     let query = PairCollector()
     MHD_get_connection_values(connection, .GET_ARGUMENT_KIND, collectPair, Unmanaged.passUnretained(query).toOpaque())
     request.query = query.pairs
+    request.queryItems = query.items
     request.body = context.fields.withLock { fields in
         fields.started = true
         return fields.body

@@ -238,3 +238,27 @@ struct CAExportCommand: Command {
         }
     }
 }
+
+/// `storekeeper appstore key create --app BUNDLE`
+struct ServerAPIKeyCreateCommand: Command {
+    static let abstract = "Create an App Store Server API key for an app (App Store Connect's In-App Purchase key)."
+    static let help = """
+    --app BUNDLE [--url URL]
+
+    Prints {"keyId", "issuerId", "bundleId", "privateKey"}: sign ES256 bearer tokens with privateKey (PEM),
+    kid keyId, iss issuerId, aud appstoreconnect-v1, bid BUNDLE, as Apple's app-store-server-library does,
+    and call {URL}/sandbox/inApps/... or {URL}/production/inApps/.... The private key is shown only once.
+    """
+    let client: AdminClient
+    let app: String
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments))
+        guard let app = try arguments.option("app") else { throw UsageError(description: "--app is required") }
+        self.app = app
+    }
+
+    func run() async throws {
+        try await client.sendAndPrint("POST", "/admin/v1/apps/\(app.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? app)/api-keys")
+    }
+}

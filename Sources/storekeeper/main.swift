@@ -14,7 +14,8 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
         ("fault", .group(abstract: "Inject faults.", children: [
             ("add", .command(FaultAddCommand.self)), ("clear", .command(FaultClearCommand.self)), ("list", .command(FaultListCommand.self)),
         ])),
-        ("ca", .group(abstract: "The emulator's certificate authority.", children: [("export", .command(CAExportCommand.self))])),
+        ("ca", .group(abstract: "The emulator's certificate authorities.", children: [("export", .command(CAExportCommand.self))])),
+        ("key", .group(abstract: "App Store Server API keys.", children: [("create", .command(ServerAPIKeyCreateCommand.self))])),
     ])),
     ("server", .group(abstract: "The purchase server and the commands that administer it.", children: [
         ("serve", .command(ServerServeCommand.self)),
