@@ -32,7 +32,7 @@ let package = Package(
         .target(name: "PostgresStorage", dependencies: ["Storage", "CLibPQ"], swiftSettings: swiftSettings),
         .target(
             name: "AppStoreEmulator",
-            dependencies: ["AppStoreModels", "AppStoreCrypto", "HTTP", "Storage"],
+            dependencies: ["AppStoreModels", "AppStoreCrypto", "HTTP", "HTTPClient", "Storage"],
             swiftSettings: swiftSettings
         ),
         .target(

@@ -140,6 +140,7 @@ extension AppStoreEmulator {
             }
             state.insert(record)
             changes.transactions.insert(record.id)
+            if record.state == .purchased, product.type != .autoRenewable { changes.notify("ONE_TIME_CHARGE", nil, record) }
             return record
         }
     }
@@ -161,11 +162,13 @@ extension AppStoreEmulator {
             let newLevel = product.groupLevel ?? 1
             if chain.productId == product.productId || newLevel > currentLevel {
                 // Same product: already subscribed. Lower level: a downgrade that starts at the next renewal.
+                let downgrade = chain.autoRenewProductId != product.productId && chain.productId != product.productId
                 chain.autoRenewProductId = product.productId
                 chain.autoRenewEnabled = true
                 chain.expirationIntent = nil
                 state.chains[chain.originalTransactionId] = chain
                 changes.chains.insert(chain.originalTransactionId)
+                if downgrade { changes.notify("DID_CHANGE_RENEWAL_PREF", "DOWNGRADE", latest) }
                 var redelivery = latest
                 redelivery.id = state.nextTransactionId(record.environment)
                 redelivery.isRedelivery = true
@@ -191,6 +194,7 @@ extension AppStoreEmulator {
             chain.latestTransactionId = record.id
             state.chains[chain.originalTransactionId] = chain
             changes.chains.insert(chain.originalTransactionId)
+            changes.notify("DID_CHANGE_RENEWAL_PREF", "UPGRADE", record)
             return nil
         }
         // A new subscription, or a resubscription after lapse in the same group (same original id).
@@ -222,8 +226,10 @@ extension AppStoreEmulator {
             chain.renewals = 0
             chain.latestTransactionId = record.id
             chain.deviceId = record.deviceId
+            chain.expiryNotified = nil
             state.chains[chain.originalTransactionId] = chain
             changes.chains.insert(chain.originalTransactionId)
+            changes.notify("SUBSCRIBED", "RESUBSCRIBE", record)
         } else {
             let chain = SubscriptionChain(originalTransactionId: record.id, bundleId: record.bundleId, accountEmail: account.email,
                                           deviceId: record.deviceId, environment: record.environment, productId: product.productId,
@@ -232,6 +238,7 @@ extension AppStoreEmulator {
                                           latestTransactionId: record.id)
             state.chains[record.id] = chain
             changes.chains.insert(record.id)
+            changes.notify("SUBSCRIBED", "INITIAL_BUY", record)
         }
         return nil
     }
@@ -315,6 +322,7 @@ extension AppStoreEmulator {
             }
             state.transactions[transactionId] = record
             changes.transactions.insert(transactionId)
+            if record.state == .purchased, record.productType != .autoRenewable { changes.notify("ONE_TIME_CHARGE", nil, record) }
             return record
         }
     }
@@ -329,6 +337,7 @@ extension AppStoreEmulator {
             record.cancellationReason = reason
             state.transactions[transactionId] = record
             changes.transactions.insert(transactionId)
+            changes.notify("REFUND", nil, record)
             if var chain = state.chains[record.originalId], chain.latestTransactionId == record.id {
                 chain.autoRenewEnabled = false
                 chain.expirationIntent = 1

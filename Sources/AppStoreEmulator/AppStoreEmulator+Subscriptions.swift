@@ -58,6 +58,7 @@ extension AppStoreEmulator {
                     subscriptionGroupId: product.subscriptionGroupId)
                 state.insert(renewal)
                 changes.transactions.insert(id)
+                changes.notify("DID_RENEW", nil, renewal)
                 chain.renewals += 1
                 chain.productId = product.productId
                 chain.latestTransactionId = id
@@ -68,6 +69,22 @@ extension AppStoreEmulator {
                 state.chains[originalId] = chain
                 changes.chains.insert(originalId)
             }
+        }
+        // Subscriptions that lapsed without renewing: one EXPIRED notification each.
+        for (originalId, var chain) in state.chains where !chain.autoRenewEnabled && chain.expiryNotified != true {
+            guard let latest = state.transactions[chain.latestTransactionId], latest.cancellationDate == nil,
+                  let expires = latest.expiresDate, expires <= now else { continue }
+            chain.expiryNotified = true
+            state.chains[originalId] = chain
+            changes.chains.insert(originalId)
+            let subtype: String? = switch chain.expirationIntent {
+            case 1: "VOLUNTARY"
+            case 2: "BILLING_RETRY"
+            case 3: "PRICE_INCREASE"
+            case 4: "PRODUCT_NOT_FOR_SALE"
+            default: nil
+            }
+            changes.notify("EXPIRED", subtype, latest)
         }
     }
 
@@ -83,10 +100,14 @@ extension AppStoreEmulator {
     public func setAutoRenew(originalTransactionId: String, enabled: Bool) async throws -> SubscriptionChain {
         try await mutate { state, changes, _ in
             guard var chain = state.chains[originalTransactionId] else { throw StoreError.notFound("Subscription \(originalTransactionId)") }
+            let changed = chain.autoRenewEnabled != enabled
             chain.autoRenewEnabled = enabled
             chain.expirationIntent = enabled ? nil : 1
             state.chains[originalTransactionId] = chain
             changes.chains.insert(originalTransactionId)
+            if changed, let latest = state.transactions[chain.latestTransactionId] {
+                changes.notify("DID_CHANGE_RENEWAL_STATUS", enabled ? "AUTO_RENEW_ENABLED" : "AUTO_RENEW_DISABLED", latest)
+            }
             return chain
         }
     }

@@ -22,6 +22,7 @@ public final class AppStoreEmulator: Sendable {
     enum Collection {
         static let apps = "apps", usedProductIds = "used_product_ids", accounts = "accounts", devices = "devices"
         static let transactions = "transactions", chains = "chains", faults = "faults", settings = "settings", apiKeys = "api_keys"
+        static let notifications = "notifications"
     }
 
     /// Opens the emulator over a store, loading everything it holds.
@@ -58,6 +59,13 @@ public final class AppStoreEmulator: Sendable {
             let key = try decoder.decode(ServerAPIKey.self, from: document.body)
             state.apiKeys[key.keyId] = key
         }
+        for document in try await store.documents(in: Collection.notifications) {
+            let notification = try decoder.decode(NotificationRecord.self, from: document.body)
+            state.notifications[notification.notificationUUID] = notification
+        }
+        if let body = try await store.document(in: Collection.settings, id: "notification_urls") {
+            state.notificationURLs = try decoder.decode([String: NotificationURLs].self, from: body)
+        }
         if let body = try await store.document(in: Collection.settings, id: "quirks") { state.quirks = try decoder.decode(Quirks.self, from: body) }
         if let body = try await store.document(in: Collection.settings, id: "counters") { state.counters = try decoder.decode(Counters.self, from: body) }
         if let body = try await store.document(in: Collection.settings, id: "clock") {
@@ -86,6 +94,7 @@ public final class AppStoreEmulator: Sendable {
             var changes = Changes()
             renewSubscriptions(&state, &changes, now: now)
             let result = try body(&state, &changes, now)
+            if !changes.notifications.isEmpty { recordNotifications(&state, &changes, now: now) }
             let writes = AppStoreEmulator.writes(for: changes, in: state)
             // Enqueued under the lock so batches reach the store in the order the operations ran.
             return (result, writes.isEmpty ? nil : persistLock.enqueue { try await store.apply(writes) })
@@ -120,10 +129,12 @@ public final class AppStoreEmulator: Sendable {
         for id in changes.chains { put(Collection.chains, id, state.chains[id]) }
         for id in changes.faults.union(changes.deletedFaults) { put(Collection.faults, id, state.faults[id]) }
         for id in changes.apiKeys { put(Collection.apiKeys, id, state.apiKeys[id]) }
+        for id in changes.notificationIds { put(Collection.notifications, id, state.notifications[id]) }
         if changes.settings || !changes.transactions.isEmpty || !changes.accounts.isEmpty {
             put(Collection.settings, "quirks", state.quirks)
             put(Collection.settings, "counters", state.counters)
             put(Collection.settings, "clock", state.clockOffset)
+            put(Collection.settings, "notification_urls", state.notificationURLs)
         }
         return writes
     }

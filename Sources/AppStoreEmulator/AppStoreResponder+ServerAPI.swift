@@ -46,6 +46,72 @@ extension AppStoreResponder {
                 return body
             }
         }
+        router.on(.post, "/:environment/inApps/v1/notifications/test") { request in
+            await serverAPI(request, emulator) { bundle, environment in
+                ["testNotificationToken": try await emulator.requestTestNotification(bundleId: bundle, environment: environment)]
+            }
+        }
+        router.on(.get, "/:environment/inApps/v1/notifications/test/:token") { request in
+            await serverAPI(request, emulator) { bundle, environment in
+                let uuid = String((request.parameters["token"] ?? "").split(separator: "_").first ?? "")
+                guard let record = try await emulator.notification(uuid), record.bundleId == bundle, record.environment == environment,
+                      record.notificationType == "TEST" else {
+                    throw ServerAPIError(404, 4_040_008, "Test notification not found.")
+                }
+                var body = notificationHistoryItem(record)
+                body["firstSendAttemptResult"] = record.attempts.first?.sendAttemptResult
+                return body
+            }
+        }
+        router.on(.post, "/:environment/inApps/v1/notifications/history") { request in
+            await serverAPI(request, emulator) { bundle, environment in
+                guard let json = try? JSONValue.parse(request.body), json.isObject else { throw ServerAPIError.generalBadRequest }
+                guard let start = json["startDate"]?.int64 else { throw ServerAPIError.invalidStartDate }
+                guard let end = json["endDate"]?.int64 else { throw ServerAPIError.invalidEndDate }
+                guard start <= end else { throw ServerAPIError.startDateAfterEndDate }
+                let now = ReceiptDate.milliseconds(emulator.clock.now())
+                guard start >= now - 180 * 86_400_000 else { throw ServerAPIError(400, 4_000_012, "Start date too far in past.") }
+                let type = json["notificationType"]?.text
+                let subtype = json["notificationSubtype"]?.text
+                let transactionId = json["transactionId"]?.text
+                let onlyFailures = json["onlyFailures"]?.bool ?? false
+                var offset = 0
+                if let token = request.query["paginationToken"] {
+                    guard token.hasPrefix("p"), let value = Int(token.dropFirst()), value >= 0 else { throw ServerAPIError(400, 4_000_014, "Invalid pagination token.") }
+                    offset = value
+                }
+                let all = try await emulator.notificationHistory(bundleId: bundle, environment: environment,
+                                                                 from: ReceiptDate.date(milliseconds: start),
+                                                                 to: ReceiptDate.date(milliseconds: min(end, now + 1)))
+                let matching = all.filter { record in
+                    (type == nil || record.notificationType == type) && (subtype == nil || record.subtype == subtype)
+                        && (transactionId == nil || record.transactionId == transactionId || record.originalTransactionId == transactionId)
+                        && (!onlyFailures || !record.delivered)
+                }
+                let page = matching.dropFirst(offset).prefix(20)
+                let next = offset + page.count
+                var body: [String: Any] = ["notificationHistory": page.map(notificationHistoryItem), "hasMore": next < matching.count]
+                if next < matching.count { body["paginationToken"] = "p\(next)" }
+                return body
+            }
+        }
+        router.on(.put, "/admin/v1/apps/:bundle/notifications") { request in
+            await handle {
+                struct URLs: Decodable { var production: String?; var sandbox: String? }
+                let body = try request.decode(URLs.self)
+                for url in [body.production, body.sandbox].compactMap({ $0 }) {
+                    guard let parsed = URL(string: url), ["http", "https"].contains(parsed.scheme ?? "") else {
+                        throw StoreError.invalid("Notification URLs must be http(s) URLs: \(url)")
+                    }
+                }
+                let bundle = request.parameters["bundle"] ?? ""
+                try await emulator.setNotificationURLs(bundleId: bundle, NotificationURLs(production: body.production, sandbox: body.sandbox))
+                return .json(try await emulator.notificationURLs(bundleId: bundle))
+            }
+        }
+        router.on(.get, "/admin/v1/apps/:bundle/notifications") { request in
+            await handle { .json(try await emulator.notificationURLs(bundleId: request.parameters["bundle"] ?? "")) }
+        }
         router.on(.post, "/admin/v1/apps/:bundle/api-keys") { request in
             await handle {
                 let (key, privateKey) = try await emulator.createServerAPIKey(bundleId: request.parameters["bundle"] ?? "")
@@ -79,6 +145,12 @@ extension AppStoreResponder {
         } catch {
             return serverAPIError(ServerAPIError(500, 5_000_000, "An unknown error occurred."))
         }
+    }
+
+    /// `{signedPayload, sendAttempts: [{attemptDate, sendAttemptResult}]}` of Get Notification History.
+    static func notificationHistoryItem(_ record: NotificationRecord) -> [String: Any] {
+        ["signedPayload": record.signedPayload,
+         "sendAttempts": record.attempts.map { ["attemptDate": ReceiptDate.milliseconds($0.attemptDate), "sendAttemptResult": $0.sendAttemptResult] }]
     }
 
     static func serverAPIError(_ error: ServerAPIError) -> Response {

@@ -23,6 +23,9 @@ struct EmulatorState: Sendable {
     var faults: [String: Fault] = [:]
     /// In-app purchase keys for the App Store Server API, by key id.
     var apiKeys: [String: ServerAPIKey] = [:]
+    /// Server Notifications V2: where each app wants them, and every one sent, by notificationUUID.
+    var notificationURLs: [String: NotificationURLs] = [:]
+    var notifications: [String: NotificationRecord] = [:]
     var quirks = Quirks()
     var counters = Counters()
     var clockOffset: TimeInterval = 0
@@ -71,6 +74,9 @@ struct Changes {
     var faults: Set<String> = []
     var deletedFaults: Set<String> = []
     var apiKeys: Set<String> = []
+    var notificationIds: Set<String> = []
+    /// Events to report with notifications, turned into signed records before the operation commits.
+    var notifications: [NotificationEvent] = []
     var settings = false
 }
 

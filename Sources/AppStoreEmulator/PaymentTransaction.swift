@@ -146,4 +146,6 @@ public struct SubscriptionChain: Codable, Sendable, Equatable {
     public var introPeriodsRemaining: Int
     public var expirationIntent: Int?
     public var latestTransactionId: String
+    /// Whether the EXPIRED notification for the current lapse was sent.
+    public var expiryNotified: Bool?
 }

@@ -262,3 +262,34 @@ struct ServerAPIKeyCreateCommand: Command {
         try await client.sendAndPrint("POST", "/admin/v1/apps/\(app.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? app)/api-keys")
     }
 }
+
+/// `storekeeper appstore notifications set --app BUNDLE [--production-url URL] [--sandbox-url URL]`
+struct NotificationURLCommand: Command {
+    static let abstract = "Set where an app's App Store Server Notifications V2 go (as in App Store Connect)."
+    static let help = """
+    --app BUNDLE [--production-url URL] [--sandbox-url URL] [--url EMULATOR]
+
+    The emulator POSTs {"signedPayload": JWS} there for purchases (ONE_TIME_CHARGE, SUBSCRIBED), renewals
+    (DID_RENEW), refunds (REFUND), auto-renew changes and expiries; sandbox sends once, production retries
+    after 1, 12, 24, 48 and 72 hours of emulator time. Without a URL an environment gets no notifications.
+    """
+    let client: AdminClient
+    let app: String
+    let production: String?
+    let sandbox: String?
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments))
+        guard let app = try arguments.option("app") else { throw UsageError(description: "--app is required") }
+        self.app = app
+        production = try arguments.option("production-url")
+        sandbox = try arguments.option("sandbox-url")
+    }
+
+    func run() async throws {
+        var body: [String: Any] = [:]
+        if let production { body["production"] = production }
+        if let sandbox { body["sandbox"] = sandbox }
+        try await client.sendAndPrint("PUT", "/admin/v1/apps/\(app.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? app)/notifications", json: body)
+    }
+}

@@ -58,10 +58,12 @@ struct AppStoreServeCommand: Command {
         let server = HTTPServer(configuration: .init(host: host, port: port, maxBodySize: maxBody, connectionLimit: FileLimits.connectionLimit(share: 0.5), accessLog: !quiet),
                                 responder: AppStoreResponder(emulator: emulator))
         let bound = try server.start()
+        let notifications = Task { await emulator.runNotificationDelivery() }
         say("storekeeper appstore listening on http://\(host):\(bound)")
         say("data: \(directory.path)  apps: \(try await emulator.apps().map(\.bundleId).joined(separator: ", "))")
         await ShutdownSignal.wait()
         FileHandle.standardError.write(Data("shutting down\n".utf8))
+        notifications.cancel()
         await server.shutdown()
     }
 }

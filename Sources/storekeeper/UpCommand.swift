@@ -117,6 +117,12 @@ struct UpCommand: Command {
         let serverHTTP = HTTPServer(configuration: .init(port: serverPort, connectionLimit: FileLimits.connectionLimit(share: 0.2), accessLog: !quiet),
                                     responder: PurchaseServerResponder(server: server))
         let serverURL = "http://127.0.0.1:\(try serverHTTP.start())"
+        // The App Store tells the server about renewals, refunds and expiries, as Apple would.
+        for store in ExampleStores.all {
+            let url = serverURL + "/v1/notifications/apple"
+            try await emulator.setNotificationURLs(bundleId: store.bundleId, NotificationURLs(production: url, sandbox: url))
+        }
+        let notifications = Task { await emulator.runNotificationDelivery() }
 
         let summary: [String: Any] = ["appstore": appstoreURL, "server": serverURL, "adminKey": adminKey, "apps": apps]
         let line = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys, .withoutEscapingSlashes])
@@ -132,6 +138,7 @@ struct UpCommand: Command {
         """)
         await ShutdownSignal.wait()
         FileHandle.standardError.write(Data("shutting down\n".utf8))
+        notifications.cancel()
         await serverHTTP.shutdown()
         await appstoreHTTP.shutdown()
         worker.cancel()

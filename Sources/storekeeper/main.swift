@@ -16,6 +16,7 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
         ])),
         ("ca", .group(abstract: "The emulator's certificate authorities.", children: [("export", .command(CAExportCommand.self))])),
         ("key", .group(abstract: "App Store Server API keys.", children: [("create", .command(ServerAPIKeyCreateCommand.self))])),
+        ("notifications", .group(abstract: "App Store Server Notifications V2.", children: [("set", .command(NotificationURLCommand.self))])),
     ])),
     ("server", .group(abstract: "The purchase server and the commands that administer it.", children: [
         ("serve", .command(ServerServeCommand.self)),
