@@ -11,6 +11,9 @@ public final class PurchaseServer: Sendable {
     public let clock: any ServerClock
     let waiters: SettlementWaiters
     let adminKeyHash: String
+    /// The verification engine (its inspectors check notifications too).
+    var engine: VerificationEngine { worker.engine }
+    var trust: TrustStore { worker.engine.inspector.trust }
 
     /// Everything the server needs.
     public struct Configuration: Sendable {

@@ -47,6 +47,16 @@ extension PurchaseServerResponder {
                 return verificationResponse(job)
             }
         }
+        // Apple calls this one: no API key, the signatures are the authentication.
+        router.on(.post, "/v1/notifications/apple") { request in
+            await guarded {
+                let receipt = try await server.receiveNotification(request.body)
+                var body: [String: Any] = ["notificationUUID": receipt.notificationUUID, "notificationType": receipt.notificationType,
+                                           "outcome": receipt.outcome.rawValue]
+                if let id = receipt.verificationId { body["verificationId"] = id }
+                return .rawJSON(try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys]))
+            }
+        }
         router.on(.get, "/v1/verifications/:id") { request in
             await guarded {
                 let appId = try await authenticate(request, server)

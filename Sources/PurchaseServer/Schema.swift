@@ -98,5 +98,16 @@ enum Schema {
         SQLMigration(version: 2, statements: [
             "CREATE INDEX ownership_by_user ON ownership (app_id, app_user_id, environment, original_transaction_id)",
         ]),
+        // App Store Server Notifications V2, once each (notificationUUID), kept with what became of them.
+        SQLMigration(version: 3, statements: [
+            """
+            CREATE TABLE apple_notifications (
+                notification_uuid TEXT PRIMARY KEY, app_id TEXT NOT NULL, notification_type TEXT NOT NULL, subtype TEXT,
+                environment TEXT NOT NULL, signed_date BIGINT NOT NULL, received_at BIGINT NOT NULL, transaction_id TEXT,
+                original_transaction_id TEXT, state TEXT NOT NULL, verification_id TEXT, signed_payload TEXT NOT NULL
+            )
+            """,
+            "CREATE INDEX apple_notifications_by_app ON apple_notifications (app_id, received_at)",
+        ]),
     ]
 }

@@ -1,0 +1,140 @@
+import AppStoreCrypto
+import AppStoreModels
+import Foundation
+import Storage
+
+/// What the server did with an App Store Server Notification V2.
+public struct NotificationReceipt: Sendable, Equatable {
+    public enum Outcome: String, Sendable {
+        /// New; its transaction was queued for settlement (verificationId names the job).
+        case queued
+        /// Already received (same notificationUUID): nothing done again.
+        case duplicate
+        /// Recorded; its transaction belongs to no user yet (granted when the user's receipt or transaction arrives).
+        case unmatched
+        /// Recorded only (TEST, or nothing to settle).
+        case recorded
+    }
+
+    public var notificationUUID: String
+    public var notificationType: String
+    public var outcome: Outcome
+    public var verificationId: String?
+}
+
+extension PurchaseServer {
+    /// Receives `{"signedPayload"}`: verifies the envelope and every nested JWS against the trusted
+    /// roots, refuses anything else (ServerError 400), de-duplicates on notificationUUID, records the
+    /// notification durably, updates the subscription's renewal state (newest signedDate wins, so
+    /// notifications arriving out of order settle the same way), and queues its transaction for
+    /// the user who owns it: renewals extend, refunds and revocations revoke and claw back.
+    public func receiveNotification(_ body: Data) async throws -> NotificationReceipt {
+        guard let json = try? JSONValue.parse(body), let signed = json["signedPayload"]?.text else {
+            throw ServerError(400, "invalid_notification", "The body must be {\"signedPayload\": JWS}.")
+        }
+        let envelope: JWS
+        let payload: JSONValue
+        do {
+            envelope = try JWS(compact: signed)
+            payload = try envelope.payloadJSON()
+        } catch {
+            throw ServerError(400, "invalid_notification", "signedPayload is not a JWS.")
+        }
+        guard let uuid = payload["notificationUUID"]?.text, let type = payload["notificationType"]?.text,
+              let signedDate = payload["signedDate"]?.int64 else {
+            throw ServerError(400, "invalid_notification", "The notification lacks notificationUUID, notificationType or signedDate.")
+        }
+        do {
+            try envelope.verify(with: trust.verifier, at: ReceiptDate.date(milliseconds: signedDate))
+        } catch {
+            throw ServerError(400, "invalid_signature", "The notification's signature does not chain to a trusted root: \(error)")
+        }
+        // bundleId and environment come from data, else summary, else appData (reference §3.3).
+        let section = payload["data"] ?? payload["summary"] ?? payload["appData"] ?? .null
+        guard let bundleId = section["bundleId"]?.text else { throw ServerError(400, "invalid_notification", "The notification names no bundleId.") }
+        let environment: AppStoreEnvironment = section["environment"]?.text == "Production" ? .production : .sandbox
+        guard let app = try await store.apps().first(where: { $0.bundleIds.contains(bundleId) }) else {
+            throw ServerError(400, "unknown_bundle", "No app here accepts bundle id \(bundleId).")
+        }
+
+        var decodedTransaction: JWSTransaction?
+        var transactionJWS: String?
+        if let nested = section["signedTransactionInfo"]?.text {
+            do throws(ReceiptRejection) {
+                let (decoded, transactionEnvironment) = try engine.transactionInspector.inspect(nested, bundleIds: app.bundleIds)
+                guard transactionEnvironment == environment else {
+                    throw ReceiptRejection(code: "environment_mismatch", reason: "the transaction's environment differs from the notification's")
+                }
+                decodedTransaction = decoded
+                transactionJWS = nested
+            } catch {
+                throw ServerError(400, "invalid_transaction", "signedTransactionInfo was refused: \(error.reason)")
+            }
+        }
+        let transaction = decodedTransaction
+        var renewalInfo: JSONValue?
+        if let nested = section["signedRenewalInfo"]?.text {
+            do {
+                let jws = try JWS(compact: nested)
+                let info = try jws.payloadJSON()
+                try jws.verify(with: trust.verifier, at: ReceiptDate.date(milliseconds: info["signedDate"]?.int64 ?? signedDate))
+                renewalInfo = info
+            } catch {
+                throw ServerError(400, "invalid_renewal_info", "signedRenewalInfo was refused: \(error)")
+            }
+        }
+
+        let renewal = renewalInfo
+        let now = clock.now().milliseconds
+        let env = environment.rawValue
+        // Record (or find it already recorded), update renewal state, and find who owns the transaction, in one transaction.
+        let (fresh, owner) = try await store.database.transaction { db -> (Bool, String?) in
+            let inserted = try db.query("""
+                INSERT INTO apple_notifications (notification_uuid, app_id, notification_type, subtype, environment, signed_date, received_at,
+                transaction_id, original_transaction_id, state, signed_payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'received', ?)
+                ON CONFLICT DO NOTHING RETURNING notification_uuid
+                """, [uuid, app.id, type, payload["subtype"]?.text, env, signedDate, now, transaction?.transactionId,
+                      transaction?.originalTransactionId, signed])
+            guard !inserted.isEmpty else { return (false, nil) }
+            if let renewal, let original = renewal["originalTransactionId"]?.text ?? transaction?.originalTransactionId {
+                try db.query("""
+                    INSERT INTO subscriptions (app_id, environment, original_transaction_id, product_id, auto_renew_product_id, auto_renew_status,
+                    expires_date, expiration_intent, is_in_billing_retry, grace_period_expires_date, revoked_at, updated_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (app_id, environment, original_transaction_id) DO UPDATE SET
+                    product_id = excluded.product_id, auto_renew_product_id = excluded.auto_renew_product_id,
+                    auto_renew_status = excluded.auto_renew_status, expires_date = COALESCE(excluded.expires_date, subscriptions.expires_date),
+                    expiration_intent = excluded.expiration_intent, is_in_billing_retry = excluded.is_in_billing_retry,
+                    grace_period_expires_date = excluded.grace_period_expires_date, revoked_at = excluded.revoked_at, updated_at = excluded.updated_at
+                    WHERE subscriptions.updated_at <= excluded.updated_at
+                    """, [app.id, env, original, renewal["productId"]?.text ?? transaction?.productId ?? "", renewal["autoRenewProductId"]?.text,
+                          renewal["autoRenewStatus"]?.int64, transaction?.expiresDate, renewal["expirationIntent"]?.int64.map(String.init),
+                          renewal["isInBillingRetryPeriod"]?.bool ?? false, renewal["gracePeriodExpiresDate"]?.int64,
+                          transaction?.revocationDate, signedDate])
+            }
+            guard let transaction else { return (true, nil) }
+            let owner = try db.query("""
+                SELECT app_user_id FROM ownership WHERE app_id = ? AND environment = ? AND original_transaction_id = ? ORDER BY granted_at LIMIT 1
+                """, [app.id, env, transaction.originalTransactionId]).first?.string("app_user_id")
+            return (true, owner ?? transaction.appAccountToken)
+        }
+        guard fresh else { return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .duplicate) }
+        guard let transactionJWS else {
+            try await markNotification(uuid, state: "recorded", verificationId: nil)
+            return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .recorded)
+        }
+        guard let owner else {
+            try await markNotification(uuid, state: "unmatched", verificationId: nil)
+            return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .unmatched)
+        }
+        let job = try await submit(appId: app.id, appUserId: owner, receiptData: transactionJWS, kind: .signedTransaction)
+        try await markNotification(uuid, state: "queued", verificationId: job.id)
+        return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .queued, verificationId: job.id)
+    }
+
+    private func markNotification(_ uuid: String, state: String, verificationId: String?) async throws {
+        try await store.database.transaction { db in
+            try db.query("UPDATE apple_notifications SET state = ?, verification_id = ? WHERE notification_uuid = ?", [state, verificationId, uuid])
+        }
+    }
+}

@@ -1,0 +1,115 @@
+import AppStoreCrypto
+@testable import AppStoreEmulator
+import AppStoreModels
+import Foundation
+@testable import PurchaseServer
+import StorekeeperTesting
+import Testing
+
+@Suite("App Store Server Notifications V2 on the purchase server", .serialized)
+struct NotificationTests {
+    /// The emulator's notifications of `type` for `bundle` (recorded because the app has a URL; not delivered here).
+    static func notifications(_ world: ServerWorld, _ bundle: String, type: String) async throws -> [NotificationRecord] {
+        try await world.emulator.notificationHistory(bundleId: bundle, environment: .sandbox, from: .distantPast, to: .distantFuture)
+            .filter { $0.notificationType == type }
+    }
+
+    static func post(_ world: ServerWorld, _ signedPayload: String) async throws -> (Int, [String: Any]) {
+        try await world.client.json(.post, "/v1/notifications/apple", json: ["signedPayload": signedPayload])
+    }
+
+    static func settle(_ world: ServerWorld, _ answer: [String: Any], bundle: String) async throws {
+        guard let id = answer["verificationId"] as? String else { return }
+        _ = try await world.client.json(.get, "/v1/verifications/\(id)?wait=10", headers: ["Authorization": "Bearer \(world.keys[bundle]!)"])
+    }
+
+    static func prepare(_ world: ServerWorld, _ bundles: [String]) async throws {
+        for bundle in bundles {
+            try await world.emulator.setNotificationURLs(bundleId: bundle, NotificationURLs(sandbox: "http://127.0.0.1:9/unused"))
+        }
+    }
+
+    @Test("DID_RENEW extends the owner's subscription; a duplicate changes nothing", arguments: Engine.available)
+    func renewal(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        try await Self.prepare(world, ["com.example.magazine"])
+        let (_, receipt) = try await world.buy("com.example.magazine", "com.example.magazine.monthly")
+        _ = try await world.upload("com.example.magazine", user: "reader", receipt: receipt)
+        let before = try #require((try await world.user("com.example.magazine", "reader")["entitlements"] as? [[String: Any]])?.first?["expiresDate"] as? Int64)
+        try await world.emulator.advanceTime(by: 200)  // past the 3-minute sandbox month: one renewal
+        _ = try await world.emulator.accounts()
+        let renewals = try await Self.notifications(world, "com.example.magazine", type: "DID_RENEW")
+        let renewal = try #require(renewals.first)
+        let (status, answer) = try await Self.post(world, renewal.signedPayload)
+        #expect(status == 200)
+        #expect(answer["outcome"] as? String == "queued")
+        try await Self.settle(world, answer, bundle: "com.example.magazine")
+        let reader = try await world.user("com.example.magazine", "reader")
+        let after = try #require((reader["entitlements"] as? [[String: Any]])?.first?["expiresDate"] as? Int64)
+        #expect(after > before)
+        #expect(reader.entitlementIds == ["magazine"])
+        let (_, again) = try await Self.post(world, renewal.signedPayload)
+        #expect(again["outcome"] as? String == "duplicate")
+    }
+
+    @Test("REFUND revokes and claws back; a transaction nobody owns is kept unmatched", arguments: Engine.available)
+    func refund(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        try await Self.prepare(world, ["com.example.coins"])
+        let (coin, receipt) = try await world.buy("com.example.coins", "Nada.JPYF02")
+        _ = try await world.upload("com.example.coins", user: "alice", receipt: receipt)
+        #expect(try await world.user("com.example.coins", "alice").balances == ["coins": 100])
+        _ = try await world.emulator.refund(transactionId: coin.id)
+        let refund = try #require(try await Self.notifications(world, "com.example.coins", type: "REFUND").first)
+        let (_, answer) = try await Self.post(world, refund.signedPayload)
+        try await Self.settle(world, answer, bundle: "com.example.coins")
+        #expect(try await world.user("com.example.coins", "alice").balances == ["coins": 0])
+
+        let (stranger, _) = try await world.buy("com.example.coins", "Nada.JPYF01")
+        let charge = try #require(try await Self.notifications(world, "com.example.coins", type: "ONE_TIME_CHARGE").first { $0.transactionId == stranger.id })
+        let (_, unmatched) = try await Self.post(world, charge.signedPayload)
+        #expect(unmatched["outcome"] as? String == "unmatched")
+    }
+
+    @Test("Renewal state follows the newest signedDate, whatever order notifications arrive in", arguments: Engine.available)
+    func outOfOrder(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        try await Self.prepare(world, ["com.example.magazine"])
+        let (bought, receipt) = try await world.buy("com.example.magazine", "com.example.magazine.monthly")
+        _ = try await world.upload("com.example.magazine", user: "reader", receipt: receipt)
+        try await world.emulator.advanceTime(by: 2)
+        _ = try await world.emulator.setAutoRenew(originalTransactionId: bought.originalId, enabled: false)
+        let subscribed = try #require(try await Self.notifications(world, "com.example.magazine", type: "SUBSCRIBED").first)
+        let disabled = try #require(try await Self.notifications(world, "com.example.magazine", type: "DID_CHANGE_RENEWAL_STATUS").first)
+        _ = try await Self.post(world, disabled.signedPayload)
+        _ = try await Self.post(world, subscribed.signedPayload)  // older, arrives late
+        let reader = try await world.user("com.example.magazine", "reader")
+        let subscription = try #require((reader["subscriptions"] as? [[String: Any]])?.first)
+        #expect(subscription["autoRenewStatus"] as? Bool == false)
+    }
+
+    @Test("Forged, tampered, foreign and malformed notifications are refused with 400")
+    func refusals() async throws {
+        let world = try await ServerWorld.make(.sqlite)
+        defer { Task { await world.stop() } }
+        try await Self.prepare(world, ["com.example.coins"])
+        _ = try await world.buy("com.example.coins", "Nada.JPYF01")
+        let genuine = try #require(try await Self.notifications(world, "com.example.coins", type: "ONE_TIME_CHARGE").first).signedPayload
+        let payload = try JWS(compact: genuine).payload
+        let stranger = try CertificateAuthority.generate(algorithm: .ecP256)
+        let forged = try JWS.sign(payload: payload, key: stranger.leafKey, chain: stranger.chain)
+        #expect(try await Self.post(world, forged).0 == 400)
+        let parts = genuine.split(separator: ".").map(String.init)
+        let tampered = parts[0] + "." + Base64URL.encode(Array(String(decoding: payload, as: UTF8.self).replacingOccurrences(of: "ONE_TIME_CHARGE", with: "REFUND").utf8)) + "." + parts[2]
+        #expect(try await Self.post(world, tampered).0 == 400)
+        let foreign = String(decoding: payload, as: UTF8.self).replacingOccurrences(of: "com.example.coins", with: "com.example.unknown")
+        #expect(try await Self.post(world, try JWS.sign(payload: Array(foreign.utf8), key: TestSupport.jwsAuthority.leafKey,
+                                                         chain: TestSupport.jwsAuthority.chain)).0 == 400)
+        let (status, body) = try await world.client.json(.post, "/v1/notifications/apple", json: ["hello": "world"])
+        #expect(status == 400)
+        #expect((body["error"] as? [String: Any])?["code"] as? String == "invalid_notification")
+    }
+}
