@@ -187,3 +187,21 @@ def test_storekit2_signed_transactions_are_granted_once_and_forgeries_refused(em
     status, forged = server.request("POST", "/v1/transactions", {"appUserId": "sk2-user", "signedTransaction": f"{header}.{payload}x.{signature}"}, key=key)
     assert forged["state"] == "rejected" and forged["reason"]
     assert server.user(key, "sk2-user")["balances"] == {"energy_bottles": 3}
+
+
+def test_notifications_from_the_emulator_reach_the_server_and_refunds_claw_back(emulator, server):
+    """The emulator POSTs Server Notifications V2 to the server, as Apple would: a refund claws back coins."""
+    import time
+    key = server.setup_app("com.example.coins")
+    emulator.cli("appstore", "notifications", "set", "--app", "com.example.coins", "--sandbox-url", server.url + "/v1/notifications/apple")
+    tester = new_tester(emulator)
+    bought = emulator_buy(emulator, "com.example.coins", "Nada.JPYF02", tester)
+    assert server.upload(key, "refunded-user", bought["receipt"])["state"] == "verified"
+    assert server.user(key, "refunded-user")["balances"] == {"coins": 100}
+    status, _ = emulator.request("POST", f"/admin/v1/transactions/{bought['transaction_id']}/refund")
+    assert status == 200
+    deadline = time.time() + 20
+    while time.time() < deadline and server.user(key, "refunded-user")["balances"] != {"coins": 0}:
+        time.sleep(0.1)
+    assert server.user(key, "refunded-user")["balances"] == {"coins": 0}
+    emulator.cli("appstore", "notifications", "set", "--app", "com.example.coins")
