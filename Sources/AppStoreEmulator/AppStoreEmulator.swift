@@ -18,6 +18,8 @@ public final class AppStoreEmulator: Sendable {
     /// The StoreKit 2 signing chain (ECC P-256): signed transactions, renewal info, notifications.
     public let jwsAuthority: CertificateAuthority
     let persistLock = PersistQueue()
+    /// App Store Server API request budgets (in memory: a restart forgives, as an hour would).
+    let rateLimiter = RateLimiter()
 
     enum Collection {
         static let apps = "apps", usedProductIds = "used_product_ids", accounts = "accounts", devices = "devices"
@@ -65,6 +67,9 @@ public final class AppStoreEmulator: Sendable {
         }
         if let body = try await store.document(in: Collection.settings, id: "notification_urls") {
             state.notificationURLs = try decoder.decode([String: NotificationURLs].self, from: body)
+        }
+        if let body = try await store.document(in: Collection.settings, id: "mass_extensions") {
+            state.massExtensions = try decoder.decode([String: MassExtension].self, from: body)
         }
         if let body = try await store.document(in: Collection.settings, id: "quirks") { state.quirks = try decoder.decode(Quirks.self, from: body) }
         if let body = try await store.document(in: Collection.settings, id: "counters") { state.counters = try decoder.decode(Counters.self, from: body) }
@@ -135,6 +140,7 @@ public final class AppStoreEmulator: Sendable {
             put(Collection.settings, "counters", state.counters)
             put(Collection.settings, "clock", state.clockOffset)
             put(Collection.settings, "notification_urls", state.notificationURLs)
+            put(Collection.settings, "mass_extensions", state.massExtensions)
         }
         return writes
     }

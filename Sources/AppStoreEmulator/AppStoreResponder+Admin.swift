@@ -164,6 +164,15 @@ extension AppStoreResponder {
                              status: .created)
             }
         }
+        router.on(.get, "/admin/v1/transactions/:id") { request in
+            await handle { .json(try await emulator.transaction(request.parameters["id"] ?? "")) }
+        }
+        router.on(.get, "/admin/v1/transactions/:id/order") { request in
+            await handle {
+                let record = try await emulator.transaction(request.parameters["id"] ?? "")
+                return .json(["transactionId": record.id, "orderId": AppStoreEmulator.orderId(for: record.id)])
+            }
+        }
         router.on(.post, "/admin/v1/transactions/:id/finish") { request in
             await handle {
                 let record = try await emulator.transaction(request.parameters["id"] ?? "")

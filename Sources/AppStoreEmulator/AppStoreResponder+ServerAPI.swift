@@ -46,13 +46,72 @@ extension AppStoreResponder {
                 return body
             }
         }
+        router.on(.get, "/:environment/inApps/v1/lookup/:orderId") { request in
+            await serverAPI(request, emulator, rate: 10) { bundle, environment in
+                let signed = try await emulator.serverAPILookUpOrder(bundleId: bundle, environment: environment, orderId: request.parameters["orderId"] ?? "")
+                return signed.isEmpty ? ["status": 1] : ["status": 0, "signedTransactions": signed]
+            }
+        }
+        router.on(.get, "/:environment/inApps/v2/refund/lookup/:id") { request in
+            await serverAPI(request, emulator, rate: 10) { bundle, environment in
+                let page = try await emulator.serverAPIRefunds(bundleId: bundle, environment: environment, transactionId: request.parameters["id"] ?? "",
+                                                               revision: request.query["revision"])
+                return ["signedTransactions": page.signed, "revision": page.revision, "hasMore": page.hasMore]
+            }
+        }
+        for version in [1, 2] {
+            router.on(.put, "/:environment/inApps/v\(version)/transactions/consumption/:id") { request in
+                await serverAPI(request, emulator, status: HTTPStatus(202)) { bundle, environment in
+                    guard let body = try? JSONValue.parse(request.body) else { throw ServerAPIError.generalBadRequest }
+                    try await emulator.serverAPIConsumption(bundleId: bundle, environment: environment, transactionId: request.parameters["id"] ?? "",
+                                                            body: body, version: version)
+                    return nil
+                }
+            }
+        }
+        router.on(.put, "/:environment/inApps/v1/transactions/:id/appAccountToken") { request in
+            await serverAPI(request, emulator, rate: 20) { bundle, environment in
+                guard let body = try? JSONValue.parse(request.body) else { throw ServerAPIError.generalBadRequest }
+                try await emulator.serverAPISetAppAccountToken(bundleId: bundle, environment: environment,
+                                                               originalTransactionId: request.parameters["id"] ?? "", body: body)
+                return nil
+            }
+        }
+        router.on(.put, "/:environment/inApps/v1/subscriptions/extend/:id") { request in
+            await serverAPI(request, emulator, rate: 20) { bundle, environment in
+                guard let body = try? JSONValue.parse(request.body) else { throw ServerAPIError.generalBadRequest }
+                let original = request.parameters["id"] ?? ""
+                let result = try await emulator.serverAPIExtend(bundleId: bundle, environment: environment, originalTransactionId: original, body: body)
+                var answer: [String: Any] = ["originalTransactionId": original, "success": true,
+                                             "effectiveDate": ReceiptDate.milliseconds(result.effectiveDate)]
+                if let line = result.webOrderLineItemId { answer["webOrderLineItemId"] = line }
+                return answer
+            }
+        }
+        router.on(.post, "/:environment/inApps/v1/subscriptions/extend/mass") { request in
+            await serverAPI(request, emulator, rate: 1) { bundle, environment in
+                guard let body = try? JSONValue.parse(request.body) else { throw ServerAPIError.generalBadRequest }
+                return ["requestIdentifier": try await emulator.serverAPIMassExtend(bundleId: bundle, environment: environment, body: body)]
+            }
+        }
+        router.on(.get, "/:environment/inApps/v1/subscriptions/extend/mass/:productId/:requestIdentifier") { request in
+            await serverAPI(request, emulator, rate: 1) { bundle, environment in
+                let status = try await emulator.serverAPIMassExtension(bundleId: bundle, environment: environment,
+                                                                       productId: request.parameters["productId"] ?? "",
+                                                                       requestIdentifier: request.parameters["requestIdentifier"] ?? "")
+                var answer: [String: Any] = ["requestIdentifier": status.requestIdentifier, "complete": status.complete,
+                                             "succeededCount": status.succeededCount, "failedCount": status.failedCount]
+                if let date = status.completeDate { answer["completeDate"] = ReceiptDate.milliseconds(date) }
+                return answer
+            }
+        }
         router.on(.post, "/:environment/inApps/v1/notifications/test") { request in
-            await serverAPI(request, emulator) { bundle, environment in
+            await serverAPI(request, emulator, rate: 1) { bundle, environment in
                 ["testNotificationToken": try await emulator.requestTestNotification(bundleId: bundle, environment: environment)]
             }
         }
         router.on(.get, "/:environment/inApps/v1/notifications/test/:token") { request in
-            await serverAPI(request, emulator) { bundle, environment in
+            await serverAPI(request, emulator, rate: 1) { bundle, environment in
                 let uuid = String((request.parameters["token"] ?? "").split(separator: "_").first ?? "")
                 guard let record = try await emulator.notification(uuid), record.bundleId == bundle, record.environment == environment,
                       record.notificationType == "TEST" else {
@@ -124,8 +183,8 @@ extension AppStoreResponder {
 
     /// Runs a Server API handler for the environment in the path and the app the bearer token names;
     /// failures become Apple's `{"errorCode", "errorMessage"}` bodies (401 without one).
-    static func serverAPI(_ request: Request, _ emulator: AppStoreEmulator,
-                          _ body: (String, AppStoreEnvironment) async throws -> [String: Any]) async -> Response {
+    static func serverAPI(_ request: Request, _ emulator: AppStoreEmulator, rate: Double = 50, status: HTTPStatus = .ok,
+                          _ body: (String, AppStoreEnvironment) async throws -> [String: Any]?) async -> Response {
         let environment: AppStoreEnvironment
         switch request.parameters["environment"] {
         case "sandbox": environment = .sandbox
@@ -137,9 +196,17 @@ extension AppStoreResponder {
         case .success(let value): bundle = value
         case .failure(let error): return serverAPIError(error)
         }
+        // Apple's limits are per app and endpoint, enforced hourly; the sandbox gets 10% of production's.
+        let hourly = Int((rate * 3600 * (environment == .sandbox ? 0.1 : 1)).rounded())
+        if let retryAt = emulator.rateLimiter.take("\(bundle)|\(environment.rawValue)|\(request.method)|\(rate)|\(request.path.split(separator: "/").dropFirst().prefix(4).joined(separator: "/"))",
+                                                   limit: (try? await emulator.quirks())?.serverAPIHourlyLimit ?? hourly) {
+            var response = serverAPIError(.rateLimitExceeded)
+            response.headers["Retry-After"] = String(ReceiptDate.milliseconds(retryAt))
+            return response
+        }
         do {
-            let object = try await body(bundle, environment)
-            return .rawJSON(try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]))
+            guard let object = try await body(bundle, environment) else { return Response(status: status) }
+            return .rawJSON(try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]), status: status)
         } catch let error as ServerAPIError {
             return serverAPIError(error)
         } catch {

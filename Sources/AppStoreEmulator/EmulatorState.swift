@@ -26,6 +26,8 @@ struct EmulatorState: Sendable {
     /// Server Notifications V2: where each app wants them, and every one sent, by notificationUUID.
     var notificationURLs: [String: NotificationURLs] = [:]
     var notifications: [String: NotificationRecord] = [:]
+    /// Mass renewal-date extensions by "productId|requestIdentifier".
+    var massExtensions: [String: MassExtension] = [:]
     var quirks = Quirks()
     var counters = Counters()
     var clockOffset: TimeInterval = 0

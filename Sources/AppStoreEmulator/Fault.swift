@@ -49,6 +49,8 @@ public struct Quirks: Codable, Sendable, Equatable {
     public var sandboxConsumableAnswers21002InProduction = false
     /// Renewals per sandbox subscription before auto-renew turns off (Apple: 12 today, 6 historically).
     public var sandboxMaxRenewals = 12
+    /// One hourly request budget for every App Store Server API endpoint instead of Apple's (to test 429 handling).
+    public var serverAPIHourlyLimit: Int?
 
     public init() {}
 }

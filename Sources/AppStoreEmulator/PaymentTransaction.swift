@@ -100,6 +100,10 @@ public struct TransactionRecord: Codable, Sendable, Equatable {
     public var isRenewal: Bool
     public var price: ProductPrice?
     public var subscriptionGroupId: String?
+    /// Set by the App Store Server API's Set App Account Token (else a UUID applicationUsername stands for it).
+    public var appAccountToken: String?
+    /// What the developer reported with Send Consumption Information (field → value as sent).
+    public var consumptionInfo: [String: String]?
 
     /// The machine for this record's state.
     public var machine: PaymentStateMachine { PaymentStateMachine(state: state, finished: finished) }
@@ -148,4 +152,6 @@ public struct SubscriptionChain: Codable, Sendable, Equatable {
     public var latestTransactionId: String
     /// Whether the EXPIRED notification for the current lapse was sent.
     public var expiryNotified: Bool?
+    /// When the renewal date was extended (at most twice in 365 days).
+    public var extensions: [Date]?
 }

@@ -2,6 +2,8 @@
 import json
 import ssl
 import time
+import urllib.error
+import urllib.request
 import uuid
 
 import jwt
@@ -114,3 +116,108 @@ def test_bearer_tokens_are_checked_like_apples(emulator):
     assert call(good, private=stranger) == 401
     status, _ = emulator.request("GET", path)
     assert status == 401
+
+
+def test_refund_history_order_lookup_and_app_account_token(emulator, jws_root_pem):
+    from appstoreserverlibrary.models.OrderLookupStatus import OrderLookupStatus
+    from appstoreserverlibrary.models.UpdateAppAccountTokenRequest import UpdateAppAccountTokenRequest
+    client, _ = api_client(emulator, "com.example.football")
+    tester = new_tester(emulator)
+    gloves = emulator.buy("com.example.football", "ProtectiveGloves", account=tester)
+    globe = emulator.buy("com.example.football", "GoldenGlobe", account=tester)
+    emulator.request("POST", f"/admin/v1/transactions/{globe['transaction_id']}/refund")
+    check = verifier(jws_root_pem, "com.example.football")
+    refunds = client.get_refund_history(gloves["transaction_id"], None)
+    assert [check.verify_and_decode_signed_transaction(s).transactionId for s in refunds.signedTransactions] == [globe["transaction_id"]]
+    assert refunds.hasMore is False
+
+    token = str(uuid.uuid4())
+    client.set_app_account_token(gloves["transaction_id"], UpdateAppAccountTokenRequest(appAccountToken=token))
+    info = client.get_transaction_info(gloves["transaction_id"])
+    assert check.verify_and_decode_signed_transaction(info.signedTransactionInfo).appAccountToken == token
+    with pytest.raises(APIException) as bad:
+        client.set_app_account_token(gloves["transaction_id"], UpdateAppAccountTokenRequest(appAccountToken="not-a-uuid"))
+    assert bad.value.raw_api_error == 4000183
+
+    # Order ids exist only in production.
+    email = f"prod{uuid.uuid4().hex[:8]}@example.com"
+    emulator.cli("appstore", "tester", "add", email, "--production")
+    production, _ = api_client(emulator, "com.example.football", environment="production")
+    bought = emulator.buy("com.example.football", "EnergyBottle", account=email)
+    order = json.loads(emulator.request("GET", f"/admin/v1/transactions/{bought['transaction_id']}/order")[1])["orderId"]
+    found = production.look_up_order_id(order)
+    assert found.status == OrderLookupStatus.VALID and len(found.signedTransactions) == 1
+    assert production.look_up_order_id("MNOSUCHORD").status == OrderLookupStatus.INVALID
+
+
+def test_renewal_date_extensions_single_and_mass(emulator):
+    from appstoreserverlibrary.models.ExtendReasonCode import ExtendReasonCode
+    from appstoreserverlibrary.models.ExtendRenewalDateRequest import ExtendRenewalDateRequest
+    from appstoreserverlibrary.models.MassExtendRenewalDateRequest import MassExtendRenewalDateRequest
+    client, _ = api_client(emulator, "com.example.magazine")
+    bought = emulator.buy("com.example.magazine", "com.example.magazine.yearly", account=new_tester(emulator))
+    original = bought["original_transaction_id"]
+    before = int(bought["expires_date_ms"])
+    request = ExtendRenewalDateRequest(extendByDays=30, extendReasonCode=ExtendReasonCode.CUSTOMER_SATISFACTION, requestIdentifier=str(uuid.uuid4()))
+    first = client.extend_subscription_renewal_date(original, request)
+    assert first.success is True and first.effectiveDate > before and first.originalTransactionId == original
+    client.extend_subscription_renewal_date(original, request)
+    with pytest.raises(APIException) as third:  # at most twice in 365 days
+        client.extend_subscription_renewal_date(original, request)
+    assert third.value.http_status_code == 403 and third.value.raw_api_error == 4030005
+    with pytest.raises(APIException) as too_long:
+        client.extend_subscription_renewal_date(original, ExtendRenewalDateRequest(extendByDays=91, extendReasonCode=ExtendReasonCode.OTHER,
+                                                                                   requestIdentifier="x"))
+    assert too_long.value.raw_api_error == 4000009
+
+    trial = emulator.buy("com.example.magazine", "com.example.magazine.monthly", account=new_tester(emulator))
+    with pytest.raises(APIException) as free:  # free-trial periods cannot be extended
+        client.extend_subscription_renewal_date(trial["original_transaction_id"], request)
+    assert free.value.raw_api_error == 4030004
+
+    emulator.buy("com.example.magazine", "com.example.magazine.yearly", account=new_tester(emulator))
+    request_id = str(uuid.uuid4())
+    mass = client.extend_renewal_date_for_all_active_subscribers(MassExtendRenewalDateRequest(
+        extendByDays=7, extendReasonCode=ExtendReasonCode.SERVICE_ISSUE_OR_OUTAGE, requestIdentifier=request_id, productId="com.example.magazine.yearly"))
+    assert mass.requestIdentifier == request_id
+    status = client.get_status_of_subscription_renewal_date_extensions(request_id, "com.example.magazine.yearly")
+    # The new subscriber is extended; the one already extended twice this year is not.
+    assert status.complete is True and status.succeededCount >= 1 and status.failedCount >= 1
+
+
+def test_consumption_information_is_validated(emulator):
+    from appstoreserverlibrary.models.ConsumptionRequest import ConsumptionRequest
+    from appstoreserverlibrary.models.DeliveryStatus import DeliveryStatus
+    client, _ = api_client(emulator, "com.example.coins")
+    bought = emulator.buy("com.example.coins", "Nada.JPYF01", account=new_tester(emulator))
+    client.send_consumption_information(bought["transaction_id"], ConsumptionRequest(
+        customerConsented=True, sampleContentProvided=False, deliveryStatus=DeliveryStatus.DELIVERED, consumptionPercentage=100000))
+    status, body = emulator.request("GET", f"/admin/v1/transactions/{bought['transaction_id']}")
+    assert json.loads(body)["consumptionInfo"]["deliveryStatus"] == "DELIVERED"
+    with pytest.raises(APIException) as refused:
+        client.send_consumption_information(bought["transaction_id"], ConsumptionRequest(
+            customerConsented=False, sampleContentProvided=False, deliveryStatus=DeliveryStatus.DELIVERED))
+    assert refused.value.raw_api_error == 4000035
+
+
+def test_rate_limits_answer_429_with_retry_after(emulator):
+    client, key = api_client(emulator, "com.example.comics")
+    bought = emulator.buy("com.example.comics", "com.raywenderlich.inapprage.drummerrage", account=new_tester(emulator))
+    status, body = emulator.request("GET", "/admin/v1/quirks")
+    quirks = json.loads(body)
+    emulator.request("PUT", "/admin/v1/quirks", {**quirks, "serverAPIHourlyLimit": 2})
+    try:
+        client.get_transaction_info(bought["transaction_id"])
+        client.get_transaction_info(bought["transaction_id"])
+        with pytest.raises(APIException) as limited:
+            client.get_transaction_info(bought["transaction_id"])
+        assert limited.value.http_status_code == 429 and limited.value.raw_api_error == 4290000
+        token = jwt.encode({"iss": key["issuerId"], "aud": "appstoreconnect-v1", "bid": "com.example.comics", "exp": int(time.time()) + 300},
+                           key["privateKey"], algorithm="ES256", headers={"kid": key["keyId"]})
+        request = urllib.request.Request(f"{emulator.url}/sandbox/inApps/v1/transactions/{bought['transaction_id']}",
+                                         headers={"Authorization": "Bearer " + token})
+        with pytest.raises(urllib.error.HTTPError) as raw:
+            urllib.request.urlopen(request)
+        assert int(raw.value.headers["Retry-After"]) > time.time() * 1000
+    finally:
+        emulator.request("PUT", "/admin/v1/quirks", quirks)
