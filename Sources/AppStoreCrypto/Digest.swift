@@ -4,11 +4,25 @@ import COpenSSL
 public enum Digest: Sendable {
     case sha1
     case sha256
+    /// For StoreKit 2's `deviceVerification`; receipts never use it.
+    case sha384
 
-    var md: OpaquePointer? { self == .sha1 ? EVP_sha1() : EVP_sha256() }
+    var md: OpaquePointer? {
+        switch self {
+        case .sha1: return EVP_sha1()
+        case .sha256: return EVP_sha256()
+        case .sha384: return EVP_sha384()
+        }
+    }
 
     /// The algorithm's object identifier.
-    public var oid: String { self == .sha1 ? OID.sha1 : OID.sha256 }
+    public var oid: String {
+        switch self {
+        case .sha1: return OID.sha1
+        case .sha256: return OID.sha256
+        case .sha384: return "2.16.840.1.101.3.4.2.2"
+        }
+    }
 
     /// The digest for an object identifier (SHA-1 or SHA-256 only).
     public init?(oid: String) {

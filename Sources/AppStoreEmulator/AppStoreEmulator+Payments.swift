@@ -29,6 +29,8 @@ public struct PaymentRequest: Codable, Sendable {
     public var applicationUsername: String?
     /// `cancel` (the customer taps Cancel) or `fail` (a payment error), for testing.
     public var simulate: String?
+    /// StoreKit 2's purchase option: the app's UUID for the customer, carried in signed transactions.
+    public var appAccountToken: String?
 
     public init(productId: String, quantity: Int? = nil, applicationUsername: String? = nil, simulate: String? = nil) {
         self.productId = productId
@@ -119,7 +121,7 @@ extension AppStoreEmulator {
                 isTrialPeriod: false, isInIntroOfferPeriod: false, cancellationDate: nil, cancellationReason: nil, isUpgraded: false,
                 state: .purchasing, finished: false, error: nil, applicationUsername: request.applicationUsername,
                 isRedelivery: false, isRenewal: false, price: product.price(for: account.storefront),
-                subscriptionGroupId: product.subscriptionGroupId)
+                subscriptionGroupId: product.subscriptionGroupId, appAccountToken: request.appAccountToken)
             record.originalId = record.id
 
             let event: PaymentStateMachine.Event

@@ -159,23 +159,30 @@ extension AppStoreEmulator {
                                               statuses: [Int]) async throws(ServerAPIError) -> (groups: [(group: String, last: [(status: Int, originalTransactionId: String, signedTransaction: String, signedRenewal: String)])], appAppleId: Int64?) {
         let anchor = try await serverAPIRecord(bundleId: bundleId, environment: environment, transactionId: transactionId)
         guard statuses.allSatisfy({ (1...5).contains($0) }) else { throw .invalidStatus }
-        let (chains, records, appAppleId) = (try? await read { state, _ in
-            (state.chains.values.filter { $0.accountEmail.lowercased() == anchor.accountEmail.lowercased() && $0.bundleId == bundleId && $0.environment == environment },
-             state.transactions, state.apps[bundleId]?.appAppleId)
-        }) ?? ([], [:], nil)
-        let now = clock.now()
-        var groups: [String: [(status: Int, originalTransactionId: String, signedTransaction: String, signedRenewal: String)]] = [:]
         do {
-            for chain in chains.sorted(by: { $0.originalTransactionId < $1.originalTransactionId }) {
-                guard let latest = records[chain.latestTransactionId] else { continue }
-                let status = latest.cancellationDate != nil ? 5 : ((latest.expiresDate ?? .distantPast) > now ? 1 : 2)
-                if !statuses.isEmpty, !statuses.contains(status) { continue }
-                groups[chain.subscriptionGroupId, default: []].append((status, chain.originalTransactionId,
-                                                                        try signedTransaction(for: latest, signedAt: now),
-                                                                        try signedRenewalInfo(chain, latest: latest, signedAt: now)))
-            }
+            return try await subscriptionStatuses(accountEmail: anchor.accountEmail, bundleId: bundleId, environment: environment, statuses: statuses)
         } catch {
             throw ServerAPIError(500, 5_000_000, "An unknown error occurred.")
+        }
+    }
+
+    /// Each subscription group of a customer with the latest transaction of each subscription, its signed
+    /// renewal info and status (1 active, 2 expired, 5 revoked), optionally only some statuses.
+    func subscriptionStatuses(accountEmail: String, bundleId: String, environment: AppStoreEnvironment,
+                              statuses: [Int]) async throws -> (groups: [(group: String, last: [(status: Int, originalTransactionId: String, signedTransaction: String, signedRenewal: String)])], appAppleId: Int64?) {
+        let (chains, records, appAppleId) = try await read { state, _ in
+            (state.chains.values.filter { $0.accountEmail.lowercased() == accountEmail.lowercased() && $0.bundleId == bundleId && $0.environment == environment },
+             state.transactions, state.apps[bundleId]?.appAppleId)
+        }
+        let now = clock.now()
+        var groups: [String: [(status: Int, originalTransactionId: String, signedTransaction: String, signedRenewal: String)]] = [:]
+        for chain in chains.sorted(by: { $0.originalTransactionId < $1.originalTransactionId }) {
+            guard let latest = records[chain.latestTransactionId] else { continue }
+            let status = latest.cancellationDate != nil ? 5 : ((latest.expiresDate ?? .distantPast) > now ? 1 : 2)
+            if !statuses.isEmpty, !statuses.contains(status) { continue }
+            groups[chain.subscriptionGroupId, default: []].append((status, chain.originalTransactionId,
+                                                                    try signedTransaction(for: latest, signedAt: now),
+                                                                    try signedRenewalInfo(chain, latest: latest, signedAt: now)))
         }
         return (groups.keys.sorted().map { ($0, groups[$0]!) }, appAppleId)
     }

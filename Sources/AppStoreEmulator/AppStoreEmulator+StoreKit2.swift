@@ -36,3 +36,72 @@ extension AppStoreEmulator {
             currency: record.price?.currency, price: record.price.flatMap { Milliunits.from($0.amount) })
     }
 }
+
+/// StoreKit 2 on the device: `Transaction.currentEntitlements`, `.unfinished`, `.updates`,
+/// `AppTransaction.shared`, `Product.SubscriptionInfo.status`, `AppStore.sync()`.
+extension AppStoreEmulator {
+    /// The account, app and environment a device's StoreKit talks about.
+    func storeKitContext(bundleId: String, deviceId: String) async throws -> (account: Account, device: Device, app: CatalogApp) {
+        try await read { state, _ in
+            let (device, account) = try AppStoreEmulator.device(deviceId, in: state)
+            guard let app = state.apps[bundleId] else { throw StoreError.notFound("App \(bundleId)") }
+            return (account, device, app)
+        }
+    }
+
+    /// `Transaction.currentEntitlements`: unrefunded non-consumables, the latest transaction of each
+    /// active auto-renewable subscription, and non-renewing subscriptions (the app judges their term).
+    public func currentEntitlements(bundleId: String, deviceId: String) async throws -> [TransactionRecord] {
+        let (account, _, _) = try await storeKitContext(bundleId: bundleId, deviceId: deviceId)
+        return try await read { state, now in
+            state.transactions(account: account.email, bundle: bundleId, environment: account.environment).filter { record in
+                guard record.state == .purchased || record.state == .restored, !record.isRedelivery, record.cancellationDate == nil else { return false }
+                switch record.productType {
+                case .consumable: return false
+                case .nonConsumable, .freeSubscription, .nonRenewing: return record.state == .purchased
+                case .autoRenewable:
+                    return state.chains[record.originalId]?.latestTransactionId == record.id && (record.expiresDate ?? .distantPast) > now
+                }
+            }
+        }
+    }
+
+    /// `Transaction.updates`: the account's transactions bought, renewed or revoked at or after `since`.
+    public func transactionUpdates(bundleId: String, deviceId: String, since: Date) async throws -> (records: [TransactionRecord], now: Date) {
+        let (account, _, _) = try await storeKitContext(bundleId: bundleId, deviceId: deviceId)
+        return try await read { state, now in
+            let records = state.transactions(account: account.email, bundle: bundleId, environment: account.environment).filter { record in
+                record.state == .purchased && !record.isRedelivery && (record.purchaseDate >= since || (record.cancellationDate.map { $0 >= since } ?? false))
+            }
+            return (records, now)
+        }
+    }
+
+    /// `AppTransaction.shared`: the signed app transaction, with `deviceVerification` over `nonce` and the device id.
+    public func signedAppTransaction(bundleId: String, deviceId: String, nonce: UUID) async throws -> String {
+        let (account, device, app) = try await storeKitContext(bundleId: bundleId, deviceId: deviceId)
+        let records = try await read { state, _ in state.transactions(account: account.email, bundle: bundleId, environment: account.environment) }
+        let now = clock.now()
+        let sandbox = account.environment == .sandbox
+        let nonceText = nonce.uuidString.lowercased()
+        let verification = Data(Digest.sha384.hash(Array((nonceText + device.id.lowercased()).utf8))).base64EncodedString()
+        var json = JSONBuffer(capacity: 512)
+        json.object { json in
+            json.field("receiptType", sandbox ? "Sandbox" : "Production")
+            if !sandbox { json.field("appAppleId", app.appAppleId) }
+            json.field("bundleId", app.bundleId)
+            json.field("applicationVersion", app.version)
+            json.field("versionExternalIdentifier", Int64(0))
+            json.field("receiptCreationDate", ReceiptDate.milliseconds(now))
+            json.field("requestDate", ReceiptDate.milliseconds(now))
+            json.field("originalPurchaseDate", ReceiptDate.milliseconds(sandbox ? Self.sandboxOriginalPurchaseDate
+                                                                                : records.map(\.originalPurchaseDate).min() ?? now))
+            json.field("originalApplicationVersion", sandbox ? "1.0" : app.version)
+            json.field("deviceVerification", verification)
+            json.field("deviceVerificationNonce", nonceText)
+            json.field("appTransactionId", String(Self.downloadId(account, app)))
+            json.field("originalPlatform", "iOS")
+        }
+        return try JWS.sign(payload: json.bytes, key: jwsAuthority.leafKey, chain: jwsAuthority.chain)
+    }
+}

@@ -23,11 +23,15 @@ extension AppStoreResponder {
         var quantity: Int?
         var applicationUsername: String?
         var simulate: String?
+        /// StoreKit 2's `Product.PurchaseOption.appAccountToken(UUID)`.
+        var appAccountToken: String?
     }
 
     static func deviceTransaction(_ emulator: AppStoreEmulator, _ record: TransactionRecord) async throws -> DeviceTransaction {
         let hasReceipt = record.state == .purchased || record.state == .restored
-        return DeviceTransaction(record, receipt: hasReceipt ? try await emulator.transactionReceipt(transactionId: record.id) : nil)
+        var transaction = DeviceTransaction(record, receipt: hasReceipt ? try await emulator.transactionReceipt(transactionId: record.id) : nil)
+        if hasReceipt { transaction.signedTransaction = try emulator.signedTransaction(for: record, signedAt: emulator.clock.now()) }
+        return transaction
     }
 
     static func environmentOf(_ emulator: AppStoreEmulator, device: String) async -> AppStoreEnvironment? {
@@ -66,8 +70,15 @@ extension AppStoreResponder {
             await handle {
                 if let faulted = await applyFault(emulator, endpoint: "payments", environment: await environmentOf(emulator, device: bodyDevice(request))) { return faulted }
                 let body = try request.decode(PaymentBody.self)
-                let record = try await emulator.addPayment(bundleId: body.app, deviceId: body.device, request: PaymentRequest(
-                    productId: body.productId, quantity: body.quantity, applicationUsername: body.applicationUsername, simulate: body.simulate))
+                var payment = PaymentRequest(productId: body.productId, quantity: body.quantity, applicationUsername: body.applicationUsername,
+                                             simulate: body.simulate)
+                if let token = body.appAccountToken {
+                    guard let uuid = UUID(uuidString: token) else {
+                        throw StoreError.storeKit(.paymentInvalid, "appAccountToken must be a UUID.", status: .badRequest)
+                    }
+                    payment.appAccountToken = uuid.uuidString.lowercased()
+                }
+                let record = try await emulator.addPayment(bundleId: body.app, deviceId: body.device, request: payment)
                 return .json(try await deviceTransaction(emulator, record), status: .created)
             }
         }

@@ -15,6 +15,7 @@ public struct AppStoreResponder: Responder {
         AppStoreResponder.addDeviceRoutes(&router, emulator)
         AppStoreResponder.addAdminRoutes(&router, emulator)
         AppStoreResponder.addServerAPIRoutes(&router, emulator)
+        AppStoreResponder.addStoreKit2Routes(&router, emulator)
         router.on(.get, "/health") { _ in .json(["status": "ok"]) }
         self.router = router
     }

@@ -23,6 +23,8 @@ public struct DeviceTransaction: Codable, Sendable, Equatable {
     public var error: TransactionError?
     /// The iOS 6 style transaction receipt, Base64 (purchased and restored transactions).
     public var transactionReceipt: String?
+    /// The StoreKit 2 signed transaction (JWS) of purchased and restored transactions.
+    public var signedTransaction: String?
 
     /// Renders a record; `receipt` is its iOS 6 receipt.
     public init(_ record: TransactionRecord, receipt: Data?) {
