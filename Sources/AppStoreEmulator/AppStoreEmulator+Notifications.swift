@@ -116,7 +116,7 @@ extension AppStoreEmulator {
                 let app = state.apps[event.bundleId]
                 var status: Int64?
                 if let chain, let latest = state.transactions[chain.latestTransactionId] {
-                    status = latest.cancellationDate != nil ? 5 : ((latest.expiresDate ?? .distantPast) > now ? 1 : 2)
+                    status = Int64(AppStoreEmulator.subscriptionStatus(chain, latest: latest, now: now))
                 }
                 json.object { json in
                     json.field("notificationType", event.type)

@@ -178,7 +178,7 @@ extension AppStoreEmulator {
         var groups: [String: [(status: Int, originalTransactionId: String, signedTransaction: String, signedRenewal: String)]] = [:]
         for chain in chains.sorted(by: { $0.originalTransactionId < $1.originalTransactionId }) {
             guard let latest = records[chain.latestTransactionId] else { continue }
-            let status = latest.cancellationDate != nil ? 5 : ((latest.expiresDate ?? .distantPast) > now ? 1 : 2)
+            let status = AppStoreEmulator.subscriptionStatus(chain, latest: latest, now: now)
             if !statuses.isEmpty, !statuses.contains(status) { continue }
             groups[chain.subscriptionGroupId, default: []].append((status, chain.originalTransactionId,
                                                                     try signedTransaction(for: latest, signedAt: now),
@@ -187,16 +187,27 @@ extension AppStoreEmulator {
         return (groups.keys.sorted().map { ($0, groups[$0]!) }, appAppleId)
     }
 
+    /// Apple's subscription status: 1 active, 2 expired, 3 billing retry, 4 billing grace period, 5 revoked.
+    static func subscriptionStatus(_ chain: SubscriptionChain, latest: TransactionRecord, now: Date) -> Int {
+        if latest.cancellationDate != nil { return 5 }
+        if (latest.expiresDate ?? .distantPast) > now { return 1 }
+        if chain.billingRetryStart != nil { return (chain.gracePeriodEnd.map { now < $0 } ?? false) ? 4 : 3 }
+        return 2
+    }
+
     /// `JWSRenewalInfoDecodedPayload` of a subscription chain (reference §3.5).
     func signedRenewalInfo(_ chain: SubscriptionChain, latest: TransactionRecord, signedAt: Date) throws -> String {
         var json = JSONBuffer(capacity: 512)
         json.object { json in
-            if let intent = chain.expirationIntent { json.field("expirationIntent", Int64(intent)) }
+            if let intent = chain.expirationIntent, !chain.autoRenewEnabled || chain.billingRetryStart != nil {
+                json.field("expirationIntent", Int64(intent))
+            }
             json.field("originalTransactionId", chain.originalTransactionId)
             json.field("autoRenewProductId", chain.autoRenewProductId)
             json.field("productId", chain.productId)
             json.field("autoRenewStatus", Int64(chain.autoRenewEnabled ? 1 : 0))
-            json.field("isInBillingRetryPeriod", false)
+            json.field("isInBillingRetryPeriod", chain.billingRetryStart != nil)
+            if let grace = chain.gracePeriodEnd { json.field("gracePeriodExpiresDate", ReceiptDate.milliseconds(grace)) }
             json.field("signedDate", ReceiptDate.milliseconds(signedAt))
             json.field("environment", chain.environment == .production ? "Production" : "Sandbox")
             json.field("recentSubscriptionStartDate", ReceiptDate.milliseconds(latest.originalPurchaseDate))

@@ -60,7 +60,9 @@ extension AppStoreEmulator {
                 case .consumable: return false
                 case .nonConsumable, .freeSubscription, .nonRenewing: return record.state == .purchased
                 case .autoRenewable:
-                    return state.chains[record.originalId]?.latestTransactionId == record.id && (record.expiresDate ?? .distantPast) > now
+                    // Active, or in the billing grace period (access continues while Apple retries the charge).
+                    guard let chain = state.chains[record.originalId], chain.latestTransactionId == record.id else { return false }
+                    return [1, 4].contains(AppStoreEmulator.subscriptionStatus(chain, latest: record, now: now))
                 }
             }
         }

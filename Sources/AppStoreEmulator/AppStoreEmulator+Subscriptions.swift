@@ -31,6 +31,31 @@ extension AppStoreEmulator {
                     changed = true
                     break
                 }
+                if chain.billingIssue == true {
+                    // The charge fails: billing retry (up to 60 days, scaled like every period), with grace if the app offers it.
+                    if chain.billingRetryStart == nil {
+                        chain.billingRetryStart = expires
+                        chain.expirationIntent = 2
+                        chain.graceExpiryNotified = nil
+                        if let days = state.gracePeriodDays[chain.bundleId] {
+                            chain.gracePeriodEnd = expires.addingTimeInterval(Self.scaledDays(days, rate: account.renewalRate))
+                        }
+                        changes.notify("DID_FAIL_TO_RENEW", chain.gracePeriodEnd == nil ? nil : "GRACE_PERIOD", latest)
+                        changed = true
+                    }
+                    if let end = chain.gracePeriodEnd, end <= now, chain.graceExpiryNotified != true {
+                        chain.graceExpiryNotified = true
+                        changes.notify("GRACE_PERIOD_EXPIRED", nil, latest)
+                        changed = true
+                    }
+                    if let start = chain.billingRetryStart, now >= start.addingTimeInterval(Self.scaledDays(60, rate: account.renewalRate)) {
+                        chain.autoRenewEnabled = false  // retry ends: the expiry pass below sends EXPIRED / BILLING_RETRY
+                        chain.billingRetryStart = nil
+                        chain.gracePeriodEnd = nil
+                        changed = true
+                    }
+                    break
+                }
                 guard let product = state.product(chain.bundleId, chain.autoRenewProductId), product.type == .autoRenewable,
                       let period = product.period else {
                     chain.autoRenewEnabled = false
@@ -88,12 +113,106 @@ extension AppStoreEmulator {
         }
     }
 
+    /// `days` of real time at the account's renewal rate (a 30-day month lasts what a monthly period lasts).
+    static func scaledDays(_ days: Int, rate: RenewalRate) -> TimeInterval {
+        rate.acceleratedSeconds(for: .oneMonth).map { Double($0) * Double(days) / 30 } ?? Double(days) * 86_400
+    }
+
+    /// Turns a subscription's billing problem on (renewals fail into billing retry) or off (SKTestSession's
+    /// "resolve issue": a subscription in retry recovers at once with a new period, DID_RENEW / BILLING_RECOVERY).
+    public func setBillingIssue(originalTransactionId: String, failing: Bool) async throws -> SubscriptionChain {
+        try await mutate { state, changes, now in
+            guard var chain = state.chains[originalTransactionId], let latest = state.transactions[chain.latestTransactionId],
+                  let account = state.accounts[chain.accountEmail.lowercased()] else {
+                throw StoreError.notFound("Subscription \(originalTransactionId)")
+            }
+            chain.billingIssue = failing ? true : nil
+            if !failing, chain.billingRetryStart != nil, chain.autoRenewEnabled,
+               let product = state.product(chain.bundleId, chain.autoRenewProductId), let period = product.period {
+                let id = state.nextTransactionId(chain.environment)
+                var recovered = latest
+                recovered.id = id
+                recovered.productId = product.productId
+                recovered.purchaseDate = now
+                recovered.expiresDate = AppStoreEmulator.periodEnd(from: now, period: period, rate: account.renewalRate)
+                recovered.webOrderLineItemId = state.nextWebOrderLineItemId(chain.environment)
+                recovered.isRenewal = true
+                recovered.isTrialPeriod = false
+                recovered.isInIntroOfferPeriod = false
+                recovered.cancellationDate = nil
+                recovered.cancellationReason = nil
+                recovered.finished = false
+                recovered.price = product.price(for: account.storefront)
+                state.insert(recovered)
+                changes.transactions.insert(id)
+                chain.latestTransactionId = id
+                chain.renewals += 1
+                chain.expirationIntent = nil
+                changes.notify("DID_RENEW", "BILLING_RECOVERY", recovered)
+            }
+            if !failing {
+                chain.billingRetryStart = nil
+                chain.gracePeriodEnd = nil
+            }
+            state.chains[originalTransactionId] = chain
+            changes.chains.insert(originalTransactionId)
+            return chain
+        }
+    }
+
+    /// Billing grace period for an app's subscriptions (nil: none), as set in App Store Connect.
+    public func setGracePeriod(bundleId: String, days: Int?) async throws {
+        try await mutate { state, changes, _ in
+            guard state.apps[bundleId] != nil else { throw StoreError.notFound("App \(bundleId)") }
+            if let days, ![3, 16, 28].contains(days) { throw StoreError.invalid("The grace period is 3, 16 or 28 days.") }
+            state.gracePeriodDays[bundleId] = days
+            changes.settings = true
+        }
+    }
+
+    /// SKTestSession-style controls: renew now (the current period ends now and renews) or expire now.
+    public func forceSubscription(originalTransactionId: String, expire: Bool) async throws -> SubscriptionChain {
+        try await mutate { state, changes, now in
+            guard var chain = state.chains[originalTransactionId], var latest = state.transactions[chain.latestTransactionId] else {
+                throw StoreError.notFound("Subscription \(originalTransactionId)")
+            }
+            if expire {
+                chain.autoRenewEnabled = false
+                chain.expirationIntent = 1
+                state.chains[originalTransactionId] = chain
+                changes.chains.insert(originalTransactionId)
+            }
+            latest.expiresDate = now
+            state.transactions[latest.id] = latest
+            changes.transactions.insert(latest.id)
+            renewSubscriptions(&state, &changes, now: now)
+            return state.chains[originalTransactionId] ?? chain
+        }
+    }
+
+    /// Apple reverses a refund: the transaction counts again (REFUND_REVERSED).
+    public func reverseRefund(transactionId: String) async throws -> TransactionRecord {
+        try await mutate { state, changes, _ in
+            guard var record = state.transactions[transactionId], record.cancellationDate != nil else {
+                throw StoreError(.conflict, "not_refunded", "Transaction \(transactionId) is not refunded.")
+            }
+            record.cancellationDate = nil
+            record.cancellationReason = nil
+            state.transactions[transactionId] = record
+            changes.transactions.insert(transactionId)
+            changes.notify("REFUND_REVERSED", nil, record)
+            return record
+        }
+    }
+
     /// `pending_renewal_info` for one chain.
     static func pendingRenewalInfo(_ chain: SubscriptionChain) -> PendingRenewalInfo {
-        PendingRenewalInfo(autoRenewProductId: chain.autoRenewProductId, autoRenewStatus: chain.autoRenewEnabled ? "1" : "0",
-                           productId: chain.productId, originalTransactionId: chain.originalTransactionId,
-                           expirationIntent: chain.autoRenewEnabled ? nil : chain.expirationIntent.map { String($0) },
-                           isInBillingRetryPeriod: chain.autoRenewEnabled ? nil : "0")
+        let retrying = chain.billingRetryStart != nil
+        return PendingRenewalInfo(autoRenewProductId: chain.autoRenewProductId, autoRenewStatus: chain.autoRenewEnabled ? "1" : "0",
+                                  productId: chain.productId, originalTransactionId: chain.originalTransactionId,
+                                  expirationIntent: chain.autoRenewEnabled && !retrying ? nil : chain.expirationIntent.map { String($0) },
+                                  isInBillingRetryPeriod: retrying ? "1" : (chain.autoRenewEnabled ? nil : "0"),
+                                  gracePeriodExpiresDate: chain.gracePeriodEnd.map(ReceiptDateTriple.init))
     }
 
     /// Turns auto-renew of a subscription on or off (what the customer does in Settings).

@@ -68,6 +68,9 @@ public final class AppStoreEmulator: Sendable {
         if let body = try await store.document(in: Collection.settings, id: "notification_urls") {
             state.notificationURLs = try decoder.decode([String: NotificationURLs].self, from: body)
         }
+        if let body = try await store.document(in: Collection.settings, id: "grace_periods") {
+            state.gracePeriodDays = try decoder.decode([String: Int].self, from: body)
+        }
         if let body = try await store.document(in: Collection.settings, id: "mass_extensions") {
             state.massExtensions = try decoder.decode([String: MassExtension].self, from: body)
         }
@@ -141,6 +144,7 @@ public final class AppStoreEmulator: Sendable {
             put(Collection.settings, "clock", state.clockOffset)
             put(Collection.settings, "notification_urls", state.notificationURLs)
             put(Collection.settings, "mass_extensions", state.massExtensions)
+            put(Collection.settings, "grace_periods", state.gracePeriodDays)
         }
         return writes
     }

@@ -192,6 +192,29 @@ extension AppStoreResponder {
                 return .json(DeviceTransaction(try await emulator.refund(transactionId: request.parameters["id"] ?? "", reason: reason), receipt: nil))
             }
         }
+        router.on(.post, "/admin/v1/subscriptions/:id/billing-issue") { request in
+            await handle {
+                let failing = (request.query["enabled"] ?? "true") != "false"
+                return .json(try await emulator.setBillingIssue(originalTransactionId: request.parameters["id"] ?? "", failing: failing))
+            }
+        }
+        router.on(.post, "/admin/v1/subscriptions/:id/renew") { request in
+            await handle { .json(try await emulator.forceSubscription(originalTransactionId: request.parameters["id"] ?? "", expire: false)) }
+        }
+        router.on(.post, "/admin/v1/subscriptions/:id/expire") { request in
+            await handle { .json(try await emulator.forceSubscription(originalTransactionId: request.parameters["id"] ?? "", expire: true)) }
+        }
+        router.on(.post, "/admin/v1/transactions/:id/reverse-refund") { request in
+            await handle { .json(DeviceTransaction(try await emulator.reverseRefund(transactionId: request.parameters["id"] ?? ""), receipt: nil)) }
+        }
+        router.on(.put, "/admin/v1/apps/:bundle/grace-period") { request in
+            await handle {
+                struct Body: Decodable { var days: Int? }
+                let body = try request.decode(Body.self)
+                try await emulator.setGracePeriod(bundleId: request.parameters["bundle"] ?? "", days: body.days)
+                return .json(["days": body.days])
+            }
+        }
         router.on(.post, "/admin/v1/subscriptions/:id/auto-renew") { request in
             await handle {
                 let enabled = (request.query["enabled"] ?? "true") != "false"

@@ -26,6 +26,8 @@ struct EmulatorState: Sendable {
     /// Server Notifications V2: where each app wants them, and every one sent, by notificationUUID.
     var notificationURLs: [String: NotificationURLs] = [:]
     var notifications: [String: NotificationRecord] = [:]
+    /// Billing grace period per app, in days (App Store Connect: 3, 16 or 28; absent: none).
+    var gracePeriodDays: [String: Int] = [:]
     /// Mass renewal-date extensions by "productId|requestIdentifier".
     var massExtensions: [String: MassExtension] = [:]
     var quirks = Quirks()

@@ -154,4 +154,12 @@ public struct SubscriptionChain: Codable, Sendable, Equatable {
     public var expiryNotified: Bool?
     /// When the renewal date was extended (at most twice in 365 days).
     public var extensions: [Date]?
+    /// The customer's payment method fails: renewals go into billing retry instead of charging.
+    public var billingIssue: Bool?
+    /// When billing retry began (the expiry that could not be charged); nil when not in retry.
+    public var billingRetryStart: Date?
+    /// End of the billing grace period (access continues until then), when the app offers one.
+    public var gracePeriodEnd: Date?
+    /// Whether GRACE_PERIOD_EXPIRED was sent for the current retry.
+    public var graceExpiryNotified: Bool?
 }

@@ -7,6 +7,9 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
         ("tester", .group(abstract: "Manage sandbox testers.", children: [("add", .command(TesterAddCommand.self))])),
         ("buy", .command(BuyCommand.self)),
         ("finish", .command(FinishCommand.self)),
+        ("refund", .command(RefundCommand.self)),
+        ("subscription", .command(SubscriptionControlCommand.self)),
+        ("grace-period", .command(GracePeriodCommand.self)),
         ("restore", .command(RestoreCommand.self)),
         ("time", .group(abstract: "Control the emulator clock.", children: [
             ("advance", .command(TimeAdvanceCommand.self)), ("set", .command(TimeSetCommand.self)), ("show", .command(TimeShowCommand.self)),

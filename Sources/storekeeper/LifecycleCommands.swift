@@ -1,0 +1,96 @@
+import Foundation
+
+/// `storekeeper appstore subscription renew|expire|fail-billing|resolve-billing ORIGINAL_TRANSACTION_ID`:
+/// StoreKitTest's SKTestSession controls, against a running emulator.
+struct SubscriptionControlCommand: Command {
+    enum Action: String, CaseIterable {
+        case renew, expire
+        case failBilling = "fail-billing"
+        case resolveBilling = "resolve-billing"
+
+        var path: String {
+            switch self {
+            case .renew: return "renew"
+            case .expire: return "expire"
+            case .failBilling: return "billing-issue?enabled=true"
+            case .resolveBilling: return "billing-issue?enabled=false"
+            }
+        }
+    }
+
+    static let abstract = "Drive a subscription: renew now, expire now, fail billing (retry, grace), resolve billing (recover)."
+    static let help = """
+    renew|expire|fail-billing|resolve-billing ORIGINAL_TRANSACTION_ID [--url URL]
+
+      renew            The current period ends now and renews (DID_RENEW).
+      expire           Auto-renew off and the period ends now (EXPIRED / VOLUNTARY).
+      fail-billing     Renewals fail from now on: billing retry for up to 60 days of emulator time, with the
+                       app's grace period if it has one (DID_FAIL_TO_RENEW, GRACE_PERIOD_EXPIRED, EXPIRED / BILLING_RETRY).
+      resolve-billing  The payment method works again; a subscription in retry renews at once (DID_RENEW / BILLING_RECOVERY).
+    """
+    let client: AdminClient
+    let action: Action
+    let id: String
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments))
+        let words = try arguments.positionals()
+        guard words.count == 2, let action = Action(rawValue: words[0]) else {
+            throw UsageError(description: "give one of \(Action.allCases.map(\.rawValue).joined(separator: ", ")) and an original transaction id")
+        }
+        self.action = action
+        id = words[1]
+    }
+
+    func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/subscriptions/\(id)/\(action.path)") }
+}
+
+/// `storekeeper appstore refund TRANSACTION_ID [--reason 0|1] [--reverse]`
+struct RefundCommand: Command {
+    static let abstract = "Refund a transaction as Apple would (REFUND), or reverse a refund (REFUND_REVERSED)."
+    static let help = """
+    TRANSACTION_ID [--reason 0|1] [--reverse] [--url URL]
+
+      --reason 1   Refunded because of an issue in the app (cancellation_reason 1); default 0, other reasons.
+      --reverse    Undo an earlier refund.
+    """
+    let client: AdminClient
+    let id: String
+    let reason: String
+    let reverse: Bool
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments))
+        reason = try arguments.option("reason") ?? "0"
+        guard reason == "0" || reason == "1" else { throw UsageError(description: "--reason is 0 or 1") }
+        reverse = arguments.flag("reverse")
+        id = try arguments.single("TRANSACTION_ID")
+    }
+
+    func run() async throws {
+        try await client.sendAndPrint("POST", "/admin/v1/transactions/\(id)/" + (reverse ? "reverse-refund" : "refund?reason=\(reason)"))
+    }
+}
+
+/// `storekeeper appstore grace-period --app BUNDLE --days 3|16|28|none`
+struct GracePeriodCommand: Command {
+    static let abstract = "Turn an app's billing grace period on (3, 16 or 28 days of subscription time) or off."
+    static let help = "--app BUNDLE --days 3|16|28|none [--url URL]"
+    let client: AdminClient
+    let app: String
+    let days: Int?
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments))
+        guard let app = try arguments.option("app"), let text = try arguments.option("days") else {
+            throw UsageError(description: "--app and --days are required")
+        }
+        guard text == "none" || ["3", "16", "28"].contains(text) else { throw UsageError(description: "--days is 3, 16, 28 or none") }
+        self.app = app
+        days = Int(text)
+    }
+
+    func run() async throws {
+        try await client.sendAndPrint("PUT", "/admin/v1/apps/\(app)/grace-period", json: ["days": days.map { $0 as Any } ?? NSNull()])
+    }
+}
