@@ -210,11 +210,12 @@ extension AppStoreEmulator {
             if let grace = chain.gracePeriodEnd { json.field("gracePeriodExpiresDate", ReceiptDate.milliseconds(grace)) }
             json.field("signedDate", ReceiptDate.milliseconds(signedAt))
             json.field("environment", chain.environment == .production ? "Production" : "Sandbox")
+            if chain.priceIncreaseAmount != nil { json.field("priceIncreaseStatus", Int64(chain.priceIncreaseConsented == true ? 1 : 0)) }
             json.field("recentSubscriptionStartDate", ReceiptDate.milliseconds(latest.originalPurchaseDate))
             if let expires = latest.expiresDate { json.field("renewalDate", ReceiptDate.milliseconds(expires)) }
             if let price = latest.price {
                 json.field("currency", price.currency)
-                if let milliunits = Milliunits.from(price.amount) { json.field("renewalPrice", milliunits) }
+                if let milliunits = Milliunits.from(chain.priceIncreaseAmount ?? price.amount) { json.field("renewalPrice", milliunits) }
             }
         }
         return try JWS.sign(payload: json.bytes, key: jwsAuthority.leafKey, chain: jwsAuthority.chain)

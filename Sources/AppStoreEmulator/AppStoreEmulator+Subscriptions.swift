@@ -56,6 +56,14 @@ extension AppStoreEmulator {
                     }
                     break
                 }
+                if chain.priceIncreaseAmount != nil, chain.priceIncreaseConsented != true {
+                    // The customer never agreed to the higher price: the subscription lapses (EXPIRED / PRICE_INCREASE).
+                    chain.autoRenewEnabled = false
+                    chain.expirationIntent = 3
+                    chain.priceIncreaseAmount = nil
+                    changed = true
+                    break
+                }
                 guard let product = state.product(chain.bundleId, chain.autoRenewProductId), product.type == .autoRenewable,
                       let period = product.period else {
                     chain.autoRenewEnabled = false
@@ -81,9 +89,16 @@ extension AppStoreEmulator {
                     state: .purchased, finished: false, error: nil, applicationUsername: latest.applicationUsername,
                     isRedelivery: false, isRenewal: true, price: product.price(for: account.storefront),
                     subscriptionGroupId: product.subscriptionGroupId)
-                state.insert(renewal)
+                var charged = renewal
+                if let amount = chain.priceIncreaseAmount, var price = charged.price {
+                    price.amount = amount  // the consented price from this renewal on
+                    charged.price = price
+                    chain.priceIncreaseAmount = nil
+                    chain.priceIncreaseConsented = nil
+                }
+                state.insert(charged)
                 changes.transactions.insert(id)
-                changes.notify("DID_RENEW", nil, renewal)
+                changes.notify("DID_RENEW", nil, charged)
                 chain.renewals += 1
                 chain.productId = product.productId
                 chain.latestTransactionId = id
@@ -153,6 +168,31 @@ extension AppStoreEmulator {
             if !failing {
                 chain.billingRetryStart = nil
                 chain.gracePeriodEnd = nil
+            }
+            state.chains[originalTransactionId] = chain
+            changes.chains.insert(originalTransactionId)
+            return chain
+        }
+    }
+
+    /// A price increase needing consent (PRICE_INCREASE / PENDING), or the customer's consent to it
+    /// (PRICE_INCREASE / ACCEPTED). Without consent the subscription lapses at its next renewal.
+    public func priceIncrease(originalTransactionId: String, amount: String?, consent: Bool) async throws -> SubscriptionChain {
+        try await mutate { state, changes, _ in
+            guard var chain = state.chains[originalTransactionId], let latest = state.transactions[chain.latestTransactionId] else {
+                throw StoreError.notFound("Subscription \(originalTransactionId)")
+            }
+            if consent {
+                guard chain.priceIncreaseAmount != nil else {
+                    throw StoreError(.conflict, "no_price_increase", "Subscription \(originalTransactionId) has no price increase to consent to.")
+                }
+                chain.priceIncreaseConsented = true
+                changes.notify("PRICE_INCREASE", "ACCEPTED", latest)
+            } else {
+                guard let amount, Decimal(string: amount) != nil else { throw StoreError.invalid("The new price is a decimal amount, e.g. 5.99.") }
+                chain.priceIncreaseAmount = amount
+                chain.priceIncreaseConsented = false
+                changes.notify("PRICE_INCREASE", "PENDING", latest)
             }
             state.chains[originalTransactionId] = chain
             changes.chains.insert(originalTransactionId)

@@ -198,6 +198,16 @@ extension AppStoreResponder {
                 return .json(try await emulator.setBillingIssue(originalTransactionId: request.parameters["id"] ?? "", failing: failing))
             }
         }
+        router.on(.post, "/admin/v1/subscriptions/:id/price-increase") { request in
+            await handle {
+                .json(try await emulator.priceIncrease(originalTransactionId: request.parameters["id"] ?? "", amount: request.query["price"], consent: false))
+            }
+        }
+        router.on(.post, "/admin/v1/subscriptions/:id/price-increase/consent") { request in
+            await handle {
+                .json(try await emulator.priceIncrease(originalTransactionId: request.parameters["id"] ?? "", amount: nil, consent: true))
+            }
+        }
         router.on(.post, "/admin/v1/subscriptions/:id/renew") { request in
             await handle { .json(try await emulator.forceSubscription(originalTransactionId: request.parameters["id"] ?? "", expire: false)) }
         }

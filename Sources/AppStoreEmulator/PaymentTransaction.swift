@@ -162,4 +162,7 @@ public struct SubscriptionChain: Codable, Sendable, Equatable {
     public var gracePeriodEnd: Date?
     /// Whether GRACE_PERIOD_EXPIRED was sent for the current retry.
     public var graceExpiryNotified: Bool?
+    /// A price increase that needs the customer's consent: the new amount, and whether they agreed.
+    public var priceIncreaseAmount: String?
+    public var priceIncreaseConsented: Bool?
 }

@@ -7,6 +7,8 @@ struct SubscriptionControlCommand: Command {
         case renew, expire
         case failBilling = "fail-billing"
         case resolveBilling = "resolve-billing"
+        case priceIncrease = "price-increase"
+        case consentPriceIncrease = "consent-price-increase"
 
         var path: String {
             switch self {
@@ -14,35 +16,46 @@ struct SubscriptionControlCommand: Command {
             case .expire: return "expire"
             case .failBilling: return "billing-issue?enabled=true"
             case .resolveBilling: return "billing-issue?enabled=false"
+            case .priceIncrease: return "price-increase"
+            case .consentPriceIncrease: return "price-increase/consent"
             }
         }
     }
 
     static let abstract = "Drive a subscription: renew now, expire now, fail billing (retry, grace), resolve billing (recover)."
     static let help = """
-    renew|expire|fail-billing|resolve-billing ORIGINAL_TRANSACTION_ID [--url URL]
+    renew|expire|fail-billing|resolve-billing|price-increase|consent-price-increase ORIGINAL_TRANSACTION_ID [--price P] [--url URL]
 
       renew            The current period ends now and renews (DID_RENEW).
       expire           Auto-renew off and the period ends now (EXPIRED / VOLUNTARY).
       fail-billing     Renewals fail from now on: billing retry for up to 60 days of emulator time, with the
                        app's grace period if it has one (DID_FAIL_TO_RENEW, GRACE_PERIOD_EXPIRED, EXPIRED / BILLING_RETRY).
       resolve-billing  The payment method works again; a subscription in retry renews at once (DID_RENEW / BILLING_RECOVERY).
+      price-increase   A higher price (--price) that needs consent (PRICE_INCREASE / PENDING); without consent the
+                       subscription lapses at its next renewal (EXPIRED / PRICE_INCREASE).
+      consent-price-increase  The customer agrees (PRICE_INCREASE / ACCEPTED); renewals charge the new price.
     """
     let client: AdminClient
     let action: Action
     let id: String
+    let price: String?
 
     init(_ arguments: inout Arguments) throws {
         client = try AdminClient(url: try emulatorURL(&arguments))
+        price = try arguments.option("price")
         let words = try arguments.positionals()
         guard words.count == 2, let action = Action(rawValue: words[0]) else {
             throw UsageError(description: "give one of \(Action.allCases.map(\.rawValue).joined(separator: ", ")) and an original transaction id")
         }
+        if action == .priceIncrease, price == nil { throw UsageError(description: "price-increase needs --price") }
         self.action = action
         id = words[1]
     }
 
-    func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/subscriptions/\(id)/\(action.path)") }
+    func run() async throws {
+        let query = action == .priceIncrease ? "?price=" + (price ?? "") : ""
+        try await client.sendAndPrint("POST", "/admin/v1/subscriptions/\(id)/\(action.path)" + query)
+    }
 }
 
 /// `storekeeper appstore refund TRANSACTION_ID [--reason 0|1] [--reverse]`

@@ -92,3 +92,21 @@ def test_refund_reversal(emulator, jws_root_pem, magazine):
     assert "cancellation_date" not in entry
     result = emulator.cli("appstore", "refund", bought["transaction_id"], "--reverse", check=False)
     assert result.returncode != 0
+
+
+def test_price_increase_needs_consent_or_the_subscription_lapses(emulator, jws_root_pem, magazine):
+    check = verifier(jws_root_pem, "com.example.magazine")
+    client, _ = api_client(emulator, "com.example.magazine")
+    agreed = emulator.buy("com.example.magazine", "com.example.magazine.yearly", account=new_tester(emulator))
+    refused = emulator.buy("com.example.magazine", "com.example.magazine.yearly", account=new_tester(emulator))
+    for bought in (agreed, refused):
+        emulator.cli("appstore", "subscription", "price-increase", bought["original_transaction_id"], "--price", "59.99")
+    emulator.cli("appstore", "subscription", "consent-price-increase", agreed["original_transaction_id"])
+    pending = check.verify_and_decode_renewal_info(client.get_all_subscription_statuses(refused["original_transaction_id"]).data[0].lastTransactions[0].signedRenewalInfo)
+    assert pending.priceIncreaseStatus.value == 0 and pending.renewalPrice == 59990
+    emulator.cli("appstore", "time", "advance", "61m")
+    kinds = wait_for(magazine, check, agreed["original_transaction_id"], ("DID_RENEW", None))
+    assert ("PRICE_INCREASE", "PENDING") in kinds and ("PRICE_INCREASE", "ACCEPTED") in kinds and ("DID_RENEW", None) in kinds
+    renewed = client.get_all_subscription_statuses(agreed["original_transaction_id"]).data[0].lastTransactions[0]
+    assert renewed.status == Status.ACTIVE and check.verify_and_decode_signed_transaction(renewed.signedTransactionInfo).price == 59990
+    assert ("EXPIRED", "PRICE_INCREASE") in wait_for(magazine, check, refused["original_transaction_id"], ("EXPIRED", "PRICE_INCREASE"))

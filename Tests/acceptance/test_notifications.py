@@ -131,3 +131,34 @@ def test_test_notification_status_and_history_with_failures(emulator, jws_root_p
         assert status.signedPayload in payloads
     finally:
         failing.close()
+
+
+def test_production_retries_on_apples_schedule_by_the_emulator_clock(emulator, jws_root_pem):
+    failing = Receiver(status=503)
+    try:
+        emulator.cli("appstore", "notifications", "set", "--app", "com.example.coins", "--production-url", failing.url)
+        email = f"retry{uuid.uuid4().hex[:8]}@example.com"
+        emulator.cli("appstore", "tester", "add", email, "--production")
+        bought = emulator.buy("com.example.coins", "Nada.JPYF01", account=email)
+        assert len(failing.wait_for(1)) == 1
+        time.sleep(0.5)
+        assert len(failing.bodies) == 1  # nothing more until an hour has passed
+        emulator.cli("appstore", "time", "advance", "61m")
+        assert len(failing.wait_for(2)) == 2
+        failing.status = 200
+        emulator.cli("appstore", "time", "advance", "12h1m")
+        assert len(failing.wait_for(3)) == 3
+        emulator.cli("appstore", "time", "advance", "25h")
+        time.sleep(0.5)
+        assert len(failing.bodies) == 3  # delivered: no more attempts
+        assert all(body == failing.bodies[0] for body in failing.bodies)
+        client, _ = api_client(emulator, "com.example.coins", environment="production")
+        now = int(json.loads(emulator.request("GET", "/admin/v1/time")[1])["now_ms"])
+        history = client.get_notification_history(None, NotificationHistoryRequest(startDate=now - 86_400_000 * 3, endDate=now + 1000,
+                                                                                   transactionId=bought["transaction_id"]))
+        attempts = history.notificationHistory[0].sendAttempts
+        assert [a.sendAttemptResult for a in attempts] == [SendAttemptResult.UNSUCCESSFUL_HTTP_RESPONSE_CODE,
+                                                          SendAttemptResult.UNSUCCESSFUL_HTTP_RESPONSE_CODE, SendAttemptResult.SUCCESS]
+    finally:
+        emulator.cli("appstore", "notifications", "set", "--app", "com.example.coins")
+        failing.close()
