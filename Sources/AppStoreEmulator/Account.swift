@@ -17,6 +17,8 @@ public struct Account: Codable, Sendable, Equatable {
     public var deleted: Bool
     /// A stable numeric id (DSID-like).
     public var identifier: String
+    /// The Family Sharing group this account belongs to, if any.
+    public var family: String?
 
     /// Creates an account.
     public init(email: String, environment: AppStoreEnvironment, storefront: String = "USA", locale: String = "en_US",

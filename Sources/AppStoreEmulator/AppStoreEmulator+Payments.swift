@@ -143,6 +143,7 @@ extension AppStoreEmulator {
             state.insert(record)
             changes.transactions.insert(record.id)
             if record.state == .purchased, product.type != .autoRenewable { changes.notify("ONE_TIME_CHARGE", nil, record) }
+            if record.state == .purchased { AppStoreEmulator.shareWithFamily(&state, &changes, record, now: now) }
             return record
         }
     }
@@ -325,6 +326,7 @@ extension AppStoreEmulator {
             state.transactions[transactionId] = record
             changes.transactions.insert(transactionId)
             if record.state == .purchased, record.productType != .autoRenewable { changes.notify("ONE_TIME_CHARGE", nil, record) }
+            if record.state == .purchased { AppStoreEmulator.shareWithFamily(&state, &changes, record, now: now) }
             return record
         }
     }
@@ -340,6 +342,7 @@ extension AppStoreEmulator {
             state.transactions[transactionId] = record
             changes.transactions.insert(transactionId)
             changes.notify("REFUND", nil, record)
+            AppStoreEmulator.revokeFamilyCopies(&state, &changes, of: record, now: now)
             if var chain = state.chains[record.originalId], chain.latestTransactionId == record.id {
                 chain.autoRenewEnabled = false
                 chain.expirationIntent = 1

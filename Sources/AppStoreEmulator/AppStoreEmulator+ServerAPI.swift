@@ -137,7 +137,7 @@ extension AppStoreEmulator {
             if !query.productIds.isEmpty, !query.productIds.contains(record.productId) { return false }
             if !wantedTypes.isEmpty, !wantedTypes.contains(record.productType.jwsTypeName) { return false }
             if !query.subscriptionGroups.isEmpty, !query.subscriptionGroups.contains(record.subscriptionGroupId ?? "") { return false }
-            if query.ownershipType == "FAMILY_SHARED" { return false }
+            if let ownership = query.ownershipType, ownership != (record.sharedFromTransactionId == nil ? "PURCHASED" : "FAMILY_SHARED") { return false }
             if let revoked = query.revoked, revoked != (record.cancellationDate != nil) { return false }
             return true
         }

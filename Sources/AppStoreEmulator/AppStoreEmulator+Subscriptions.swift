@@ -15,7 +15,8 @@ extension AppStoreEmulator {
 
     /// Creates the renewal transactions due by `now` for every subscription that still auto-renews.
     func renewSubscriptions(_ state: inout EmulatorState, _ changes: inout Changes, now: Date) {
-        for (originalId, var chain) in state.chains where chain.autoRenewEnabled {
+        // Family members' subscriptions renew with the purchaser's (below), never on their own.
+        for (originalId, var chain) in state.chains where chain.autoRenewEnabled && chain.sharedFromOriginalId == nil {
             guard var latest = state.transactions[chain.latestTransactionId], let account = state.accounts[chain.accountEmail.lowercased()] else { continue }
             var changed = false
             while chain.autoRenewEnabled, let expires = latest.expiresDate, expires <= now {
@@ -99,6 +100,7 @@ extension AppStoreEmulator {
                 state.insert(charged)
                 changes.transactions.insert(id)
                 changes.notify("DID_RENEW", nil, charged)
+                AppStoreEmulator.renewFamilyCopies(&state, &changes, purchaserOriginalId: originalId, renewal: charged)
                 chain.renewals += 1
                 chain.productId = product.productId
                 chain.latestTransactionId = id
@@ -111,6 +113,13 @@ extension AppStoreEmulator {
             }
         }
         // Subscriptions that lapsed without renewing: one EXPIRED notification each.
+        for (memberId, var member) in state.chains where member.autoRenewEnabled {
+            guard let purchaser = member.sharedFromOriginalId, state.chains[purchaser]?.autoRenewEnabled == false else { continue }
+            member.autoRenewEnabled = false
+            member.expirationIntent = state.chains[purchaser]?.expirationIntent
+            state.chains[memberId] = member
+            changes.chains.insert(memberId)
+        }
         for (originalId, var chain) in state.chains where !chain.autoRenewEnabled && chain.expiryNotified != true {
             guard let latest = state.transactions[chain.latestTransactionId], latest.cancellationDate == nil,
                   let expires = latest.expiresDate, expires <= now else { continue }
@@ -125,6 +134,29 @@ extension AppStoreEmulator {
             default: nil
             }
             changes.notify("EXPIRED", subtype, latest)
+        }
+    }
+
+    /// Renews every family member's copy of a subscription along with the purchaser's renewal.
+    static func renewFamilyCopies(_ state: inout EmulatorState, _ changes: inout Changes, purchaserOriginalId: String, renewal: TransactionRecord) {
+        for (memberOriginalId, var chain) in state.chains where chain.sharedFromOriginalId == purchaserOriginalId && chain.autoRenewEnabled {
+            var copy = renewal
+            copy.id = state.nextTransactionId(renewal.environment)
+            copy.originalId = memberOriginalId
+            copy.accountEmail = chain.accountEmail
+            copy.deviceId = ""
+            copy.applicationUsername = nil
+            copy.appAccountToken = nil
+            copy.sharedFromTransactionId = renewal.id
+            copy.originalPurchaseDate = state.transactions[memberOriginalId]?.originalPurchaseDate ?? renewal.originalPurchaseDate
+            copy.webOrderLineItemId = state.nextWebOrderLineItemId(renewal.environment)
+            state.insert(copy)
+            changes.transactions.insert(copy.id)
+            chain.latestTransactionId = copy.id
+            chain.renewals += 1
+            state.chains[memberOriginalId] = chain
+            changes.chains.insert(memberOriginalId)
+            changes.notify("DID_RENEW", nil, copy)
         }
     }
 

@@ -142,6 +142,13 @@ extension AppStoreResponder {
                              status: .created)
             }
         }
+        router.on(.put, "/admin/v1/accounts/:email/family") { request in
+            await handle {
+                struct Body: Decodable { var family: String? }
+                let body = try request.decode(Body.self)
+                return .json(try await emulator.setFamily(email: request.parameters["email"] ?? "", family: body.family))
+            }
+        }
         router.on(.delete, "/admin/v1/accounts/:email") { request in
             await handle {
                 try await emulator.deleteAccount(email: request.parameters["email"] ?? "")

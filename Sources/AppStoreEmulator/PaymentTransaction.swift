@@ -100,6 +100,8 @@ public struct TransactionRecord: Codable, Sendable, Equatable {
     public var isRenewal: Bool
     public var price: ProductPrice?
     public var subscriptionGroupId: String?
+    /// For a family member's copy of a purchase (FAMILY_SHARED): the purchaser's transaction id.
+    public var sharedFromTransactionId: String?
     /// Set by the App Store Server API's Set App Account Token (else a UUID applicationUsername stands for it).
     public var appAccountToken: String?
     /// What the developer reported with Send Consumption Information (field → value as sent).
@@ -127,7 +129,7 @@ public struct TransactionRecord: Codable, Sendable, Equatable {
     /// As a `latest_receipt_info` entry.
     public var latestReceiptInfo: ReceiptTransactionInfo {
         var info = ReceiptTransactionInfo(inAppPurchase)
-        info.inAppOwnershipType = "PURCHASED"
+        info.inAppOwnershipType = sharedFromTransactionId == nil ? "PURCHASED" : "FAMILY_SHARED"
         info.subscriptionGroupIdentifier = subscriptionGroupId
         info.isUpgraded = isUpgraded ? "true" : nil
         if let name = applicationUsername, UUID(uuidString: name) != nil { info.appAccountToken = name.lowercased() }
@@ -162,6 +164,8 @@ public struct SubscriptionChain: Codable, Sendable, Equatable {
     public var gracePeriodEnd: Date?
     /// Whether GRACE_PERIOD_EXPIRED was sent for the current retry.
     public var graceExpiryNotified: Bool?
+    /// For a family member's subscription: the purchaser's original transaction id (renews with it).
+    public var sharedFromOriginalId: String?
     /// A price increase that needs the customer's consent: the new amount, and whether they agreed.
     public var priceIncreaseAmount: String?
     public var priceIncreaseConsented: Bool?

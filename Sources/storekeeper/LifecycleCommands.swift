@@ -107,3 +107,25 @@ struct GracePeriodCommand: Command {
         try await client.sendAndPrint("PUT", "/admin/v1/apps/\(app)/grace-period", json: ["days": days.map { $0 as Any } ?? NSNull()])
     }
 }
+
+/// `storekeeper appstore tester family EMAIL --family NAME | --leave`
+struct TesterFamilyCommand: Command {
+    static let abstract = "Put a tester in a Family Sharing group (shareable purchases are shared both ways) or take them out (REVOKE)."
+    static let help = "EMAIL (--family NAME | --leave) [--url URL]"
+    let client: AdminClient
+    let email: String
+    let family: String?
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments))
+        let name = try arguments.option("family")
+        let leave = arguments.flag("leave")
+        guard (name != nil) != leave else { throw UsageError(description: "give --family NAME or --leave") }
+        family = name
+        email = try arguments.single("EMAIL")
+    }
+
+    func run() async throws {
+        try await client.sendAndPrint("PUT", "/admin/v1/accounts/\(email)/family", json: ["family": family.map { $0 as Any } ?? NSNull()])
+    }
+}

@@ -4,7 +4,9 @@ import Foundation
 let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right — a local App Store, a purchase server, a StoreKit client.", children: [
     ("appstore", .group(abstract: "The App Store emulator and the commands that drive it.", children: [
         ("serve", .command(AppStoreServeCommand.self)),
-        ("tester", .group(abstract: "Manage sandbox testers.", children: [("add", .command(TesterAddCommand.self))])),
+        ("tester", .group(abstract: "Manage sandbox testers.", children: [
+            ("add", .command(TesterAddCommand.self)), ("family", .command(TesterFamilyCommand.self)),
+        ])),
         ("buy", .command(BuyCommand.self)),
         ("finish", .command(FinishCommand.self)),
         ("refund", .command(RefundCommand.self)),
