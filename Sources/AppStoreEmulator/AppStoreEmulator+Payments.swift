@@ -1,3 +1,4 @@
+import AppStoreCrypto
 import AppStoreModels
 import Foundation
 
@@ -31,6 +32,17 @@ public struct PaymentRequest: Codable, Sendable {
     public var simulate: String?
     /// StoreKit 2's purchase option: the app's UUID for the customer, carried in signed transactions.
     public var appAccountToken: String?
+    /// A promotional offer signed by the developer's server (SKPaymentDiscount / `.promotionalOffer`).
+    public var promotionalOffer: SignedOffer?
+
+    /// The signed offer as the app passes it: offer id, key id, nonce (UUID), timestamp (ms), Base64 DER ECDSA signature.
+    public struct SignedOffer: Codable, Sendable {
+        public var offerId: String
+        public var keyId: String
+        public var nonce: String
+        public var timestamp: Int64
+        public var signature: String
+    }
 
     public init(productId: String, quantity: Int? = nil, applicationUsername: String? = nil, simulate: String? = nil) {
         self.productId = productId
@@ -96,6 +108,8 @@ extension AppStoreEmulator {
             }
             let environment = account.environment
             let existing = state.transactions(account: account.email, bundle: bundleId, environment: environment)
+            let offer = try request.promotionalOffer.map { try AppStoreEmulator.checkPromotionalOffer($0, request: request, product: product, bundleId: bundleId,
+                                                                                                    keys: state.apiKeys, history: existing) }
             var machine = PaymentStateMachine()
 
             // Already owned non-consumables and free subscriptions are delivered again without a charge.
@@ -139,12 +153,56 @@ extension AppStoreEmulator {
                 if let upgraded = try AppStoreEmulator.subscribe(&state, &changes, record: &record, product: product, account: account, now: now) {
                     return upgraded
                 }
+                if let offer { AppStoreEmulator.apply(offer, to: &record, changes: &changes, rate: account.renewalRate, now: now) }
             }
             state.insert(record)
             changes.transactions.insert(record.id)
             if record.state == .purchased, product.type != .autoRenewable { changes.notify("ONE_TIME_CHARGE", nil, record) }
             if record.state == .purchased { AppStoreEmulator.shareWithFamily(&state, &changes, record, now: now) }
             return record
+        }
+    }
+
+    /// Checks a promotional offer as StoreKit does: a known offer of the product, signed by one of the app's
+    /// keys over bundleId⁣keyId⁣productId⁣offerId⁣appAccountToken⁣nonce⁣timestamp (U+2063 between), at most
+    /// 24 hours old, for a customer who has subscribed in the group before.
+    static func checkPromotionalOffer(_ signed: PaymentRequest.SignedOffer, request: PaymentRequest, product: CatalogProduct, bundleId: String,
+                                      keys: [String: ServerAPIKey], history: [TransactionRecord]) throws -> PromotionalOffer {
+        guard product.type == .autoRenewable, let offer = product.promotionalOffers.first(where: { $0.offerId == signed.offerId }) else {
+            throw StoreError.storeKit(.invalidOfferIdentifier, "Offer \(signed.offerId) is not an offer of \(product.productId).", status: .badRequest)
+        }
+        let username = (request.appAccountToken ?? request.applicationUsername ?? "").lowercased()
+        let message = [bundleId, signed.keyId, product.productId, signed.offerId, username, signed.nonce.lowercased(), String(signed.timestamp)]
+            .joined(separator: "\u{2063}")
+        guard let key = keys[signed.keyId], key.bundleId == bundleId, let publicKey = try? PublicKey(pem: key.publicKey),
+              let signature = Data(base64Encoded: signed.signature),
+              publicKey.isValidSignature([UInt8](signature), for: Array(message.utf8), digest: .sha256) else {
+            throw StoreError.storeKit(.invalidSignature, "The offer's signature does not verify with key \(signed.keyId).", status: .badRequest)
+        }
+        let age = Date().timeIntervalSince1970 * 1000 - Double(signed.timestamp)
+        guard abs(age) <= 24 * 3_600_000 else {
+            throw StoreError.storeKit(.invalidSignature, "The offer's signature is older than 24 hours.", status: .badRequest)
+        }
+        guard history.contains(where: { $0.productType == .autoRenewable && $0.subscriptionGroupId == product.subscriptionGroupId && $0.state == .purchased }) else {
+            throw StoreError.storeKit(.ineligibleForOffer, "Promotional offers are for current and former subscribers of the group.", status: .forbidden)
+        }
+        return offer
+    }
+
+    /// The first period(s) of a subscription bought with a promotional offer.
+    static func apply(_ offer: PromotionalOffer, to record: inout TransactionRecord, changes: inout Changes, rate: RenewalRate, now: Date) {
+        record.offerType = 2
+        record.offerIdentifier = offer.offerId
+        record.isTrialPeriod = false
+        record.isInIntroOfferPeriod = false
+        record.expiresDate = periodEnd(from: now, period: offer.period, rate: rate, count: offer.paymentMode == .payAsYouGo ? 1 : max(1, offer.numberOfPeriods))
+        if var price = record.price {
+            price.amount = offer.amount ?? "0"
+            record.price = price
+        }
+        // An offer redeemed on an active subscription is OFFER_REDEEMED (on a lapsed one Apple reports SUBSCRIBED).
+        if let index = changes.notifications.lastIndex(where: { $0.transactionId == record.id && $0.type == "DID_CHANGE_RENEWAL_PREF" }) {
+            changes.notifications[index].type = "OFFER_REDEEMED"
         }
     }
 

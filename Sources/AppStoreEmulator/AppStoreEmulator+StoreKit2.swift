@@ -31,7 +31,7 @@ extension AppStoreEmulator {
             signedDate: milliseconds(signedAt),
             revocationReason: record.cancellationDate == nil ? nil : (record.cancellationReason ?? 0),
             revocationDate: record.cancellationDate.map(milliseconds), isUpgraded: record.isUpgraded ? true : nil,
-            offerType: record.isTrialPeriod || record.isInIntroOfferPeriod ? 1 : nil, offerIdentifier: nil,
+            offerType: record.offerType ?? (record.isTrialPeriod || record.isInIntroOfferPeriod ? 1 : nil), offerIdentifier: record.offerIdentifier,
             environment: record.environment == .production ? "Production" : "Sandbox", storefront: storefront,
             storefrontId: storefront.flatMap(StorefrontId.forStorefront), transactionReason: record.isRenewal ? "RENEWAL" : "PURCHASE",
             currency: record.price?.currency, price: record.price.flatMap { Milliunits.from($0.amount) })

@@ -25,6 +25,8 @@ extension AppStoreResponder {
         var simulate: String?
         /// StoreKit 2's `Product.PurchaseOption.appAccountToken(UUID)`.
         var appAccountToken: String?
+        /// A promotional offer signed by the developer's server.
+        var promotionalOffer: PaymentRequest.SignedOffer?
     }
 
     static func deviceTransaction(_ emulator: AppStoreEmulator, _ record: TransactionRecord) async throws -> DeviceTransaction {
@@ -72,6 +74,7 @@ extension AppStoreResponder {
                 let body = try request.decode(PaymentBody.self)
                 var payment = PaymentRequest(productId: body.productId, quantity: body.quantity, applicationUsername: body.applicationUsername,
                                              simulate: body.simulate)
+                payment.promotionalOffer = body.promotionalOffer
                 if let token = body.appAccountToken {
                     guard let uuid = UUID(uuidString: token) else {
                         throw StoreError.storeKit(.paymentInvalid, "appAccountToken must be a UUID.", status: .badRequest)

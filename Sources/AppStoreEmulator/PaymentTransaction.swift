@@ -100,6 +100,9 @@ public struct TransactionRecord: Codable, Sendable, Equatable {
     public var isRenewal: Bool
     public var price: ProductPrice?
     public var subscriptionGroupId: String?
+    /// StoreKit 2's `offerType` when an offer other than the introductory one applied (2 promotional) and its id.
+    public var offerType: Int?
+    public var offerIdentifier: String?
     /// For a family member's copy of a purchase (FAMILY_SHARED): the purchaser's transaction id.
     public var sharedFromTransactionId: String?
     /// Set by the App Store Server API's Set App Account Token (else a UUID applicationUsername stands for it).
@@ -133,6 +136,8 @@ public struct TransactionRecord: Codable, Sendable, Equatable {
         info.subscriptionGroupIdentifier = subscriptionGroupId
         info.isUpgraded = isUpgraded ? "true" : nil
         if let name = applicationUsername, UUID(uuidString: name) != nil { info.appAccountToken = name.lowercased() }
+        if let token = appAccountToken { info.appAccountToken = token }
+        if offerType == 2 { info.promotionalOfferId = offerIdentifier }
         return info
     }
 }

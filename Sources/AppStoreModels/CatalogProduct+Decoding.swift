@@ -3,7 +3,7 @@ import Foundation
 extension CatalogProduct {
     enum Keys: String, CodingKey {
         case productId, type, referenceName, priceTier, prices, price, currency, storefront, localizations, reviewState
-        case clearedForSale, familyShareable, subscriptionGroupId, groupLevel, period, introductoryOffer
+        case clearedForSale, familyShareable, subscriptionGroupId, groupLevel, period, introductoryOffer, promotionalOffers
     }
 
     /// Decodes leniently: only `productId` and `type` are required; `price` + `currency` is a shorthand for one USA price.
@@ -47,6 +47,7 @@ extension CatalogProduct {
                   groupLevel: try c.decodeIfPresent(Int.self, forKey: .groupLevel),
                   period: period,
                   introductoryOffer: try c.decodeIfPresent(IntroductoryOffer.self, forKey: .introductoryOffer))
+        promotionalOffers = try c.decodeIfPresent([PromotionalOffer].self, forKey: .promotionalOffers) ?? []
     }
 }
 

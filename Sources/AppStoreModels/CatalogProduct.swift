@@ -63,6 +63,25 @@ public struct IntroductoryOffer: Codable, Sendable, Equatable {
     }
 }
 
+/// A promotional offer of an auto-renewable subscription (App Store Connect's "subscription offers").
+public struct PromotionalOffer: Codable, Sendable, Equatable {
+    /// The identifier the app passes with the signed payment (`offerID` in a .storekit file).
+    public var offerId: String
+    public var paymentMode: IntroductoryOffer.PaymentMode
+    public var period: SubscriptionPeriod
+    public var numberOfPeriods: Int
+    /// The offer price, absent when free.
+    public var amount: String?
+
+    public init(offerId: String, paymentMode: IntroductoryOffer.PaymentMode, period: SubscriptionPeriod, numberOfPeriods: Int = 1, amount: String? = nil) {
+        self.offerId = offerId
+        self.paymentMode = paymentMode
+        self.period = period
+        self.numberOfPeriods = numberOfPeriods
+        self.amount = amount
+    }
+}
+
 /// An in-app purchase product as App Store Connect holds it.
 public struct CatalogProduct: Codable, Sendable, Equatable {
     public var productId: String
@@ -83,6 +102,8 @@ public struct CatalogProduct: Codable, Sendable, Equatable {
     /// Renewal period (auto-renewables) or duration (non-renewing, informational).
     public var period: SubscriptionPeriod?
     public var introductoryOffer: IntroductoryOffer?
+    /// Promotional offers (auto-renewables): the app offers them to current and lapsed subscribers with a signature.
+    public var promotionalOffers: [PromotionalOffer] = []
 
     /// Creates a product.
     public init(productId: String, type: ProductType, referenceName: String, priceTier: Int? = nil, prices: [ProductPrice],

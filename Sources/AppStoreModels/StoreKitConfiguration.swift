@@ -82,6 +82,15 @@ public struct StoreKitConfiguration: Sendable {
                         numberOfPeriods: offer["numberOfPeriods"] as? Int ?? 1,
                         amount: StoreKitConfiguration.priceText(offer["displayPrice"]))
                 }
+                for promotion in entry["subscriptionOffers"] as? [[String: Any]] ?? [] {
+                    guard let id = promotion["offerID"] as? String,
+                          let mode = (promotion["paymentMode"] as? String).flatMap(IntroductoryOffer.PaymentMode.init(rawValue:)) else { continue }
+                    item.promotionalOffers.append(PromotionalOffer(
+                        offerId: id, paymentMode: mode,
+                        period: (promotion["subscriptionPeriod"] as? String).flatMap(SubscriptionPeriod.init(loose:)) ?? item.period ?? .oneMonth,
+                        numberOfPeriods: promotion["numberOfPeriods"] as? Int ?? 1,
+                        amount: StoreKitConfiguration.priceText(promotion["displayPrice"])))
+                }
                 products.append(item)
             }
         }

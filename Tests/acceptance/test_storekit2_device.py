@@ -79,3 +79,40 @@ def test_app_transaction_device_verification_and_subscription_status(emulator, j
     status, body = emulator.request("POST", "/device/v2/sync", {"app": "com.example.magazine", "device": device})
     synced = json.loads(body)
     assert status == 200 and synced["receipt"] and len(synced["signedTransactions"]) == 1
+
+
+def test_promotional_offer_signed_with_apples_library(emulator, jws_root_pem):
+    import time
+    from appstoreserverlibrary.promotional_offer import PromotionalOfferSignatureCreator
+    key = json.loads(emulator.cli("appstore", "key", "create", "--app", "com.example.magazine").stdout)
+    creator = PromotionalOfferSignatureCreator(key["privateKey"].encode(), key["keyId"], "com.example.magazine")
+    tester = new_tester(emulator)
+    device = device_for(emulator, tester)
+    token = str(uuid.uuid4())
+
+    def offer(nonce=None, timestamp=None, offer_id="comeback50", username=token):
+        nonce = nonce or uuid.uuid4()
+        timestamp = timestamp or int(time.time() * 1000)
+        signature = creator.create_signature("com.example.magazine.monthly", offer_id, username, nonce, timestamp)
+        return {"offerId": offer_id, "keyId": key["keyId"], "nonce": str(nonce), "timestamp": timestamp, "signature": signature}
+
+    def pay(promotional):
+        status, body = emulator.request("POST", "/device/v1/payments", {"app": "com.example.magazine", "device": device,
+                                                                       "productId": "com.example.magazine.monthly", "appAccountToken": token,
+                                                                       "promotionalOffer": promotional})
+        return status, json.loads(body)
+
+    status, body = pay(offer())
+    assert status == 403 and body["error"]["skError"] == "ineligibleForOffer"  # never subscribed in the group
+    status, yearly = emulator.request("POST", "/device/v1/payments", {"app": "com.example.magazine", "device": device, "productId": "com.example.magazine.yearly"})
+    emulator.cli("appstore", "subscription", "expire", json.loads(yearly)["transactionIdentifier"])  # a lapsed subscriber comes back
+    status, body = pay(offer(username="someone-else"))
+    assert status == 400 and body["error"]["skError"] == "invalidSignature"
+    status, body = pay(offer(timestamp=int(time.time() * 1000) - 25 * 3_600_000))
+    assert status == 400 and body["error"]["skError"] == "invalidSignature"
+    status, body = pay(offer(offer_id="no-such-offer"))
+    assert status == 400 and body["error"]["skError"] == "invalidOfferIdentifier"
+    status, body = pay(offer())
+    assert status == 201, body
+    signed = verifier(jws_root_pem, "com.example.magazine").verify_and_decode_signed_transaction(body["signedTransaction"])
+    assert signed.offerType.value == 2 and signed.offerIdentifier == "comeback50" and signed.price == 2490
