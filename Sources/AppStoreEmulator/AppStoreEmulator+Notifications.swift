@@ -26,6 +26,8 @@ struct NotificationEvent: Sendable {
     var environment: AppStoreEnvironment
     /// For TEST notifications: the id to use (the token's first half).
     var uuid: String?
+    /// For CONSUMPTION_REQUEST: why the customer asked for a refund.
+    var consumptionRequestReason: String?
 }
 
 /// One notification: its signed payload and every attempt to deliver it (Get Notification History).
@@ -131,6 +133,7 @@ extension AppStoreEmulator {
                         json.field("signedTransactionInfo", transactionJWS)
                         json.field("signedRenewalInfo", renewalJWS)
                         if let status { json.field("status", status) }
+                        json.field("consumptionRequestReason", event.consumptionRequestReason)
                     }
                     json.field("version", "2.0")
                     json.field("signedDate", ReceiptDate.milliseconds(now))

@@ -411,6 +411,32 @@ extension AppStoreEmulator {
         }
     }
 
+    /// The customer asks Apple for a refund: Apple asks the developer for consumption data (CONSUMPTION_REQUEST);
+    /// `refund` or `declineRefund` settles it.
+    public func requestRefund(transactionId: String, reason: String) async throws -> TransactionRecord {
+        let reasons = ["UNINTENDED_PURCHASE", "FULFILLMENT_ISSUE", "UNSATISFIED_WITH_PURCHASE", "LEGAL", "OTHER"]
+        guard reasons.contains(reason) else { throw StoreError.invalid("The reason is one of \(reasons.joined(separator: ", ")).") }
+        return try await mutate { state, changes, _ in
+            guard let record = state.transactions[transactionId], record.state == .purchased, record.cancellationDate == nil else {
+                throw StoreError.notFound("Purchased transaction \(transactionId)")
+            }
+            changes.notifications.append(NotificationEvent(type: "CONSUMPTION_REQUEST", subtype: nil, transactionId: record.id, bundleId: record.bundleId,
+                                                           environment: record.environment, consumptionRequestReason: reason))
+            return record
+        }
+    }
+
+    /// Apple declines a refund request (REFUND_DECLINED).
+    public func declineRefund(transactionId: String) async throws -> TransactionRecord {
+        try await mutate { state, changes, _ in
+            guard let record = state.transactions[transactionId], record.state == .purchased else {
+                throw StoreError.notFound("Purchased transaction \(transactionId)")
+            }
+            changes.notify("REFUND_DECLINED", nil, record)
+            return record
+        }
+    }
+
     /// One transaction.
     public func transaction(_ id: String) async throws -> TransactionRecord {
         try await read { state, _ in

@@ -221,6 +221,15 @@ extension AppStoreResponder {
         router.on(.post, "/admin/v1/subscriptions/:id/expire") { request in
             await handle { .json(try await emulator.forceSubscription(originalTransactionId: request.parameters["id"] ?? "", expire: true)) }
         }
+        router.on(.post, "/admin/v1/transactions/:id/refund-request") { request in
+            await handle {
+                .json(DeviceTransaction(try await emulator.requestRefund(transactionId: request.parameters["id"] ?? "",
+                                                                         reason: request.query["reason"] ?? "UNINTENDED_PURCHASE"), receipt: nil))
+            }
+        }
+        router.on(.post, "/admin/v1/transactions/:id/decline-refund") { request in
+            await handle { .json(DeviceTransaction(try await emulator.declineRefund(transactionId: request.parameters["id"] ?? ""), receipt: nil)) }
+        }
         router.on(.post, "/admin/v1/transactions/:id/reverse-refund") { request in
             await handle { .json(DeviceTransaction(try await emulator.reverseRefund(transactionId: request.parameters["id"] ?? ""), receipt: nil)) }
         }

@@ -56,6 +56,9 @@ extension PurchaseServer {
         guard let app = try await store.apps().first(where: { $0.bundleIds.contains(bundleId) }) else {
             throw ServerError(400, "unknown_bundle", "No app here accepts bundle id \(bundleId).")
         }
+        if environment == .production, let expected = app.appAppleId, section["appAppleId"]?.int64 != expected {
+            throw ServerError(400, "invalid_app_apple_id", "The notification is for app Apple id \(section["appAppleId"]?.int64.map(String.init) ?? "none"), not \(expected).")
+        }
 
         var decodedTransaction: JWSTransaction?
         var transactionJWS: String?
@@ -119,8 +122,18 @@ extension PurchaseServer {
             return (true, owner ?? transaction.appAccountToken)
         }
         guard fresh else { return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .duplicate) }
-        guard let transactionJWS else {
+        guard let transactionJWS, let transaction else {
             try await markNotification(uuid, state: "recorded", verificationId: nil)
+            return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .recorded)
+        }
+        if type == "CONSUMPTION_REQUEST" {
+            // Apple asks about a refund request: answer in the background when the app opted in; the 200 goes back now.
+            guard app.consumptionPolicy == .send else {
+                try await markNotification(uuid, state: "consumption_ignored", verificationId: nil)
+                return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .recorded)
+            }
+            try await markNotification(uuid, state: "consumption_requested", verificationId: nil)
+            Task { await self.reportConsumption(app: app, environment: environment, transactionId: transaction.transactionId, notificationUUID: uuid) }
             return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .recorded)
         }
         guard let owner else {

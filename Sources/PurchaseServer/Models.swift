@@ -40,9 +40,16 @@ public struct ServerApp: Codable, Sendable, Equatable {
     public var sandboxPolicy: SandboxPolicy
     public var sandboxAllowList: [String]
     public var quirk21002Policy: Quirk21002Policy
+    /// The app's Apple id: production notifications must name it.
+    public var appAppleId: Int64?
+    /// App Store Server API key, to answer Apple (Send Consumption Information).
+    public var serverAPIKey: ServerAPICredentials?
+    /// What to do with CONSUMPTION_REQUEST notifications: `ignore` (default) or `send` consumption information.
+    public var consumptionPolicy: ConsumptionPolicy
 
     public init(id: String, name: String? = nil, sharedSecret: String? = nil, bundleIds: [String]? = nil, replayPolicy: ReplayPolicy = .reject,
-                sandboxPolicy: SandboxPolicy = .allow, sandboxAllowList: [String] = [], quirk21002Policy: Quirk21002Policy = .retrySandbox) {
+                sandboxPolicy: SandboxPolicy = .allow, sandboxAllowList: [String] = [], quirk21002Policy: Quirk21002Policy = .retrySandbox,
+                appAppleId: Int64? = nil, serverAPIKey: ServerAPICredentials? = nil, consumptionPolicy: ConsumptionPolicy = .ignore) {
         self.id = id
         self.name = name ?? id
         self.sharedSecret = sharedSecret
@@ -51,6 +58,37 @@ public struct ServerApp: Codable, Sendable, Equatable {
         self.sandboxPolicy = sandboxPolicy
         self.sandboxAllowList = sandboxAllowList
         self.quirk21002Policy = quirk21002Policy
+        self.appAppleId = appAppleId
+        self.serverAPIKey = serverAPIKey
+        self.consumptionPolicy = consumptionPolicy
+    }
+}
+
+/// Whether the server answers Apple's consumption requests (the customer's consent is the app's to collect).
+public enum ConsumptionPolicy: String, Codable, Sendable {
+    case ignore
+    case send
+}
+
+/// An App Store Connect In-App Purchase key for the App Store Server API. The private key is never
+/// shown back: encoding writes only the ids.
+public struct ServerAPICredentials: Codable, Sendable, Equatable {
+    public var issuerId: String
+    public var keyId: String
+    public var privateKey: String
+
+    public init(issuerId: String, keyId: String, privateKey: String) {
+        self.issuerId = issuerId
+        self.keyId = keyId
+        self.privateKey = privateKey
+    }
+
+    enum CodingKeys: String, CodingKey { case issuerId, keyId, privateKey }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(issuerId, forKey: .issuerId)
+        try c.encode(keyId, forKey: .keyId)
     }
 }
 

@@ -1,5 +1,6 @@
 import AppStoreModels
 import Foundation
+import HTTPClient
 import HTTP
 import Storage
 
@@ -11,6 +12,9 @@ public final class PurchaseServer: Sendable {
     public let clock: any ServerClock
     let waiters: SettlementWaiters
     let adminKeyHash: String
+    let serverAPI: ServerAPIEndpoints
+    /// For calls to the App Store Server API (nil if TLS could not be set up).
+    let serverAPIClient: HTTPClient?
     /// The verification engine (its inspectors check notifications too).
     var engine: VerificationEngine { worker.engine }
     var trust: TrustStore { worker.engine.inspector.trust }
@@ -24,6 +28,8 @@ public final class PurchaseServer: Sendable {
         public var worker: VerificationWorker.Configuration
         public var retry: VerificationEngine.RetryPolicy
         public var callTimeout: TimeInterval
+        /// Where the App Store Server API lives (Apple's hosts, or the emulator's /production and /sandbox).
+        public var serverAPI: ServerAPIEndpoints = .apple
 
         public init(trust: TrustStore, endpoints: AppStoreEndpoints, transport: any HTTPTransport, adminKey: String,
                     worker: VerificationWorker.Configuration = .init(), retry: VerificationEngine.RetryPolicy = .init(), callTimeout: TimeInterval = 15) {
@@ -47,15 +53,19 @@ public final class PurchaseServer: Sendable {
                                                                     timeout: configuration.callTimeout),
                                         clock: clock, retry: configuration.retry)
         let worker = VerificationWorker(engine: engine, configuration: configuration.worker) { waiters.settled($0) }
-        return PurchaseServer(store: store, worker: worker, clock: clock, waiters: waiters, adminKeyHash: APIKey.hash(configuration.adminKey))
+        return PurchaseServer(store: store, worker: worker, clock: clock, waiters: waiters, adminKeyHash: APIKey.hash(configuration.adminKey),
+                              serverAPI: configuration.serverAPI)
     }
 
-    private init(store: PurchaseStore, worker: VerificationWorker, clock: any ServerClock, waiters: SettlementWaiters, adminKeyHash: String) {
+    private init(store: PurchaseStore, worker: VerificationWorker, clock: any ServerClock, waiters: SettlementWaiters, adminKeyHash: String,
+                 serverAPI: ServerAPIEndpoints) {
         self.store = store
         self.worker = worker
         self.clock = clock
         self.waiters = waiters
         self.adminKeyHash = adminKeyHash
+        self.serverAPI = serverAPI
+        serverAPIClient = try? HTTPClient(configuration: .init(maxConnectionsPerHost: 16))
     }
 
     /// Starts the verification worker; cancel the task to stop it.

@@ -14,6 +14,10 @@ extension PurchaseServerResponder {
         var sandboxPolicy: SandboxPolicy?
         var sandboxAllowList: [String]?
         var quirk21002Policy: Quirk21002Policy?
+        var appAppleId: Int64?
+        /// `{issuerId, keyId, privateKey}` (PEM) of an App Store Server API key.
+        var serverAPIKey: ServerAPICredentials?
+        var consumptionPolicy: ConsumptionPolicy?
     }
 
     struct ProductBody: Decodable {
@@ -41,7 +45,8 @@ extension PurchaseServerResponder {
             guard let id = body.id ?? body.bundleId else { throw HTTPError.badRequest("id (the bundle id) is required.", code: "missing_id") }
             let app = ServerApp(id: id, name: body.name, sharedSecret: body.sharedSecret, bundleIds: body.bundleIds,
                                 replayPolicy: body.replayPolicy ?? .reject, sandboxPolicy: body.sandboxPolicy ?? .allow,
-                                sandboxAllowList: body.sandboxAllowList ?? [], quirk21002Policy: body.quirk21002Policy ?? .retrySandbox)
+                                sandboxAllowList: body.sandboxAllowList ?? [], quirk21002Policy: body.quirk21002Policy ?? .retrySandbox,
+                                appAppleId: body.appAppleId, serverAPIKey: body.serverAPIKey, consumptionPolicy: body.consumptionPolicy ?? .ignore)
             try await server.store.createApp(app, now: server.clock.now())
             return .json(app, status: .created)
         }
@@ -59,6 +64,9 @@ extension PurchaseServerResponder {
             if let policy = body.sandboxPolicy { app.sandboxPolicy = policy }
             if let list = body.sandboxAllowList { app.sandboxAllowList = list }
             if let policy = body.quirk21002Policy { app.quirk21002Policy = policy }
+            if let id = body.appAppleId { app.appAppleId = id }
+            if let key = body.serverAPIKey { app.serverAPIKey = key }
+            if let policy = body.consumptionPolicy { app.consumptionPolicy = policy }
             try await server.store.updateApp(app)
             return .json(app)
         }

@@ -36,10 +36,12 @@ public final class PurchaseStore: Sendable {
             let existing = try db.query("SELECT id FROM apps WHERE id = ?", [app.id])
             guard existing.isEmpty else { throw ServerError(409, "app_exists", "App \(app.id) is already registered.") }
             try db.query("""
-                INSERT INTO apps (id, name, shared_secret, bundle_ids, replay_policy, sandbox_policy, sandbox_allow_list, quirk_21002_policy, created_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO apps (id, name, shared_secret, bundle_ids, replay_policy, sandbox_policy, sandbox_allow_list, quirk_21002_policy, created_at,
+                app_apple_id, server_api_issuer_id, server_api_key_id, server_api_private_key, consumption_policy)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, [app.id, app.name, app.sharedSecret, app.bundleIds.joined(separator: ","), app.replayPolicy.rawValue,
-                      app.sandboxPolicy.rawValue, app.sandboxAllowList.joined(separator: ","), app.quirk21002Policy.rawValue, now.milliseconds])
+                      app.sandboxPolicy.rawValue, app.sandboxAllowList.joined(separator: ","), app.quirk21002Policy.rawValue, now.milliseconds,
+                      app.appAppleId, app.serverAPIKey?.issuerId, app.serverAPIKey?.keyId, app.serverAPIKey?.privateKey, app.consumptionPolicy.rawValue])
         }
     }
 
@@ -50,9 +52,11 @@ public final class PurchaseStore: Sendable {
         let updated = try await database.transaction { db in
             try db.query("""
                 UPDATE apps SET name = ?, shared_secret = ?, bundle_ids = ?, replay_policy = ?, sandbox_policy = ?, sandbox_allow_list = ?,
-                quirk_21002_policy = ? WHERE id = ? RETURNING id
+                quirk_21002_policy = ?, app_apple_id = ?, server_api_issuer_id = ?, server_api_key_id = ?, server_api_private_key = ?,
+                consumption_policy = ? WHERE id = ? RETURNING id
                 """, [app.name, app.sharedSecret, app.bundleIds.joined(separator: ","), app.replayPolicy.rawValue, app.sandboxPolicy.rawValue,
-                      app.sandboxAllowList.joined(separator: ","), app.quirk21002Policy.rawValue, app.id]).count
+                      app.sandboxAllowList.joined(separator: ","), app.quirk21002Policy.rawValue, app.appAppleId, app.serverAPIKey?.issuerId,
+                      app.serverAPIKey?.keyId, app.serverAPIKey?.privateKey, app.consumptionPolicy.rawValue, app.id]).count
         }
         guard updated == 1 else { throw ServerError(404, "app_not_found", "App \(app.id) is not registered.") }
     }
@@ -63,6 +67,9 @@ public final class PurchaseStore: Sendable {
         }
         guard app.sandboxAllowList.allSatisfy({ !$0.contains(",") }) else {
             throw ServerError(400, "invalid_app", "Sandbox allow-list entries cannot contain commas.")
+        }
+        if let key = app.serverAPIKey, (try? PrivateKey(pem: key.privateKey)) == nil || key.keyId.isEmpty || key.issuerId.isEmpty {
+            throw ServerError(400, "invalid_server_api_key", "serverAPIKey needs issuerId, keyId and privateKey (the .p8 PEM of an In-App Purchase key).")
         }
     }
 
@@ -82,7 +89,14 @@ public final class PurchaseStore: Sendable {
                          bundleIds: list("bundle_ids"), replayPolicy: ReplayPolicy(rawValue: row.string("replay_policy") ?? "") ?? .reject,
                          sandboxPolicy: SandboxPolicy(rawValue: row.string("sandbox_policy") ?? "") ?? .allow,
                          sandboxAllowList: list("sandbox_allow_list"),
-                         quirk21002Policy: Quirk21002Policy(rawValue: row.string("quirk_21002_policy") ?? "") ?? .retrySandbox)
+                         quirk21002Policy: Quirk21002Policy(rawValue: row.string("quirk_21002_policy") ?? "") ?? .retrySandbox,
+                         appAppleId: row.int("app_apple_id"),
+                         serverAPIKey: row.string("server_api_key_id").flatMap { keyId in
+                             row.string("server_api_issuer_id").flatMap { issuer in
+                                 row.string("server_api_private_key").map { ServerAPICredentials(issuerId: issuer, keyId: keyId, privateKey: $0) }
+                             }
+                         },
+                         consumptionPolicy: ConsumptionPolicy(rawValue: row.string("consumption_policy") ?? "") ?? .ignore)
     }
 
     /// Creates an API key for an app and returns it; only its SHA-256 is stored.

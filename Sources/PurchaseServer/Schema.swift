@@ -109,5 +109,13 @@ enum Schema {
             """,
             "CREATE INDEX apple_notifications_by_app ON apple_notifications (app_id, received_at)",
         ]),
+        // What the server needs to talk back to Apple: the app's Apple id and a Server API key.
+        SQLMigration(version: 4, statements: [
+            "ALTER TABLE apps ADD COLUMN app_apple_id BIGINT",
+            "ALTER TABLE apps ADD COLUMN server_api_issuer_id TEXT",
+            "ALTER TABLE apps ADD COLUMN server_api_key_id TEXT",
+            "ALTER TABLE apps ADD COLUMN server_api_private_key TEXT",
+            "ALTER TABLE apps ADD COLUMN consumption_policy TEXT",
+        ]),
     ]
 }

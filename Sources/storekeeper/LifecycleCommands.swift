@@ -62,27 +62,36 @@ struct SubscriptionControlCommand: Command {
 struct RefundCommand: Command {
     static let abstract = "Refund a transaction as Apple would (REFUND), or reverse a refund (REFUND_REVERSED)."
     static let help = """
-    TRANSACTION_ID [--reason 0|1] [--reverse] [--url URL]
+    TRANSACTION_ID [--reason 0|1] [--reverse | --request REASON | --decline] [--url URL]
 
-      --reason 1   Refunded because of an issue in the app (cancellation_reason 1); default 0, other reasons.
-      --reverse    Undo an earlier refund.
+      --reason 1        Refunded because of an issue in the app (cancellation_reason 1); default 0, other reasons.
+      --reverse         Undo an earlier refund (REFUND_REVERSED).
+      --request REASON  The customer asks for a refund (UNINTENDED_PURCHASE, FULFILLMENT_ISSUE, UNSATISFIED_WITH_PURCHASE,
+                        LEGAL, OTHER): Apple sends CONSUMPTION_REQUEST and waits for the developer's consumption data.
+      --decline         Apple declines the request (REFUND_DECLINED).
     """
     let client: AdminClient
     let id: String
-    let reason: String
-    let reverse: Bool
+    let action: String
 
     init(_ arguments: inout Arguments) throws {
         client = try AdminClient(url: try emulatorURL(&arguments))
-        reason = try arguments.option("reason") ?? "0"
+        let reason = try arguments.option("reason") ?? "0"
         guard reason == "0" || reason == "1" else { throw UsageError(description: "--reason is 0 or 1") }
-        reverse = arguments.flag("reverse")
+        let reverse = arguments.flag("reverse"), decline = arguments.flag("decline")
+        let request = try arguments.option("request")
+        guard [reverse, decline, request != nil].filter({ $0 }).count <= 1 else {
+            throw UsageError(description: "give at most one of --reverse, --request, --decline")
+        }
+        if reverse { action = "reverse-refund" } else if decline { action = "decline-refund" } else if let request {
+            action = "refund-request?reason=" + request
+        } else {
+            action = "refund?reason=" + reason
+        }
         id = try arguments.single("TRANSACTION_ID")
     }
 
-    func run() async throws {
-        try await client.sendAndPrint("POST", "/admin/v1/transactions/\(id)/" + (reverse ? "reverse-refund" : "refund?reason=\(reason)"))
-    }
+    func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/transactions/\(id)/" + action) }
 }
 
 /// `storekeeper appstore grace-period --app BUNDLE --days 3|16|28|none`

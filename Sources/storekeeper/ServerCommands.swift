@@ -26,7 +26,13 @@ struct ServerAppAddCommand: Command {
     static let abstract = "Register an app with the purchase server."
     static let help = """
     BUNDLE_ID [--name NAME] [--shared-secret SECRET] [--bundle-id ID]... [--replay-policy reject|transfer|share]
-      [--sandbox-policy allow|allow_list|deny] [--sandbox-user ID]... [--url URL] [--admin-key KEY]
+      [--sandbox-policy allow|allow_list|deny] [--sandbox-user ID]... [--app-apple-id N]
+      [--server-api-key-id ID --server-api-issuer UUID --server-api-private-key FILE] [--consumption-policy ignore|send]
+      [--url URL] [--admin-key KEY]
+
+      --app-apple-id N         Production notifications must name this app Apple id.
+      --server-api-*           An App Store Connect In-App Purchase key (.p8), to answer Apple through the Server API.
+      --consumption-policy     send: answer CONSUMPTION_REQUEST notifications with Send Consumption Information.
 
     \(serverConnectionHelp)
     """
@@ -42,6 +48,20 @@ struct ServerAppAddCommand: Command {
         if let policy = try arguments.option("sandbox-policy") { body["sandboxPolicy"] = policy }
         let users = try arguments.options("sandbox-user")
         if !users.isEmpty { body["sandboxAllowList"] = users }
+        if let text = try arguments.option("app-apple-id") {
+            guard let id = Int64(text) else { throw UsageError(description: "--app-apple-id is a number") }
+            body["appAppleId"] = id
+        }
+        if let policy = try arguments.option("consumption-policy") { body["consumptionPolicy"] = policy }
+        let keyId = try arguments.option("server-api-key-id"), issuer = try arguments.option("server-api-issuer")
+        let keyFile = try arguments.option("server-api-private-key")
+        if keyId != nil || issuer != nil || keyFile != nil {
+            guard let keyId, let issuer, let keyFile else {
+                throw UsageError(description: "--server-api-key-id, --server-api-issuer and --server-api-private-key go together")
+            }
+            guard let pem = FileManager.default.contents(atPath: keyFile) else { throw CommandFailure(description: "cannot read \(keyFile)") }
+            body["serverAPIKey"] = ["keyId": keyId, "issuerId": issuer, "privateKey": String(decoding: pem, as: UTF8.self)]
+        }
         let extra = try arguments.options("bundle-id")
         let id = try arguments.single("BUNDLE_ID")
         body["id"] = id

@@ -90,10 +90,11 @@ struct ServerOptions {
             endpoints = .emulator(base)
         }
         let key = try adminKey ?? Self.persistentAdminKey(in: directory)
-        let configuration = PurchaseServer.Configuration(
+        var configuration = PurchaseServer.Configuration(
             trust: trust, endpoints: endpoints, transport: try ClientTransport(), adminKey: key,
             worker: .init(concurrency: concurrency, lease: max(lease, callTimeout * 2 + 1)), retry: .init(baseDelay: retryBase, maxDelay: retryCap, maxAge: maxAge),
             callTimeout: callTimeout)
+        if let appstoreURL, let base = URL(string: appstoreURL) { configuration.serverAPI = .emulator(base) }
         return (try await PurchaseServer.open(database: database, configuration: configuration), key, database)
     }
 

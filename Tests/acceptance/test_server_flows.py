@@ -205,3 +205,29 @@ def test_notifications_from_the_emulator_reach_the_server_and_refunds_claw_back(
         time.sleep(0.1)
     assert server.user(key, "refunded-user")["balances"] == {"coins": 0}
     emulator.cli("appstore", "notifications", "set", "--app", "com.example.coins")
+
+
+def test_consumption_requests_are_answered_through_the_server_api(emulator, server, tmp_path):
+    """A refund request makes Apple ask for consumption data; an app that opted in answers with what the
+    ledger knows: delivered, and half of the 100 coins spent."""
+    import time
+    key = json.loads(emulator.cli("appstore", "key", "create", "--app", "com.example.coins").stdout)
+    pem = tmp_path / "iap-key.p8"
+    pem.write_text(key["privateKey"])
+    api_key = server.setup_app("com.example.coins", consumption_policy="send", server_api_key_id=key["keyId"],
+                               server_api_issuer=key["issuerId"], server_api_private_key=str(pem))
+    emulator.cli("appstore", "notifications", "set", "--app", "com.example.coins", "--sandbox-url", server.url + "/v1/notifications/apple")
+    try:
+        bought = emulator_buy(emulator, "com.example.coins", "Nada.JPYF02", new_tester(emulator))
+        assert server.upload(api_key, "consumer", bought["receipt"])["state"] == "verified"
+        status, _ = server.request("POST", "/v1/users/consumer/balances/coins/spend", {"amount": 50, "idempotencyKey": "spend-1"}, key=api_key)
+        assert status == 200
+        emulator.cli("appstore", "refund", bought["transaction_id"], "--request", "UNSATISFIED_WITH_PURCHASE")
+        deadline = time.time() + 20
+        info = None
+        while time.time() < deadline and not info:
+            info = json.loads(emulator.request("GET", f"/admin/v1/transactions/{bought['transaction_id']}")[1]).get("consumptionInfo")
+            time.sleep(0.1)
+        assert info and info["deliveryStatus"] == "DELIVERED" and info["customerConsented"] == "true" and info["consumptionPercentage"] == "50000"
+    finally:
+        emulator.cli("appstore", "notifications", "set", "--app", "com.example.coins")

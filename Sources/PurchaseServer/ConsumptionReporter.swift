@@ -1,0 +1,82 @@
+import AppStoreCrypto
+import AppStoreModels
+import Foundation
+import HTTPClient
+import Storage
+
+/// Where the App Store Server API lives.
+public struct ServerAPIEndpoints: Sendable, Equatable {
+    public var production: URL
+    public var sandbox: URL
+
+    public init(production: URL, sandbox: URL) {
+        self.production = production
+        self.sandbox = sandbox
+    }
+
+    /// `https://api.storekit.itunes.apple.com` and `https://api.storekit-sandbox.itunes.apple.com`.
+    public static let apple = ServerAPIEndpoints(production: URL(string: "https://api.storekit.itunes.apple.com")!,
+                                                 sandbox: URL(string: "https://api.storekit-sandbox.itunes.apple.com")!)
+
+    /// A Storekeeper App Store emulator at `base`.
+    public static func emulator(_ base: URL) -> ServerAPIEndpoints {
+        ServerAPIEndpoints(production: base.appendingPathComponent("production"), sandbox: base.appendingPathComponent("sandbox"))
+    }
+
+    public func url(for environment: AppStoreEnvironment) -> URL { environment == .production ? production : sandbox }
+}
+
+extension PurchaseServer {
+    /// Answers a CONSUMPTION_REQUEST with Send Consumption Information (v2): the customer consented through
+    /// the app's terms (the app opted in with `consumptionPolicy: send`), delivery as the ledger shows it,
+    /// and for credited consumables how much of the credit was spent. Records the outcome on the notification.
+    func reportConsumption(app: ServerApp, environment: AppStoreEnvironment, transactionId: String, notificationUUID: String) async {
+        let outcome = await sendConsumption(app: app, environment: environment, transactionId: transactionId)
+        _ = try? await store.database.transaction { db in
+            try db.query("UPDATE apple_notifications SET state = ? WHERE notification_uuid = ?", [outcome, notificationUUID])
+        }
+    }
+
+    private func sendConsumption(app: ServerApp, environment: AppStoreEnvironment, transactionId: String) async -> String {
+        guard let credentials = app.serverAPIKey, let client = serverAPIClient, let key = try? PrivateKey(pem: credentials.privateKey) else {
+            return "consumption_not_sent: no Server API key"
+        }
+        let env = environment.rawValue
+        let ledger = try? await store.database.transaction { db -> (delivered: Bool, percentage: Int64?) in
+            guard let row = try db.query("SELECT * FROM ledger WHERE environment = ? AND transaction_id = ?", [env, transactionId]).first else {
+                return (false, nil)
+            }
+            guard let currency = row.string("credited_currency"), let credited = row.int("credited_amount"), credited > 0,
+                  let user = row.string("app_user_id") else { return (row.int("cancellation_date") == nil, nil) }
+            let balance = try db.query("SELECT amount FROM balances WHERE app_id = ? AND app_user_id = ? AND currency = ?",
+                                       [app.id, user, currency]).first?.int("amount") ?? 0
+            let spent = credited - min(max(balance, 0), credited)
+            return (true, spent * 100_000 / credited)
+        }
+        var body = JSONBuffer(capacity: 160)
+        body.object { json in
+            json.field("customerConsented", true)
+            json.field("sampleContentProvided", false)
+            json.field("deliveryStatus", ledger?.delivered == true ? "DELIVERED" : "UNDELIVERED_OTHER")
+            if let percentage = ledger?.percentage { json.field("consumptionPercentage", percentage) }
+        }
+        let now = Int64(Date().timeIntervalSince1970)
+        var claims = JSONBuffer(capacity: 200)
+        claims.object { json in
+            json.field("iss", credentials.issuerId)
+            json.field("iat", now)
+            json.field("exp", now + 300)
+            json.field("aud", "appstoreconnect-v1")
+            json.field("bid", app.bundleIds.first ?? app.id)
+        }
+        do {
+            let token = try JWS.sign(payload: claims.bytes, key: key, keyId: credentials.keyId)
+            let url = serverAPI.url(for: environment).appendingPathComponent("inApps/v2/transactions/consumption/\(transactionId)")
+            let response = try await client.send("PUT", url, headers: [("Authorization", "Bearer " + token), ("Content-Type", "application/json")],
+                                                 body: body.bytes, timeout: 30)
+            return (200...299).contains(response.status) ? "consumption_sent" : "consumption_failed: HTTP \(response.status)"
+        } catch {
+            return "consumption_failed: \(error)"
+        }
+    }
+}
