@@ -28,6 +28,17 @@ struct NotificationEvent: Sendable {
     var uuid: String?
     /// For CONSUMPTION_REQUEST: why the customer asked for a refund.
     var consumptionRequestReason: String?
+    /// For RENEWAL_EXTENSION / SUMMARY: the outcome, sent in `summary` instead of `data`.
+    var summary: NotificationSummary?
+}
+
+/// The `summary` of a mass renewal-date extension's notification.
+struct NotificationSummary: Sendable {
+    var productId: String
+    var requestIdentifier: String
+    var storefrontCountryCodes: [String]
+    var succeededCount: Int
+    var failedCount: Int
 }
 
 /// One notification: its signed payload and every attempt to deliver it (Get Notification History).
@@ -124,6 +135,20 @@ extension AppStoreEmulator {
                     json.field("notificationType", event.type)
                     json.field("subtype", event.subtype)
                     json.field("notificationUUID", uuid)
+                    if let summary = event.summary {
+                        json.key("summary")
+                        json.object { json in
+                            json.field("environment", event.environment == .production ? "Production" : "Sandbox")
+                            if event.environment == .production, let app { json.field("appAppleId", app.appAppleId) }
+                            json.field("bundleId", event.bundleId)
+                            json.field("productId", summary.productId)
+                            json.field("requestIdentifier", summary.requestIdentifier)
+                            json.key("storefrontCountryCodes")
+                            json.array(summary.storefrontCountryCodes) { json, code in json.string(code) }
+                            json.field("succeededCount", Int64(summary.succeededCount))
+                            json.field("failedCount", Int64(summary.failedCount))
+                        }
+                    } else {
                     json.key("data")
                     json.object { json in
                         if event.environment == .production, let app { json.field("appAppleId", app.appAppleId) }
@@ -134,6 +159,7 @@ extension AppStoreEmulator {
                         json.field("signedRenewalInfo", renewalJWS)
                         if let status { json.field("status", status) }
                         json.field("consumptionRequestReason", event.consumptionRequestReason)
+                    }
                     }
                     json.field("version", "2.0")
                     json.field("signedDate", ReceiptDate.milliseconds(now))

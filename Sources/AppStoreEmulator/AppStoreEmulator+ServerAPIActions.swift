@@ -36,6 +36,35 @@ extension AppStoreEmulator {
         }
     }
 
+    /// Get App Transaction Info: the signed app transaction of the customer who made `transactionId`.
+    public func serverAPIAppTransaction(bundleId: String, environment: AppStoreEnvironment, transactionId: String) async throws(ServerAPIError) -> String {
+        let record = try await serverAPIRecord(bundleId: bundleId, environment: environment, transactionId: transactionId)
+        do {
+            let (account, app) = try await read { state, _ -> (Account, CatalogApp) in
+                guard let account = state.accounts[record.accountEmail.lowercased()], let app = state.apps[bundleId] else {
+                    throw StoreError.notFound("Account")
+                }
+                return (account, app)
+            }
+            return try await signedAppTransaction(account: account, app: app, deviceVerification: nil)
+        } catch {
+            throw ServerAPIError(404, 4_040_019, "App transaction does not exist.")
+        }
+    }
+
+    /// Finish Transaction: marks a transaction finished, as the device's finish would.
+    public func serverAPIFinish(bundleId: String, environment: AppStoreEnvironment, transactionId: String) async throws(ServerAPIError) {
+        _ = try await serverAPIRecord(bundleId: bundleId, environment: environment, transactionId: transactionId)
+        do {
+            try await mutate { state, changes, _ in
+                state.transactions[transactionId]?.finished = true
+                changes.transactions.insert(transactionId)
+            }
+        } catch {
+            throw ServerAPIError(500, 5_000_000, "An unknown error occurred.")
+        }
+    }
+
     /// Get Refund History: the customer's refunded transactions, oldest refund first, 20 per page.
     public func serverAPIRefunds(bundleId: String, environment: AppStoreEnvironment, transactionId: String,
                                  revision: String?) async throws(ServerAPIError) -> (signed: [String], revision: String, hasMore: Bool) {
@@ -175,6 +204,10 @@ extension AppStoreEmulator {
                     requestIdentifier: request, productId: product, bundleId: bundleId, environment: environment, complete: true,
                     completeDate: now, succeededCount: succeeded, failedCount: failed)
                 changes.settings = true
+                var summary = NotificationEvent(type: "RENEWAL_EXTENSION", subtype: "SUMMARY", transactionId: nil, bundleId: bundleId, environment: environment)
+                summary.summary = NotificationSummary(productId: product, requestIdentifier: request, storefrontCountryCodes: storefronts ?? [],
+                                                      succeededCount: succeeded, failedCount: failed)
+                changes.notifications.append(summary)
             }
         } catch {
             throw ServerAPIError(500, 5_000_000, "An unknown error occurred.")

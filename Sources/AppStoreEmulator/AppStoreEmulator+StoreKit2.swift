@@ -83,11 +83,14 @@ extension AppStoreEmulator {
     /// `AppTransaction.shared`: the signed app transaction, with `deviceVerification` over `nonce` and the device id.
     public func signedAppTransaction(bundleId: String, deviceId: String, nonce: UUID) async throws -> String {
         let (account, device, app) = try await storeKitContext(bundleId: bundleId, deviceId: deviceId)
-        let records = try await read { state, _ in state.transactions(account: account.email, bundle: bundleId, environment: account.environment) }
+        return try await signedAppTransaction(account: account, app: app, deviceVerification: (nonce, device.id))
+    }
+
+    /// The app transaction of `account` for `app`; the device part only when a device asks.
+    func signedAppTransaction(account: Account, app: CatalogApp, deviceVerification: (nonce: UUID, deviceId: String)?) async throws -> String {
+        let records = try await read { state, _ in state.transactions(account: account.email, bundle: app.bundleId, environment: account.environment) }
         let now = clock.now()
         let sandbox = account.environment == .sandbox
-        let nonceText = nonce.uuidString.lowercased()
-        let verification = Data(Digest.sha384.hash(Array((nonceText + device.id.lowercased()).utf8))).base64EncodedString()
         var json = JSONBuffer(capacity: 512)
         json.object { json in
             json.field("receiptType", sandbox ? "Sandbox" : "Production")
@@ -100,8 +103,11 @@ extension AppStoreEmulator {
             json.field("originalPurchaseDate", ReceiptDate.milliseconds(sandbox ? Self.sandboxOriginalPurchaseDate
                                                                                 : records.map(\.originalPurchaseDate).min() ?? now))
             json.field("originalApplicationVersion", sandbox ? "1.0" : app.version)
-            json.field("deviceVerification", verification)
-            json.field("deviceVerificationNonce", nonceText)
+            if let (nonce, deviceId) = deviceVerification {
+                let nonceText = nonce.uuidString.lowercased()
+                json.field("deviceVerification", Data(Digest.sha384.hash(Array((nonceText + deviceId.lowercased()).utf8))).base64EncodedString())
+                json.field("deviceVerificationNonce", nonceText)
+            }
             json.field("appTransactionId", String(Self.downloadId(account, app)))
             json.field("originalPlatform", "iOS")
         }

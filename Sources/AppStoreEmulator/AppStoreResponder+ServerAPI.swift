@@ -46,6 +46,18 @@ extension AppStoreResponder {
                 return body
             }
         }
+        router.on(.get, "/:environment/inApps/v1/transactions/appTransactions/:id") { request in
+            await serverAPI(request, emulator) { bundle, environment in
+                ["signedAppTransactionInfo": try await emulator.serverAPIAppTransaction(bundleId: bundle, environment: environment,
+                                                                                         transactionId: request.parameters["id"] ?? "")]
+            }
+        }
+        router.on(.post, "/:environment/inApps/v1/transactions/:id/finish") { request in
+            await serverAPI(request, emulator) { bundle, environment in
+                try await emulator.serverAPIFinish(bundleId: bundle, environment: environment, transactionId: request.parameters["id"] ?? "")
+                return nil
+            }
+        }
         router.on(.get, "/:environment/inApps/v1/lookup/:orderId") { request in
             await serverAPI(request, emulator, rate: 10) { bundle, environment in
                 let signed = try await emulator.serverAPILookUpOrder(bundleId: bundle, environment: environment, orderId: request.parameters["orderId"] ?? "")

@@ -110,3 +110,25 @@ def test_price_increase_needs_consent_or_the_subscription_lapses(emulator, jws_r
     renewed = client.get_all_subscription_statuses(agreed["original_transaction_id"]).data[0].lastTransactions[0]
     assert renewed.status == Status.ACTIVE and check.verify_and_decode_signed_transaction(renewed.signedTransactionInfo).price == 59990
     assert ("EXPIRED", "PRICE_INCREASE") in wait_for(magazine, check, refused["original_transaction_id"], ("EXPIRED", "PRICE_INCREASE"))
+
+
+def test_mass_extension_sends_a_summary_notification(emulator, jws_root_pem, magazine):
+    from appstoreserverlibrary.models.ExtendReasonCode import ExtendReasonCode
+    from appstoreserverlibrary.models.MassExtendRenewalDateRequest import MassExtendRenewalDateRequest
+    import uuid as uuidlib
+    client, _ = api_client(emulator, "com.example.magazine")
+    emulator.buy("com.example.magazine", "com.example.magazine.yearly", account=new_tester(emulator))
+    request_id = str(uuidlib.uuid4())
+    client.extend_renewal_date_for_all_active_subscribers(MassExtendRenewalDateRequest(
+        extendByDays=3, extendReasonCode=ExtendReasonCode.OTHER, requestIdentifier=request_id, productId="com.example.magazine.yearly"))
+    check = verifier(jws_root_pem, "com.example.magazine")
+    deadline = time.time() + 10
+    summary = None
+    while time.time() < deadline and summary is None:
+        for body in magazine.bodies:
+            n = check.verify_and_decode_notification(body["signedPayload"])
+            if n.summary and n.summary.requestIdentifier == request_id:
+                summary = n
+        time.sleep(0.05)
+    assert summary.notificationType.value == "RENEWAL_EXTENSION" and summary.subtype.value == "SUMMARY"
+    assert summary.summary.succeededCount >= 1 and summary.summary.productId == "com.example.magazine.yearly"

@@ -221,3 +221,14 @@ def test_rate_limits_answer_429_with_retry_after(emulator):
         assert int(raw.value.headers["Retry-After"]) > time.time() * 1000
     finally:
         emulator.request("PUT", "/admin/v1/quirks", quirks)
+
+
+def test_app_transaction_info_and_finish_transaction(emulator, jws_root_pem):
+    client, _ = api_client(emulator, "com.example.coins")
+    bought = emulator.buy("com.example.coins", "Nada.JPYF01", account=new_tester(emulator))
+    info = client.get_app_transaction_info(bought["transaction_id"])
+    app = verifier(jws_root_pem, "com.example.coins").verify_and_decode_app_transaction(info.signedAppTransactionInfo)
+    assert app.bundleId == "com.example.coins" and app.deviceVerification is None
+    assert json.loads(emulator.request("GET", f"/admin/v1/transactions/{bought['transaction_id']}")[1])["finished"] is False
+    client.finish_transaction(bought["transaction_id"])
+    assert json.loads(emulator.request("GET", f"/admin/v1/transactions/{bought['transaction_id']}")[1])["finished"] is True
