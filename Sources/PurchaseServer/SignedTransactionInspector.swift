@@ -8,8 +8,9 @@ import Synchronization
 /// the signature, a known environment, the bundle id allow-list and App Store ids.
 public final class SignedTransactionInspector: Sendable {
     let trust: TrustStore
-    /// Chains already verified (x5c as sent → the window in which all their certificates are valid).
-    private let verifiedChains = Mutex<[[String]: (notBefore: Date, notAfter: Date)]>([:])
+    /// Chains already verified (x5c as sent → the leaf's key and the window in which the chain is valid):
+    /// afterwards only the leaf's signature is checked, with the key already parsed.
+    private let verifiedChains = Mutex<[[String]: (key: PublicKey, notBefore: Date, notAfter: Date)]>([:])
 
     public init(trust: TrustStore) { self.trust = trust }
 
@@ -43,26 +44,32 @@ public final class SignedTransactionInspector: Sendable {
     }
 
     private func checkSignature(_ jws: JWS, at date: Date) throws(ReceiptRejection) {
+        try Self.check(jws, at: date, trust: trust, cache: verifiedChains, subject: "the transaction's")
+    }
+
+    /// Verifies `jws` (ES256, x5c chain to the trust store's roots at `date`, Apple's OIDs, signature), remembering chains.
+    static func check(_ jws: JWS, at date: Date, trust: TrustStore, cache: borrowing Mutex<[[String]: (key: PublicKey, notBefore: Date, notAfter: Date)]>,
+                      subject: String) throws(ReceiptRejection) {
         let x5c = (jws.header["x5c"]?.array ?? []).compactMap(\.text)
-        if let window = verifiedChains.withLock({ $0[x5c] }), date >= window.notBefore, date <= window.notAfter,
-           let leaf = try? jws.certificates().first, let key = leaf.publicKey {
-            guard jws.header["alg"]?.text == "ES256", key.isValidES256(jws.signature, for: jws.signingInput) else {
-                throw ReceiptRejection(code: "invalid_signature", reason: "the transaction's signature is invalid")
+        if let known = cache.withLock({ $0[x5c] }), date >= known.notBefore, date <= known.notAfter {
+            guard jws.header["alg"]?.text == "ES256", known.key.isValidES256(jws.signature, for: jws.signingInput) else {
+                throw ReceiptRejection(code: "invalid_signature", reason: "\(subject) signature is invalid")
             }
             return
         }
+        let leaf: Certificate
         do {
-            try jws.verify(with: trust.verifier, at: date)
+            leaf = try jws.verify(with: trust.verifier, at: date)
         } catch let error as CryptoError where error.code == "signature_mismatch" {
-            throw ReceiptRejection(code: "invalid_signature", reason: "the transaction's signature is invalid")
+            throw ReceiptRejection(code: "invalid_signature", reason: "\(subject) signature is invalid")
         } catch {
-            throw ReceiptRejection(code: "untrusted_certificate", reason: "the transaction's certificate chain is not trusted: \(error)")
+            throw ReceiptRejection(code: "untrusted_certificate", reason: "\(subject) certificate chain is not trusted: \(error)")
         }
         let fields = ((try? jws.certificates()) ?? []).prefix(2).compactMap { try? $0.fields }
-        if let notBefore = fields.map(\.notBefore).max(), let notAfter = fields.map(\.notAfter).min() {
-            verifiedChains.withLock { cache in
+        if let key = leaf.publicKey, let notBefore = fields.map(\.notBefore).max(), let notAfter = fields.map(\.notAfter).min() {
+            cache.withLock { cache in
                 if cache.count > 64 { cache.removeAll() }
-                cache[x5c] = (notBefore, notAfter)
+                cache[x5c] = (key, notBefore, notAfter)
             }
         }
     }

@@ -84,3 +84,24 @@ def test_jws_decode_cli_verifies_ours_and_refuses_a_wrong_root(emulator, jws_roo
     assert bad.returncode == 2 and json.loads(bad.stdout)["verification"]["valid"] is False
     garbage = subprocess.run([BIN, "jws", "decode", "-"], input="not.a-jws", cwd=ROOT, capture_output=True, text=True)
     assert garbage.returncode != 0 and "JWS" in garbage.stderr
+
+
+REAL = ROOT.parent / "shared" / "fixtures" / "real"
+G3 = ROOT.parent / "shared" / "certs" / "apple-root-ca-g3.pem"
+
+
+@pytest.mark.parametrize("name", sorted(path.name for path in REAL.glob("j*.jws")))
+def test_real_apple_jws_verify_at_their_signed_date_and_fail_with_one_byte_changed(name, tmp_path):
+    text = (REAL / name).read_text().strip()
+    good = subprocess.run([BIN, "jws", "decode", str(REAL / name), "--verify-with", str(G3)], cwd=ROOT, capture_output=True, text=True)
+    assert good.returncode == 0, good.stdout + good.stderr
+    output = json.loads(good.stdout)
+    assert output["verification"]["valid"] is True
+    nested = [value for value in (output["payload"].get("data") or {}).values() if isinstance(value, dict)]
+    assert all(item["verification"]["valid"] for item in nested)
+    header, payload, signature = text.split(".")
+    middle = len(payload) // 2
+    changed = payload[:middle] + ("A" if payload[middle] != "A" else "B") + payload[middle + 1:]
+    (tmp_path / "changed.jws").write_text(f"{header}.{changed}.{signature}")
+    bad = subprocess.run([BIN, "jws", "decode", str(tmp_path / "changed.jws"), "--verify-with", str(G3)], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode != 0
