@@ -27,6 +27,26 @@ public struct ServerAPIEndpoints: Sendable, Equatable {
 }
 
 extension PurchaseServer {
+    /// One App Store Server API call for `app`, with a fresh ES256 bearer token (5 minutes) from its key.
+    func serverAPICall(app: ServerApp, credentials: ServerAPICredentials, key: PrivateKey, client: HTTPClient, method: String, path: String,
+                       environment: AppStoreEnvironment, query: String = "", body: [UInt8] = []) async throws -> HTTPClientResponse {
+        let now = Int64(Date().timeIntervalSince1970)
+        var claims = JSONBuffer(capacity: 200)
+        claims.object { json in
+            json.field("iss", credentials.issuerId)
+            json.field("iat", now)
+            json.field("exp", now + 300)
+            json.field("aud", "appstoreconnect-v1")
+            json.field("bid", app.bundleIds.first ?? app.id)
+        }
+        let token = try JWS.sign(payload: claims.bytes, key: key, keyId: credentials.keyId)
+        var target = serverAPI.url(for: environment).appendingPathComponent(path).absoluteString
+        if !query.isEmpty { target += "?" + query }
+        guard let url = URL(string: target) else { throw ServerError(500, "invalid_url", "bad Server API URL \(target)") }
+        return try await client.send(method, url, headers: [("Authorization", "Bearer " + token), ("Content-Type", "application/json"),
+                                                            ("Accept", "application/json")], body: body, timeout: 30)
+    }
+
     /// Answers a CONSUMPTION_REQUEST with Send Consumption Information (v2): the customer consented through
     /// the app's terms (the app opted in with `consumptionPolicy: send`), delivery as the ledger shows it,
     /// and for credited consumables how much of the credit was spent. Records the outcome on the notification.
@@ -60,20 +80,9 @@ extension PurchaseServer {
             json.field("deliveryStatus", ledger?.delivered == true ? "DELIVERED" : "UNDELIVERED_OTHER")
             if let percentage = ledger?.percentage { json.field("consumptionPercentage", percentage) }
         }
-        let now = Int64(Date().timeIntervalSince1970)
-        var claims = JSONBuffer(capacity: 200)
-        claims.object { json in
-            json.field("iss", credentials.issuerId)
-            json.field("iat", now)
-            json.field("exp", now + 300)
-            json.field("aud", "appstoreconnect-v1")
-            json.field("bid", app.bundleIds.first ?? app.id)
-        }
         do {
-            let token = try JWS.sign(payload: claims.bytes, key: key, keyId: credentials.keyId)
-            let url = serverAPI.url(for: environment).appendingPathComponent("inApps/v2/transactions/consumption/\(transactionId)")
-            let response = try await client.send("PUT", url, headers: [("Authorization", "Bearer " + token), ("Content-Type", "application/json")],
-                                                 body: body.bytes, timeout: 30)
+            let response = try await serverAPICall(app: app, credentials: credentials, key: key, client: client, method: "PUT",
+                                                   path: "inApps/v2/transactions/consumption/\(transactionId)", environment: environment, body: body.bytes)
             return (200...299).contains(response.status) ? "consumption_sent" : "consumption_failed: HTTP \(response.status)"
         } catch {
             return "consumption_failed: \(error)"

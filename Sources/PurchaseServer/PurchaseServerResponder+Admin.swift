@@ -40,6 +40,7 @@ extension PurchaseServerResponder {
             }
         }
         admin(.get, "/admin/v1/apps") { _ in .json(try await server.store.apps()) }
+        admin(.post, "/admin/v1/reconcile") { _ in .json(await server.reconcile()) }
         admin(.post, "/admin/v1/apps") { request in
             let body = try request.decode(AppBody.self)
             guard let id = body.id ?? body.bundleId else { throw HTTPError.badRequest("id (the bundle id) is required.", code: "missing_id") }

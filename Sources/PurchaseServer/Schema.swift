@@ -117,5 +117,14 @@ enum Schema {
             "ALTER TABLE apps ADD COLUMN server_api_private_key TEXT",
             "ALTER TABLE apps ADD COLUMN consumption_policy TEXT",
         ]),
+        // The reconciler's watermarks: Notification History's last pass, Transaction History's revision per subscription.
+        SQLMigration(version: 5, statements: [
+            """
+            CREATE TABLE reconcile_state (
+                app_id TEXT NOT NULL, environment TEXT NOT NULL, subject TEXT NOT NULL, value TEXT NOT NULL, updated_at BIGINT NOT NULL,
+                PRIMARY KEY (app_id, environment, subject)
+            )
+            """,
+        ]),
     ]
 }

@@ -186,6 +186,17 @@ struct ServerJobsReplayCommand: Command {
     }
 }
 
+/// `storekeeper server reconcile`
+struct ServerReconcileCommand: Command {
+    static let abstract = "Catch up with Apple now: missed notifications (Notification History) and new transactions (Transaction History)."
+    static let help = "[--url URL] [--admin-key KEY]\n\n\(serverConnectionHelp)"
+    let client: AdminClient
+
+    init(_ arguments: inout Arguments) throws { client = try serverClient(&arguments) }
+
+    func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/reconcile") }
+}
+
 /// `storekeeper server report`
 struct ServerReportCommand: Command {
     static let abstract = "Revenue from the ledger: transactions, units, gross, refunds and net per day, product, currency and environment."

@@ -21,6 +21,7 @@ struct ServerOptions {
     var retryBase: Double
     var retryCap: Double
     var lease: Double
+    var reconcileInterval: Double
 
     static let help = """
       --data DIR            State directory for the embedded SQLite database and the admin key (default ./.storekeeper).
@@ -37,6 +38,8 @@ struct ServerOptions {
       --retry-base S        First retry delay in seconds, doubled per attempt with jitter (default 1).
       --retry-cap S         Longest retry delay in seconds (default 300).
       --lease S             Seconds a worker holds a claimed job before another process may take it over (default 120).
+      --reconcile-interval S  Seconds between passes over the App Store Server API (Notification History with
+                            onlyFailures, Transaction History by revision) for apps with a Server API key (default 600).
     """
 
     init(_ arguments: inout Arguments) throws {
@@ -57,6 +60,7 @@ struct ServerOptions {
         retryBase = try number("retry-base", 1)
         retryCap = try number("retry-cap", 300)
         lease = try number("lease", 120)
+        reconcileInterval = try number("reconcile-interval", 600)
     }
 
     /// Opens the database, the trust store and the server.
@@ -139,6 +143,7 @@ struct ServerServeCommand: Command {
         FileLimits.raise()
         let (server, adminKey, database) = try await options.openServer()
         let worker = server.runWorker()
+        let reconciler = server.runReconciler(every: .milliseconds(Int(options.reconcileInterval * 1000)))
         let http = HTTPServer(configuration: .init(host: host, port: port, maxBodySize: 4 << 20, connectionLimit: FileLimits.connectionLimit(share: 0.25), accessLog: !quiet),
                               responder: PurchaseServerResponder(server: server))
         let bound = try http.start()
@@ -147,6 +152,7 @@ struct ServerServeCommand: Command {
         await ShutdownSignal.wait()
         FileHandle.standardError.write(Data("shutting down\n".utf8))
         await http.shutdown()
+        reconciler.cancel()
         worker.cancel()
         await server.worker.drain(timeout: .seconds(5))
         await database.close()

@@ -114,6 +114,7 @@ struct UpCommand: Command {
         try JSONEncoder().encode(keys).write(to: keysFile)
         try? FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: keysFile.path)
         let worker = server.runWorker()
+        let reconciler = server.runReconciler(every: .milliseconds(Int(options.reconcileInterval * 1000)))
         let serverHTTP = HTTPServer(configuration: .init(port: serverPort, connectionLimit: FileLimits.connectionLimit(share: 0.2), accessLog: !quiet),
                                     responder: PurchaseServerResponder(server: server))
         let serverURL = "http://127.0.0.1:\(try serverHTTP.start())"
@@ -139,6 +140,7 @@ struct UpCommand: Command {
         await ShutdownSignal.wait()
         FileHandle.standardError.write(Data("shutting down\n".utf8))
         notifications.cancel()
+        reconciler.cancel()
         await serverHTTP.shutdown()
         await appstoreHTTP.shutdown()
         worker.cancel()

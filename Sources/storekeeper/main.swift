@@ -33,6 +33,7 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
             ("list", .command(ServerJobsListCommand.self)), ("replay", .command(ServerJobsReplayCommand.self)),
         ])),
         ("report", .command(ServerReportCommand.self)),
+        ("reconcile", .command(ServerReconcileCommand.self)),
     ])),
     ("up", .command(UpCommand.self)),
     ("receipt", .group(abstract: "Work with App Store receipts.", children: [

@@ -22,7 +22,8 @@ PRODUCTS = {
                              ("GoldenGlobe", "non-consumable", {"entitlement": "golden_globe"}),
                              ("EnergyBottle", "consumable", {"currency": "energy_bottles", "amount": 1})],
     "com.example.comics": [("com.raywenderlich.inapprage.nightlyrage", "non-consumable", {"entitlement": "nightlyrage"})],
-    "com.example.magazine": [("com.example.magazine.monthly", "auto-renewable", {"entitlement": "magazine"})],
+    "com.example.magazine": [("com.example.magazine.monthly", "auto-renewable", {"entitlement": "magazine"}),
+                             ("com.example.magazine.yearly", "auto-renewable", {"entitlement": "magazine"})],
 }
 
 

@@ -231,3 +231,38 @@ def test_consumption_requests_are_answered_through_the_server_api(emulator, serv
         assert info and info["deliveryStatus"] == "DELIVERED" and info["customerConsented"] == "true" and info["consumptionPercentage"] == "50000"
     finally:
         emulator.cli("appstore", "notifications", "set", "--app", "com.example.coins")
+
+
+def test_reconciler_catches_missed_notifications_and_new_transactions(emulator, server, tmp_path):
+    """Apple's notifications never reach the server (a dead URL, or none at all): a reconciliation pass finds
+    the refund in Notification History (onlyFailures) and the renewal in Transaction History."""
+    import time
+    pems = {}
+    for bundle in ("com.example.coins", "com.example.magazine"):
+        key = json.loads(emulator.cli("appstore", "key", "create", "--app", bundle).stdout)
+        pem = tmp_path / f"{bundle}.p8"
+        pem.write_text(key["privateKey"])
+        pems[bundle] = server.setup_app(bundle, server_api_key_id=key["keyId"], server_api_issuer=key["issuerId"], server_api_private_key=str(pem))
+    emulator.cli("appstore", "notifications", "set", "--app", "com.example.coins", "--sandbox-url", "http://127.0.0.1:9/nobody-listens")
+    try:
+        coins = emulator_buy(emulator, "com.example.coins", "Nada.JPYF02", new_tester(emulator))
+        assert server.upload(pems["com.example.coins"], "missed", coins["receipt"])["state"] == "verified"
+        emulator.request("POST", f"/admin/v1/transactions/{coins['transaction_id']}/refund")
+        magazine = emulator_buy(emulator, "com.example.magazine", "com.example.magazine.yearly", new_tester(emulator))
+        assert server.upload(pems["com.example.magazine"], "reader", magazine["receipt"])["state"] == "verified"
+        before = server.user(pems["com.example.magazine"], "reader")["entitlements"][0]["expiresDate"]
+        emulator.cli("appstore", "time", "advance", "61m")  # a sandbox year: the subscription renews
+        emulator.cli("appstore", "time", "show")
+        time.sleep(0.5)  # the failed delivery attempt lands in the history
+        report = server.cli("server", "reconcile")
+        assert report["apps"] == 2 and report["missedNotifications"] >= 1 and report["transactionsQueued"] >= 1, report
+        deadline = time.time() + 20
+        while time.time() < deadline and (server.user(pems["com.example.coins"], "missed")["balances"] != {"coins": 0}
+                                          or server.user(pems["com.example.magazine"], "reader")["entitlements"][0]["expiresDate"] == before):
+            time.sleep(0.1)
+        assert server.user(pems["com.example.coins"], "missed")["balances"] == {"coins": 0}
+        assert server.user(pems["com.example.magazine"], "reader")["entitlements"][0]["expiresDate"] > before
+        again = server.cli("server", "reconcile")
+        assert again["missedNotifications"] == 0  # applied once
+    finally:
+        emulator.cli("appstore", "notifications", "set", "--app", "com.example.coins")
