@@ -61,6 +61,7 @@ test-acceptance: pydeps
 bench: release pydeps
 	bench/run.sh
 	bench/server.sh
+	bench/storekit2.sh
 
 clean:
 	rm -rf .build $(VENV) $(DATA)

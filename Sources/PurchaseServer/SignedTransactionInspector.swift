@@ -11,18 +11,16 @@ public final class SignedTransactionInspector: Sendable {
     /// Chains already verified (x5c as sent → the leaf's key and the window in which the chain is valid):
     /// afterwards only the leaf's signature is checked, with the key already parsed.
     private let verifiedChains = Mutex<[[String]: (key: PublicKey, notBefore: Date, notAfter: Date)]>([:])
+    /// Header segments (Base64url, as sent) whose chain verified: the fast path skips decoding them.
+    private let verifiedHeaders = Mutex<[String: (key: PublicKey, notBefore: Date, notAfter: Date)]>([:])
 
     public init(trust: TrustStore) { self.trust = trust }
 
     /// Verifies and decodes `compact` for an app accepting `bundleIds`.
     public func inspect(_ compact: String, bundleIds: [String]) throws(ReceiptRejection) -> (JWSTransaction, AppStoreEnvironment) {
-        let jws: JWS
-        let transaction: JWSTransaction
-        do {
-            jws = try JWS(compact: compact)
-            guard let decoded = JWSTransaction(json: try jws.payloadJSON()) else { throw CryptoError("invalid_jws_format", "not a transaction") }
-            transaction = decoded
-        } catch {
+        let parts = compact.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let payload = Base64URL.decode(parts[1]), let json = try? JSONValue.parse(payload),
+              let transaction = JWSTransaction(json: json) else {
             throw ReceiptRejection(code: "malformed_transaction", reason: "signedTransaction is not a StoreKit 2 signed transaction")
         }
         let environment: AppStoreEnvironment
@@ -33,7 +31,7 @@ public final class SignedTransactionInspector: Sendable {
             throw ReceiptRejection(code: "untrusted_environment",
                                    reason: "environment '\(transaction.environment)' is signed by Xcode or StoreKit Testing, not the App Store")
         }
-        try checkSignature(jws, at: ReceiptDate.date(milliseconds: transaction.signedDate))
+        try checkSignature(compact, parts: parts, at: ReceiptDate.date(milliseconds: transaction.signedDate))
         guard bundleIds.contains(transaction.bundleId) else {
             throw ReceiptRejection(code: "bundle_id_not_allowed", reason: "transaction is for bundle id '\(transaction.bundleId)', which this app does not accept")
         }
@@ -41,6 +39,32 @@ public final class SignedTransactionInspector: Sendable {
             throw ReceiptRejection(code: "invalid_transaction_id", reason: "transaction id '\(id)' is not an App Store id")
         }
         return (transaction, environment)
+    }
+
+    /// The signature check. A header already verified (same bytes: alg and x5c are signed content) needs
+    /// only the leaf's ES256 signature, with the key parsed back then; other headers get the full check.
+    private func checkSignature(_ compact: String, parts: [Substring], at date: Date) throws(ReceiptRejection) {
+        let header = String(parts[0])
+        if let known = verifiedHeaders.withLock({ $0[header] }), date >= known.notBefore, date <= known.notAfter {
+            guard let signature = Base64URL.decode(parts[2]),
+                  known.key.isValidES256(signature, for: Array(compact.utf8.prefix(parts[0].utf8.count + 1 + parts[1].utf8.count))) else {
+                throw ReceiptRejection(code: "invalid_signature", reason: "the transaction's signature is invalid")
+            }
+            return
+        }
+        let jws: JWS
+        do { jws = try JWS(compact: compact) } catch {
+            throw ReceiptRejection(code: "malformed_transaction", reason: "signedTransaction is not a StoreKit 2 signed transaction")
+        }
+        try checkSignature(jws, at: date)
+        if let leaf = try? jws.certificates().first, let key = leaf.publicKey, let window = verifiedChains.withLock({ chains in
+            chains[(jws.header["x5c"]?.array ?? []).compactMap(\.text)].map { ($0.notBefore, $0.notAfter) }
+        }) {
+            verifiedHeaders.withLock { cache in
+                if cache.count > 64 { cache.removeAll() }
+                cache[header] = (key, window.0, window.1)
+            }
+        }
     }
 
     private func checkSignature(_ jws: JWS, at date: Date) throws(ReceiptRejection) {

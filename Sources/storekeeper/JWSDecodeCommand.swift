@@ -1,6 +1,8 @@
 import AppStoreCrypto
 import AppStoreModels
 import Foundation
+import PurchaseServer
+import Synchronization
 
 /// `storekeeper jws decode [FILE|-] [--verify-with ROOT.pem]`
 struct JWSDecodeCommand: Command {
@@ -74,5 +76,48 @@ struct JWSDecodeCommand: Command {
             }
         }
         return output
+    }
+}
+
+/// `storekeeper jws bench FILE --verify-with ROOT.pem [--seconds S]`
+struct JWSBenchCommand: Command {
+    static let abstract = "Measure signed transactions verified per second by the purchase server's verifier, on every core."
+    static let help = """
+    FILE --verify-with PEM [--seconds S]
+
+    Verifies the signed transaction in FILE over and over, as POST /v1/transactions does (parse, chain cached after
+    the first time, ES256 signature, bundle id, environment), on one thread per core, and prints the rate.
+    """
+    let path: String
+    let trustFile: String
+    let seconds: Double
+
+    init(_ arguments: inout Arguments) throws {
+        guard let trust = try arguments.option("verify-with") else { throw UsageError(description: "--verify-with is required") }
+        trustFile = trust
+        seconds = Double(try arguments.option("seconds") ?? "5") ?? 5
+        path = try arguments.single("FILE")
+    }
+
+    func run() async throws {
+        let compact = String(decoding: try readInput(path), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        let roots = try Certificate.parsePEM(String(decoding: try readInput(trustFile), as: UTF8.self))
+        let inspector = SignedTransactionInspector(trust: TrustStore(certificates: roots))
+        guard let bundle = try JWS(compact: compact).payloadJSON()["bundleId"]?.text else { throw CommandFailure(description: "not a signed transaction") }
+        _ = try inspector.inspect(compact, bundleIds: [bundle])  // fails loudly here if the JWS does not verify
+        let threads = ProcessInfo.processInfo.activeProcessorCount
+        let counts = Mutex([Int](repeating: 0, count: threads))
+        let deadline = Date().addingTimeInterval(seconds)
+        let started = Date()
+        DispatchQueue.concurrentPerform(iterations: threads) { thread in
+            var done = 0
+            while done % 256 != 0 || Date() < deadline {
+                if (try? inspector.inspect(compact, bundleIds: [bundle])) != nil { done += 1 }
+            }
+            counts.withLock { $0[thread] = done }
+        }
+        let total = counts.withLock { $0.reduce(0, +) }
+        let elapsed = Date().timeIntervalSince(started)
+        try printJSON(["verified": total, "seconds": (elapsed * 100).rounded() / 100, "perSecond": Int(Double(total) / elapsed), "threads": threads])
     }
 }

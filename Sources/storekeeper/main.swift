@@ -41,6 +41,7 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
     ])),
     ("jws", .group(abstract: "Work with StoreKit 2 signed data (JWS).", children: [
         ("decode", .command(JWSDecodeCommand.self)),
+        ("bench", .command(JWSBenchCommand.self)),
     ])),
 ])
 

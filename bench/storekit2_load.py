@@ -1,0 +1,96 @@
+"""Apple's SignedDataVerifier on the same signed transaction (one process), then notifications per second
+into the purchase server: DID_RENEW-shaped notifications, each unique, signed with the emulator's JWS key
+(read from its data directory, as only a benchmark may), nesting the purchase's signed transaction."""
+import base64
+import json
+import socket
+import ssl
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+import uuid
+
+from appstoreserverlibrary.models.Environment import Environment
+from appstoreserverlibrary.signed_data_verifier import SignedDataVerifier
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
+server, appstore, work, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+transaction = open(f"{work}/transaction.jws").read().strip()
+root = ssl.PEM_cert_to_DER_cert(open(f"{work}/jws-root.pem").read())
+
+verifier = SignedDataVerifier([root], False, Environment.SANDBOX, "com.example.coins", None)
+verifier.verify_and_decode_signed_transaction(transaction)
+started, done = time.time(), 0
+while time.time() - started < 5:
+    verifier.verify_and_decode_signed_transaction(transaction)
+    done += 1
+print(f"signed transactions verified (Apple's Python SignedDataVerifier, 1 process): {done / (time.time() - started):.0f}/s")
+
+
+def b64url(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+key = serialization.load_pem_private_key(open(f"{work}/appstore/ca/jws/leaf-key.pem", "rb").read(), password=None)
+chain = [ssl.PEM_cert_to_DER_cert(open(f"{work}/appstore/ca/jws/{name}.pem").read()) for name in ("leaf", "intermediate", "root")]
+header = b64url(json.dumps({"alg": "ES256", "x5c": [base64.b64encode(der).decode() for der in chain]}).encode())
+payload = json.loads(base64.urlsafe_b64decode(transaction.split(".")[1] + "=="))
+
+
+def sign(body):
+    signing_input = header + "." + b64url(json.dumps(body).encode())
+    r, s = decode_dss_signature(key.sign(signing_input.encode(), ec.ECDSA(hashes.SHA256())))
+    return signing_input + "." + b64url(r.to_bytes(32, "big") + s.to_bytes(32, "big"))
+
+
+bodies = []
+for _ in range(count):
+    notification = {"notificationType": "DID_RENEW", "notificationUUID": str(uuid.uuid4()), "version": "2.0", "signedDate": payload["signedDate"],
+                    "data": {"bundleId": "com.example.coins", "environment": "Sandbox", "signedTransactionInfo": transaction}}
+    bodies.append(json.dumps({"signedPayload": sign(notification)}).encode())
+
+# The server knows the app and owns the transaction's buyer, so every notification queues a settlement.
+admin = {"Authorization": "Bearer sk_admin_bench", "Content-Type": "application/json"}
+secret = json.loads(urllib.request.urlopen(appstore + "/admin/v1/apps/com.example.coins").read())["sharedSecret"]
+for method, path, body in [("POST", "/admin/v1/apps", {"id": "com.example.coins", "sharedSecret": secret}),
+                           ("PUT", "/admin/v1/apps/com.example.coins/products/Nada.JPYF02", {"type": "consumable", "currency": "coins", "amount": 100})]:
+    urllib.request.urlopen(urllib.request.Request(server + path, data=json.dumps(body).encode(), method=method, headers=admin))
+api_key = json.loads(urllib.request.urlopen(urllib.request.Request(server + "/admin/v1/apps/com.example.coins/keys", data=b"{}", method="POST",
+                                                                   headers=admin)).read())["apiKey"]
+upload = urllib.request.Request(server + "/v1/transactions", data=json.dumps({"appUserId": "bench-user", "signedTransaction": transaction}).encode(),
+                                method="POST", headers={"Authorization": "Bearer " + api_key, "Content-Type": "application/json"})
+assert json.loads(urllib.request.urlopen(upload).read())["state"] == "verified"
+
+parsed = urllib.parse.urlparse(server)
+statuses = []
+
+
+def send(part):
+    sock = socket.create_connection((parsed.hostname, parsed.port))
+    buffer = b""
+    for body in part:
+        sock.sendall(b"POST /v1/notifications/apple HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        while True:
+            end = buffer.find(b"\r\n\r\n")
+            if end >= 0:
+                length = int(buffer[:end].lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                if len(buffer) >= end + 4 + length:
+                    break
+            buffer += sock.recv(65536)
+        statuses.append(int(buffer[9:12]))
+        buffer = buffer[end + 4 + length:]
+
+
+threads = [threading.Thread(target=send, args=(bodies[i::16],)) for i in range(16)]
+started = time.time()
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+elapsed = time.time() - started
+print(f"notifications processed (verified, de-duplicated, recorded, settlement queued): {count / elapsed:.0f}/s "
+      f"({statuses.count(200)} answered 200 of {count}, {elapsed:.1f} s)")
