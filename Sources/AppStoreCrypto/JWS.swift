@@ -95,9 +95,38 @@ public enum Base64URL {
     }
 
     public static func decode(_ text: some StringProtocol) -> [UInt8]? {
-        var standard = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        guard !standard.contains("=") else { return nil }
-        while standard.count % 4 != 0 { standard += "=" }
-        return Data(base64Encoded: standard).map { [UInt8]($0) }
+        var bytes = Array(text.utf8)
+        return bytes.withUnsafeMutableBufferPointer { decode(UnsafeBufferPointer($0)) }
     }
+
+    /// Decodes Base64url bytes (no padding; the standard alphabet's `+` and `/` are accepted too).
+    public static func decode(_ input: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
+        guard input.count % 4 != 1 else { return nil }
+        var output = [UInt8]()
+        output.reserveCapacity(input.count * 3 / 4)
+        var accumulator: UInt32 = 0
+        var bits = 0
+        for byte in input {
+            let value = table[Int(byte)]
+            guard value < 64 else { return nil }
+            accumulator = accumulator << 6 | UInt32(value)
+            bits += 6
+            if bits >= 8 {
+                bits -= 8
+                output.append(UInt8(truncatingIfNeeded: accumulator >> UInt32(bits)))
+            }
+        }
+        return output
+    }
+
+    /// Base64url (and standard) digit values; 255 for anything else (padding included: JWS has none).
+    private static let table: [UInt8] = {
+        var table = [UInt8](repeating: 255, count: 256)
+        for (index, character) in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789".utf8.enumerated() { table[Int(character)] = UInt8(index) }
+        table[Int(UInt8(ascii: "-"))] = 62
+        table[Int(UInt8(ascii: "_"))] = 63
+        table[Int(UInt8(ascii: "+"))] = 62
+        table[Int(UInt8(ascii: "/"))] = 63
+        return table
+    }()
 }

@@ -18,9 +18,12 @@ public final class SignedTransactionInspector: Sendable {
 
     /// Verifies and decodes `compact` for an app accepting `bundleIds`.
     public func inspect(_ compact: String, bundleIds: [String]) throws(ReceiptRejection) -> (JWSTransaction, AppStoreEnvironment) {
-        let parts = compact.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let payload = Base64URL.decode(parts[1]), let json = try? JSONValue.parse(payload),
-              let transaction = JWSTransaction(json: json) else {
+        // Split and decode on UTF-8 bytes: a JWS is kilobytes of ASCII, and Character-wise String work costs more than the crypto.
+        let bytes = Array(compact.utf8)
+        let dots = bytes.indices.filter { bytes[$0] == UInt8(ascii: ".") }
+        guard dots.count == 2,
+              let payload = bytes.withUnsafeBufferPointer({ Base64URL.decode(UnsafeBufferPointer(rebasing: $0[(dots[0] + 1)..<dots[1]])) }),
+              let json = try? JSONValue.parse(payload), let transaction = JWSTransaction(json: json) else {
             throw ReceiptRejection(code: "malformed_transaction", reason: "signedTransaction is not a StoreKit 2 signed transaction")
         }
         let environment: AppStoreEnvironment
@@ -31,7 +34,7 @@ public final class SignedTransactionInspector: Sendable {
             throw ReceiptRejection(code: "untrusted_environment",
                                    reason: "environment '\(transaction.environment)' is signed by Xcode or StoreKit Testing, not the App Store")
         }
-        try checkSignature(compact, parts: parts, at: ReceiptDate.date(milliseconds: transaction.signedDate))
+        try checkSignature(compact, bytes: bytes, dots: (dots[0], dots[1]), at: ReceiptDate.date(milliseconds: transaction.signedDate))
         guard bundleIds.contains(transaction.bundleId) else {
             throw ReceiptRejection(code: "bundle_id_not_allowed", reason: "transaction is for bundle id '\(transaction.bundleId)', which this app does not accept")
         }
@@ -43,11 +46,11 @@ public final class SignedTransactionInspector: Sendable {
 
     /// The signature check. A header already verified (same bytes: alg and x5c are signed content) needs
     /// only the leaf's ES256 signature, with the key parsed back then; other headers get the full check.
-    private func checkSignature(_ compact: String, parts: [Substring], at date: Date) throws(ReceiptRejection) {
-        let header = String(parts[0])
+    private func checkSignature(_ compact: String, bytes: [UInt8], dots: (Int, Int), at date: Date) throws(ReceiptRejection) {
+        let header = String(decoding: bytes[..<dots.0], as: UTF8.self)
         if let known = verifiedHeaders.withLock({ $0[header] }), date >= known.notBefore, date <= known.notAfter {
-            guard let signature = Base64URL.decode(parts[2]),
-                  known.key.isValidES256(signature, for: Array(compact.utf8.prefix(parts[0].utf8.count + 1 + parts[1].utf8.count))) else {
+            let signature = bytes.withUnsafeBufferPointer { Base64URL.decode(UnsafeBufferPointer(rebasing: $0[(dots.1 + 1)...])) }
+            guard let signature, known.key.isValidES256(signature, for: Array(bytes[..<dots.1])) else {
                 throw ReceiptRejection(code: "invalid_signature", reason: "the transaction's signature is invalid")
             }
             return
