@@ -45,9 +45,9 @@ extension PurchaseServer {
             throw ServerError(400, "invalid_notification", "The notification lacks notificationUUID, notificationType or signedDate.")
         }
         do {
-            try envelope.verify(with: trust.verifier, at: ReceiptDate.date(milliseconds: signedDate))
+            try engine.transactionInspector.verify(envelope, at: ReceiptDate.date(milliseconds: signedDate), subject: "the notification's")
         } catch {
-            throw ServerError(400, "invalid_signature", "The notification's signature does not chain to a trusted root: \(error)")
+            throw ServerError(400, "invalid_signature", "The notification's signature does not verify: \(error.reason)")
         }
         // bundleId and environment come from data, else summary, else appData (reference §3.3).
         let section = payload["data"] ?? payload["summary"] ?? payload["appData"] ?? .null
@@ -80,7 +80,8 @@ extension PurchaseServer {
             do {
                 let jws = try JWS(compact: nested)
                 let info = try jws.payloadJSON()
-                try jws.verify(with: trust.verifier, at: ReceiptDate.date(milliseconds: info["signedDate"]?.int64 ?? signedDate))
+                try engine.transactionInspector.verify(jws, at: ReceiptDate.date(milliseconds: info["signedDate"]?.int64 ?? signedDate),
+                                                       subject: "the renewal info's")
                 renewalInfo = info
             } catch {
                 throw ServerError(400, "invalid_renewal_info", "signedRenewalInfo was refused: \(error)")

@@ -70,6 +70,11 @@ public final class SignedTransactionInspector: Sendable {
         }
     }
 
+    /// Verifies any Apple JWS (a notification, renewal info) with this inspector's chain cache.
+    public func verify(_ jws: JWS, at date: Date, subject: String) throws(ReceiptRejection) {
+        try Self.check(jws, at: date, trust: trust, cache: verifiedChains, subject: subject)
+    }
+
     private func checkSignature(_ jws: JWS, at date: Date) throws(ReceiptRejection) {
         try Self.check(jws, at: date, trust: trust, cache: verifiedChains, subject: "the transaction's")
     }
