@@ -12,6 +12,22 @@ public struct SystemClock: ServerClock {
     public func now() -> Date { Date() }
 }
 
+/// The system clock shifted by an offset that something else keeps current — for a server that follows an
+/// App Store emulator whose clock was moved forward (`appstore time advance`), so both judge expiry alike.
+public final class OffsetClock: ServerClock {
+    private let offset = Mutex<TimeInterval>(0)
+    public init() {}
+    public func now() -> Date { Date().addingTimeInterval(offset.withLock { $0 }) }
+    public func set(offset seconds: TimeInterval) { offset.withLock { $0 = seconds } }
+}
+
+/// A clock read from elsewhere (a closure), e.g. the emulator's clock in the same process.
+public struct DelegatingClock: ServerClock {
+    private let read: @Sendable () -> Date
+    public init(_ read: @escaping @Sendable () -> Date) { self.read = read }
+    public func now() -> Date { read() }
+}
+
 /// A settable clock for tests.
 public final class ManualClock: ServerClock {
     private let current: Mutex<Date>

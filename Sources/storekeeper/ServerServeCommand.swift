@@ -22,6 +22,7 @@ struct ServerOptions {
     var retryCap: Double
     var lease: Double
     var reconcileInterval: Double
+    var followEmulatorClock: Bool
 
     static let help = """
       --data DIR            State directory for the embedded SQLite database and the admin key (default ./.storekeeper).
@@ -40,6 +41,8 @@ struct ServerOptions {
       --lease S             Seconds a worker holds a claimed job before another process may take it over (default 120).
       --reconcile-interval S  Seconds between passes over the App Store Server API (Notification History with
                             onlyFailures, Transaction History by revision) for apps with a Server API key (default 600).
+      --follow-emulator-clock  Keep this server's clock on the emulator's at --appstore-url (after `appstore time advance`),
+                            so both judge expiry, grace and retry alike. For development and tests only.
     """
 
     init(_ arguments: inout Arguments) throws {
@@ -61,10 +64,11 @@ struct ServerOptions {
         retryCap = try number("retry-cap", 300)
         lease = try number("lease", 120)
         reconcileInterval = try number("reconcile-interval", 600)
+        followEmulatorClock = arguments.flag("follow-emulator-clock")
     }
 
     /// Opens the database, the trust store and the server.
-    func openServer(emulatorCA: String? = nil) async throws -> (PurchaseServer, String, any SQLDatabase) {
+    func openServer(emulatorCA: String? = nil, clock: (any ServerClock)? = nil) async throws -> (PurchaseServer, String, any SQLDatabase) {
         let directory = URL(fileURLWithPath: data, isDirectory: true)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let database: any SQLDatabase
@@ -99,7 +103,7 @@ struct ServerOptions {
             worker: .init(concurrency: concurrency, lease: max(lease, callTimeout * 2 + 1)), retry: .init(baseDelay: retryBase, maxDelay: retryCap, maxAge: maxAge),
             callTimeout: callTimeout)
         if let appstoreURL, let base = URL(string: appstoreURL) { configuration.serverAPI = .emulator(base) }
-        return (try await PurchaseServer.open(database: database, configuration: configuration), key, database)
+        return (try await PurchaseServer.open(database: database, configuration: configuration, clock: clock ?? SystemClock()), key, database)
     }
 
     /// The admin key kept in the data directory, created on first use.
@@ -141,7 +145,24 @@ struct ServerServeCommand: Command {
 
     func run() async throws {
         FileLimits.raise()
-        let (server, adminKey, database) = try await options.openServer()
+        let clock = OffsetClock()
+        var follower: Task<Void, Never>?
+        if options.followEmulatorClock {
+            guard let url = options.appstoreURL else { throw UsageError(description: "--follow-emulator-clock needs --appstore-url") }
+            let client = try AdminClient(url: url)
+            follower = Task {
+                while !Task.isCancelled {
+                    if let data = try? await client.send("GET", "/admin/v1/time"),
+                       let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+                       let offset = (object["offset_seconds"] as? String).flatMap(Double.init) {
+                        clock.set(offset: offset)
+                    }
+                    try? await Task.sleep(for: .milliseconds(200))
+                }
+            }
+        }
+        defer { follower?.cancel() }
+        let (server, adminKey, database) = try await options.openServer(clock: clock)
         let worker = server.runWorker()
         let reconciler = server.runReconciler(every: .milliseconds(Int(options.reconcileInterval * 1000)))
         let http = HTTPServer(configuration: .init(host: host, port: port, maxBodySize: 4 << 20, connectionLimit: FileLimits.connectionLimit(share: 0.25), accessLog: !quiet),

@@ -96,7 +96,8 @@ struct UpCommand: Command {
         var arguments = Arguments(["--data", root.appendingPathComponent("server").path, "--appstore-url", appstoreURL])
         let options = try ServerOptions(&arguments)
         let (server, adminKey, database) = try await options.openServer(emulatorCA: authority.root.pem + authority.intermediate.pem
-                                                                              + jwsAuthority.root.pem + jwsAuthority.intermediate.pem)
+                                                                              + jwsAuthority.root.pem + jwsAuthority.intermediate.pem,
+                                                                          clock: DelegatingClock { [clock = emulator.clock] in clock.now() })
         var apps: [[String: String]] = []
         let keysFile = root.appendingPathComponent("server/app-keys.json")
         var keys = (try? JSONDecoder().decode([String: String].self, from: Data(contentsOf: keysFile))) ?? [:]

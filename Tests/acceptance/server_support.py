@@ -48,7 +48,7 @@ class Server:
 
     def start(self):
         args = [BIN, "server", "serve", "--data", self.data_dir, "--port", "0", "--quiet", "--appstore-url", self.emulator.url,
-                "--trust-emulator", "--admin-key", self.admin_key, "--retry-base", "0.2", "--retry-cap", "2", *self.extra]
+                "--trust-emulator", "--follow-emulator-clock", "--admin-key", self.admin_key, "--retry-base", "0.2", "--retry-cap", "2", *self.extra]
         if self.database:
             args += ["--database", self.database]
         self.process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -266,3 +266,55 @@ def test_reconciler_catches_missed_notifications_and_new_transactions(emulator, 
         assert again["missedNotifications"] == 0  # applied once
     finally:
         emulator.cli("appstore", "notifications", "set", "--app", "com.example.coins")
+
+
+def test_subscription_scenario_emulator_server_api_and_server_agree(emulator, server, tmp_path):
+    """A StoreKit 2 subscription through billing retry with grace, recovery and a refund: at each step the
+    Server API's status and the purchase server's view (fed only by notifications) agree."""
+    import time
+    key = json.loads(emulator.cli("appstore", "key", "create", "--app", "com.example.magazine").stdout)
+    api_key = server.setup_app("com.example.magazine")
+    emulator.cli("appstore", "notifications", "set", "--app", "com.example.magazine", "--sandbox-url", server.url + "/v1/notifications/apple")
+    emulator.cli("appstore", "grace-period", "--app", "com.example.magazine", "--days", "16")
+    try:
+        from appstoreserverlibrary.api_client import AppStoreServerAPIClient
+        from appstoreserverlibrary.models.Environment import Environment
+        client = AppStoreServerAPIClient(key["privateKey"].encode(), key["keyId"], key["issuerId"], "com.example.magazine", Environment.SANDBOX)
+        client._base_url = emulator.url + "/sandbox"
+        bought = emulator_buy(emulator, "com.example.magazine", "com.example.magazine.yearly", new_tester(emulator))
+        original = bought["original_transaction_id"]
+        status, body = server.request("POST", "/v1/transactions", {"appUserId": "subscriber", "signedTransaction": bought["signedTransaction"]}, key=api_key)
+        assert body["state"] == "verified"
+
+        def step(expected_apple, expected_state, expected_access):
+            deadline = time.time() + 20
+            while time.time() < deadline:
+                user = server.user(api_key, "subscriber")
+                states = [s["state"] for s in user["subscriptions"] if s["originalTransactionId"] == original]
+                if states == [expected_state] and (user["entitlementIds"] if "entitlementIds" in user else
+                                                  [e["id"] for e in user["entitlements"] if e["active"]]) == (["magazine"] if expected_access else []):
+                    break
+                time.sleep(0.1)
+            apple = client.get_all_subscription_statuses(original).data[0].lastTransactions[0].status.value
+            assert apple == expected_apple, (apple, expected_apple)
+            assert states == [expected_state], (states, expected_state)
+            active = [e["id"] for e in user["entitlements"] if e["active"]]
+            assert active == (["magazine"] if expected_access else []), user["entitlements"]
+
+        emulator.cli("appstore", "subscription", "fail-billing", original)
+        emulator.cli("appstore", "time", "advance", "61m")
+        emulator.cli("appstore", "time", "show")
+        step(4, "grace_period", True)
+        emulator.cli("appstore", "time", "advance", "3m")
+        emulator.cli("appstore", "time", "show")
+        step(3, "billing_retry", False)
+        emulator.cli("appstore", "subscription", "resolve-billing", original)
+        step(1, "active", True)
+        latest = client.get_all_subscription_statuses(original).data[0].lastTransactions[0]
+        import base64 as b64
+        latest_id = json.loads(b64.urlsafe_b64decode(latest.signedTransactionInfo.split(".")[1] + "=="))["transactionId"]
+        emulator.cli("appstore", "refund", latest_id)
+        step(5, "revoked", False)
+    finally:
+        emulator.cli("appstore", "grace-period", "--app", "com.example.magazine", "--days", "none")
+        emulator.cli("appstore", "notifications", "set", "--app", "com.example.magazine")

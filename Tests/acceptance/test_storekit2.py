@@ -105,3 +105,34 @@ def test_real_apple_jws_verify_at_their_signed_date_and_fail_with_one_byte_chang
     (tmp_path / "changed.jws").write_text(f"{header}.{changed}.{signature}")
     bad = subprocess.run([BIN, "jws", "decode", str(tmp_path / "changed.jws"), "--verify-with", str(G3)], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode != 0
+
+
+def test_production_data_verifies_with_the_app_apple_id_and_pyjwt_agrees(emulator, jws_root_pem):
+    import time
+    import uuid as uuidlib
+
+    import jwt as pyjwt
+    from cryptography import x509
+    from test_notifications import Receiver
+    app_apple_id = json.loads(emulator.request("GET", "/admin/v1/apps/com.example.coins")[1])["appAppleId"]
+    receiver = Receiver()
+    try:
+        emulator.cli("appstore", "notifications", "set", "--app", "com.example.coins", "--production-url", receiver.url)
+        email = f"prodjws{uuidlib.uuid4().hex[:8]}@example.com"
+        emulator.cli("appstore", "tester", "add", email, "--production")
+        bought = emulator.buy("com.example.coins", "Nada.JPYF01", account=email)
+        production = verifier(jws_root_pem, "com.example.coins", Environment.PRODUCTION, app_apple_id)
+        decoded = production.verify_and_decode_signed_transaction(bought["signedTransaction"])
+        assert decoded.environment == Environment.PRODUCTION
+        notification = production.verify_and_decode_notification(receiver.wait_for(1)[0]["signedPayload"])
+        assert notification.data.appAppleId == app_apple_id and notification.data.environment == Environment.PRODUCTION
+        wrong = verifier(jws_root_pem, "com.example.coins", Environment.PRODUCTION, app_apple_id + 1)
+        with pytest.raises(VerificationException):
+            wrong.verify_and_decode_notification(receiver.bodies[0]["signedPayload"])
+        header = json.loads(base64.urlsafe_b64decode(bought["signedTransaction"].split(".")[0] + "=="))
+        leaf = x509.load_der_x509_certificate(base64.b64decode(header["x5c"][0]))
+        claims = pyjwt.decode(bought["signedTransaction"], key=leaf.public_key(), algorithms=["ES256"], options={"verify_aud": False})
+        assert claims["transactionId"] == bought["transaction_id"]
+    finally:
+        emulator.cli("appstore", "notifications", "set", "--app", "com.example.coins")
+        receiver.close()
