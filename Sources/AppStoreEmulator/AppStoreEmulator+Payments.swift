@@ -189,9 +189,10 @@ extension AppStoreEmulator {
         return offer
     }
 
-    /// The first period(s) of a subscription bought with a promotional offer.
-    static func apply(_ offer: PromotionalOffer, to record: inout TransactionRecord, changes: inout Changes, rate: RenewalRate, now: Date) {
-        record.offerType = 2
+    /// The first period(s) of a subscription bought with a promotional offer (type 2) or an offer code (type 3).
+    static func apply(_ offer: PromotionalOffer, to record: inout TransactionRecord, changes: inout Changes, rate: RenewalRate, now: Date,
+                      offerType: Int = 2) {
+        record.offerType = offerType
         record.offerIdentifier = offer.offerId
         record.isTrialPeriod = false
         record.isInIntroOfferPeriod = false
@@ -433,6 +434,42 @@ extension AppStoreEmulator {
                 throw StoreError.notFound("Purchased transaction \(transactionId)")
             }
             changes.notify("REFUND_DECLINED", nil, record)
+            return record
+        }
+    }
+
+    /// A customer redeems an offer code in the App Store (not in the app): the subscription starts, or changes,
+    /// with the code's offer (offerType 3); SUBSCRIBED for a new or lapsed subscriber, OFFER_REDEEMED for an active one.
+    public func redeemOfferCode(bundleId: String, email: String, productId: String, offerId: String) async throws -> TransactionRecord {
+        try await mutate { state, changes, now in
+            guard let account = state.accounts[email.lowercased()], !account.deleted else { throw StoreError.notFound("Account \(email)") }
+            guard let product = state.product(bundleId, productId), product.type == .autoRenewable else {
+                throw StoreError.notFound("Subscription \(productId) of \(bundleId)")
+            }
+            guard let offer = product.offerCodes.first(where: { $0.offerId == offerId }) else {
+                throw StoreError.storeKit(.invalidOfferIdentifier, "\(productId) has no offer code \(offerId).", status: .notFound)
+            }
+            let active = state.chains.values.contains { chain in
+                chain.accountEmail.lowercased() == email.lowercased() && chain.bundleId == bundleId && chain.subscriptionGroupId == product.subscriptionGroupId
+                    && (state.transactions[chain.latestTransactionId]?.expiresDate ?? .distantPast) > now
+            }
+            var record = TransactionRecord(
+                id: state.nextTransactionId(account.environment), originalId: "", bundleId: bundleId, productId: productId,
+                productType: .autoRenewable, accountEmail: account.email, deviceId: "", environment: account.environment,
+                quantity: 1, purchaseDate: now, originalPurchaseDate: now, expiresDate: nil, webOrderLineItemId: nil,
+                isTrialPeriod: false, isInIntroOfferPeriod: false, cancellationDate: nil, cancellationReason: nil, isUpgraded: false,
+                state: .purchased, finished: false, error: nil, applicationUsername: nil, isRedelivery: false, isRenewal: false,
+                price: product.price(for: account.storefront), subscriptionGroupId: product.subscriptionGroupId)
+            record.originalId = record.id
+            if let existing = try AppStoreEmulator.subscribe(&state, &changes, record: &record, product: product, account: account, now: now) {
+                return existing  // already subscribed to this product: the code waits for the next renewal at Apple; here it is a no-op
+            }
+            AppStoreEmulator.apply(offer, to: &record, changes: &changes, rate: account.renewalRate, now: now, offerType: 3)
+            if active, let index = changes.notifications.lastIndex(where: { $0.transactionId == record.id }) {
+                changes.notifications[index].type = "OFFER_REDEEMED"
+            }
+            state.insert(record)
+            changes.transactions.insert(record.id)
             return record
         }
     }

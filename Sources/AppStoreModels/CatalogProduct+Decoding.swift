@@ -3,7 +3,7 @@ import Foundation
 extension CatalogProduct {
     enum Keys: String, CodingKey {
         case productId, type, referenceName, priceTier, prices, price, currency, storefront, localizations, reviewState
-        case clearedForSale, familyShareable, subscriptionGroupId, groupLevel, period, introductoryOffer, promotionalOffers
+        case clearedForSale, familyShareable, subscriptionGroupId, groupLevel, period, introductoryOffer, promotionalOffers, offerCodes
     }
 
     /// Decodes leniently: only `productId` and `type` are required; `price` + `currency` is a shorthand for one USA price.
@@ -48,6 +48,7 @@ extension CatalogProduct {
                   period: period,
                   introductoryOffer: try c.decodeIfPresent(IntroductoryOffer.self, forKey: .introductoryOffer))
         promotionalOffers = try c.decodeIfPresent([PromotionalOffer].self, forKey: .promotionalOffers) ?? []
+        offerCodes = try c.decodeIfPresent([PromotionalOffer].self, forKey: .offerCodes) ?? []
     }
 }
 

@@ -104,6 +104,8 @@ public struct CatalogProduct: Codable, Sendable, Equatable {
     public var introductoryOffer: IntroductoryOffer?
     /// Promotional offers (auto-renewables): the app offers them to current and lapsed subscribers with a signature.
     public var promotionalOffers: [PromotionalOffer] = []
+    /// Offer codes (auto-renewables): one-time codes customers redeem in the App Store (`offerId` is the reference name).
+    public var offerCodes: [PromotionalOffer] = []
 
     /// Creates a product.
     public init(productId: String, type: ProductType, referenceName: String, priceTier: Int? = nil, prices: [ProductPrice],

@@ -82,15 +82,19 @@ public struct StoreKitConfiguration: Sendable {
                         numberOfPeriods: offer["numberOfPeriods"] as? Int ?? 1,
                         amount: StoreKitConfiguration.priceText(offer["displayPrice"]))
                 }
-                for promotion in entry["subscriptionOffers"] as? [[String: Any]] ?? [] {
-                    guard let id = promotion["offerID"] as? String,
-                          let mode = (promotion["paymentMode"] as? String).flatMap(IntroductoryOffer.PaymentMode.init(rawValue:)) else { continue }
-                    item.promotionalOffers.append(PromotionalOffer(
-                        offerId: id, paymentMode: mode,
-                        period: (promotion["subscriptionPeriod"] as? String).flatMap(SubscriptionPeriod.init(loose:)) ?? item.period ?? .oneMonth,
-                        numberOfPeriods: promotion["numberOfPeriods"] as? Int ?? 1,
-                        amount: StoreKitConfiguration.priceText(promotion["displayPrice"])))
+                func offers(_ key: String) -> [PromotionalOffer] {
+                    (entry[key] as? [[String: Any]] ?? []).compactMap { promotion in
+                        guard let id = promotion["offerID"] as? String ?? promotion["referenceName"] as? String,
+                              let mode = (promotion["paymentMode"] as? String).flatMap(IntroductoryOffer.PaymentMode.init(rawValue:)) else { return nil }
+                        return PromotionalOffer(
+                            offerId: id, paymentMode: mode,
+                            period: (promotion["subscriptionPeriod"] as? String).flatMap(SubscriptionPeriod.init(loose:)) ?? item.period ?? .oneMonth,
+                            numberOfPeriods: promotion["numberOfPeriods"] as? Int ?? 1,
+                            amount: StoreKitConfiguration.priceText(promotion["displayPrice"]))
+                    }
                 }
+                item.promotionalOffers = offers("subscriptionOffers")
+                item.offerCodes = offers("codeOffers")
                 products.append(item)
             }
         }

@@ -138,3 +138,25 @@ struct TesterFamilyCommand: Command {
         try await client.sendAndPrint("PUT", "/admin/v1/accounts/\(email)/family", json: ["family": family.map { $0 as Any } ?? NSNull()])
     }
 }
+
+/// `storekeeper appstore redeem-code --app BUNDLE --account EMAIL --product ID --offer REFERENCE`
+struct RedeemCodeCommand: Command {
+    static let abstract = "Redeem a subscription offer code for a customer, as the App Store's redemption sheet does."
+    static let help = """
+    --app BUNDLE --account EMAIL --product ID --offer REFERENCE [--url URL]
+
+    The offer is one of the product's codeOffers in its .storekit file (by referenceName). The subscription starts or
+    changes with the offer (offerType 3): SUBSCRIBED for a new or lapsed subscriber, OFFER_REDEEMED for an active one.
+    """
+    let client: AdminClient
+    let body: [String: String]
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments))
+        guard let app = try arguments.option("app"), let account = try arguments.option("account"), let product = try arguments.option("product"),
+              let offer = try arguments.option("offer") else { throw UsageError(description: "--app, --account, --product and --offer are required") }
+        body = ["app": app, "account": account, "product": product, "offer": offer]
+    }
+
+    func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/offer-codes/redeem", json: body) }
+}

@@ -12,6 +12,7 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
         ("refund", .command(RefundCommand.self)),
         ("subscription", .command(SubscriptionControlCommand.self)),
         ("grace-period", .command(GracePeriodCommand.self)),
+        ("redeem-code", .command(RedeemCodeCommand.self)),
         ("restore", .command(RestoreCommand.self)),
         ("time", .group(abstract: "Control the emulator clock.", children: [
             ("advance", .command(TimeAdvanceCommand.self)), ("set", .command(TimeSetCommand.self)), ("show", .command(TimeShowCommand.self)),

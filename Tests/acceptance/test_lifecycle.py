@@ -132,3 +132,21 @@ def test_mass_extension_sends_a_summary_notification(emulator, jws_root_pem, mag
         time.sleep(0.05)
     assert summary.notificationType.value == "RENEWAL_EXTENSION" and summary.subtype.value == "SUMMARY"
     assert summary.summary.succeededCount >= 1 and summary.summary.productId == "com.example.magazine.yearly"
+
+
+def test_offer_codes_start_or_change_a_subscription(emulator, jws_root_pem, magazine):
+    check = verifier(jws_root_pem, "com.example.magazine")
+    tester = new_tester(emulator)
+    redeemed = json.loads(emulator.cli("appstore", "redeem-code", "--app", "com.example.magazine", "--account", tester,
+                                       "--product", "com.example.magazine.monthly", "--offer", "SPRING3FREE").stdout)
+    signed = check.verify_and_decode_signed_transaction(redeemed["signedTransaction"])
+    assert signed.offerType.value == 3 and signed.offerIdentifier == "SPRING3FREE" and signed.price == 0
+    assert ("SUBSCRIBED", "INITIAL_BUY") in wait_for(magazine, check, signed.originalTransactionId, ("SUBSCRIBED", "INITIAL_BUY"))
+    yearly = emulator.buy("com.example.magazine", "com.example.magazine.yearly", account=new_tester(emulator))
+    email = json.loads(emulator.request("GET", f"/admin/v1/transactions/{yearly['transaction_id']}")[1])["accountEmail"]
+    changed = json.loads(emulator.cli("appstore", "redeem-code", "--app", "com.example.magazine", "--account", email,
+                                      "--product", "com.example.magazine.monthly", "--offer", "SPRING3FREE").stdout)
+    assert check.verify_and_decode_signed_transaction(changed["signedTransaction"]).transactionId
+    bad = emulator.cli("appstore", "redeem-code", "--app", "com.example.magazine", "--account", tester, "--product", "com.example.magazine.monthly",
+                       "--offer", "NOSUCHCODE", check=False)
+    assert bad.returncode != 0
