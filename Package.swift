@@ -14,6 +14,7 @@ let package = Package(
         .executable(name: "storekeeper", targets: ["storekeeper"]),
         .library(name: "AppStoreEmulator", targets: ["AppStoreEmulator"]),
         .library(name: "PurchaseServer", targets: ["PurchaseServer"]),
+        .library(name: "StoreKitClient", targets: ["StoreKitClient"]),
     ],
     targets: [
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
@@ -40,6 +41,7 @@ let package = Package(
             dependencies: ["AppStoreModels", "AppStoreCrypto", "HTTP", "HTTPClient", "Storage"],
             swiftSettings: swiftSettings
         ),
+        .target(name: "StoreKitClient", dependencies: ["Storage", "SQLiteStorage"], swiftSettings: swiftSettings),
         .target(
             name: "StorekeeperTesting",
             dependencies: ["AppStoreEmulator", "HTTP", "Storage", "SQLiteStorage"],
@@ -47,7 +49,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "storekeeper",
-            dependencies: ["AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPServer", "HTTPClient", "SQLiteStorage", "PostgresStorage", "PurchaseServer"],
+            dependencies: ["AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPServer", "HTTPClient", "SQLiteStorage", "PostgresStorage", "PurchaseServer", "StoreKitClient"],
             swiftSettings: swiftSettings
         ),
 
@@ -63,6 +65,11 @@ let package = Package(
             name: "PurchaseServerTests",
             dependencies: ["PurchaseServer", "AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "Storage", "SQLiteStorage",
                            "PostgresStorage", "StorekeeperTesting"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "StoreKitClientTests",
+            dependencies: ["StoreKitClient", "AppStoreEmulator", "AppStoreModels", "PurchaseServer", "HTTPServer", "SQLiteStorage", "StorekeeperTesting"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
