@@ -114,17 +114,21 @@ extension AppStoreEmulator {
     /// Turns the operation's events into signed notifications in the state (under the lock, so the
     /// payload shows the state the event produced). Apps without a URL for the environment get none.
     func recordNotifications(_ state: inout EmulatorState, _ changes: inout Changes, now: Date) {
+        // Signed dates carry milliseconds, as Apple's do: receivers order notifications by them, and
+        // several may come out of one second (the state's `now` is whole seconds, for receipts).
+        var signedAt = max(clock.now(), now)
         for event in changes.notifications {
+            signedAt = signedAt.addingTimeInterval(0.001)  // strictly increasing within one operation, too
             guard state.notificationURLs[event.bundleId]?.url(for: event.environment) != nil || event.type == "TEST" else { continue }
             let uuid = event.uuid ?? UUID().uuidString.lowercased()
             let record = event.transactionId.flatMap { state.transactions[$0] }
             let chain = record.flatMap { state.chains[$0.originalId] }
             var json = JSONBuffer(capacity: 4096)
             do {
-                let transactionJWS = try record.map { try self.signedTransaction(for: $0, signedAt: now) }
+                let transactionJWS = try record.map { try self.signedTransaction(for: $0, signedAt: signedAt) }
                 var renewalJWS: String?
                 if let chain, let latest = state.transactions[chain.latestTransactionId] {
-                    renewalJWS = try signedRenewalInfo(chain, latest: latest, signedAt: now)
+                    renewalJWS = try signedRenewalInfo(chain, latest: latest, signedAt: signedAt)
                 }
                 let app = state.apps[event.bundleId]
                 var status: Int64?
@@ -162,7 +166,7 @@ extension AppStoreEmulator {
                     }
                     }
                     json.field("version", "2.0")
-                    json.field("signedDate", ReceiptDate.milliseconds(now))
+                    json.field("signedDate", ReceiptDate.milliseconds(signedAt))
                 }
                 let payload = try JWS.sign(payload: json.bytes, key: jwsAuthority.leafKey, chain: jwsAuthority.chain)
                 state.notifications[uuid] = NotificationRecord(

@@ -37,6 +37,7 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
         ("reconcile", .command(ServerReconcileCommand.self)),
     ])),
     ("up", .command(UpCommand.self)),
+    ("shop", .command(ShopCommand.self)),
     ("receipt", .group(abstract: "Work with App Store receipts.", children: [
         ("decode", .command(ReceiptDecodeCommand.self)),
     ])),

@@ -1,0 +1,161 @@
+import Foundation
+import StoreKitClient
+
+/// Where a `storekeeper shop` device talks and keeps its state: `storekeeper up`'s URLs and keys by default.
+struct ShopOptions {
+    static let help = """
+      --catalog NAME      coins, football, comics or magazine (the example stores of `storekeeper up`); default coins.
+      --app BUNDLE        The app instead of --catalog.
+      --account EMAIL     The Apple ID signed in on the device (default sandbox@example.com, the tester of `up`).
+      --device ID         The device (default: one created on first use and kept in DATA/shop).
+      --user ID           The app's user id on the purchase server (default player).
+      --appstore URL      Default http://127.0.0.1:8010.     --server URL   Default http://127.0.0.1:8020.
+      --api-key KEY       The app's purchase server key (default read from DATA/server/app-keys.json, written by `up`).
+      --data DIR          `up`'s data directory (default ./.storekeeper); the device's journal lives in DIR/shop.
+    """
+    var bundleId: String
+    var account: String
+    var device: String?
+    var user: String
+    var appStoreURL: URL
+    var serverURL: URL
+    var apiKey: String?
+    var data: URL
+
+    init(_ arguments: inout Arguments) throws {
+        let catalogs = ["coins": "com.example.coins", "football": "com.example.football", "comics": "com.example.comics", "magazine": "com.example.magazine"]
+        let catalog = try arguments.option("catalog") ?? "coins"
+        guard let fromCatalog = catalogs[catalog] else { throw UsageError(description: "--catalog is one of \(catalogs.keys.sorted().joined(separator: ", "))") }
+        bundleId = try arguments.option("app") ?? fromCatalog
+        account = try arguments.option("account") ?? "sandbox@example.com"
+        device = try arguments.option("device")
+        user = try arguments.option("user") ?? "player"
+        guard let appStore = URL(string: try arguments.option("appstore") ?? "http://127.0.0.1:8010"),
+              let server = URL(string: try arguments.option("server") ?? "http://127.0.0.1:8020") else { throw UsageError(description: "bad URL") }
+        appStoreURL = appStore
+        serverURL = server
+        apiKey = try arguments.option("api-key")
+        data = URL(fileURLWithPath: try arguments.option("data") ?? "./.storekeeper", isDirectory: true)
+    }
+
+    /// The device's shop: signs in (keeping the device id for next time), opens the journal, resumes open orders.
+    func open() async throws -> Shop {
+        let directory = data.appendingPathComponent("shop")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let name = "\(bundleId)-\(account)".replacingOccurrences(of: "/", with: "_")
+        let deviceFile = directory.appendingPathComponent(name + ".device")
+        let known = device ?? (try? String(contentsOf: deviceFile, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+        let deviceId = try await AppStoreConnection.signIn(baseURL: appStoreURL, account: account, deviceId: known)
+        try deviceId.write(to: deviceFile, atomically: true, encoding: .utf8)
+        guard let key = apiKey ?? Self.keyFromUp(data: data, bundleId: bundleId) else {
+            throw CommandFailure(description: "no API key for \(bundleId): give --api-key, or run `storekeeper up` with --data \(data.path)")
+        }
+        let journal = try await OrderJournal(path: directory.appendingPathComponent(name + "-\(deviceId).sqlite").path)
+        return Shop(appStore: AppStoreConnection(baseURL: appStoreURL, bundleId: bundleId, deviceId: deviceId),
+                    server: PurchaseServerConnection(baseURL: serverURL, apiKey: key, appUserId: user), journal: journal)
+    }
+
+    static func keyFromUp(data: URL, bundleId: String) -> String? {
+        guard let contents = try? Data(contentsOf: data.appendingPathComponent("server/app-keys.json")),
+              let keys = try? JSONDecoder().decode([String: String].self, from: contents) else { return nil }
+        return keys[bundleId]
+    }
+}
+
+/// What `shop list` shows for one product.
+struct ShopRow: Encodable {
+    var productId: String
+    var title: String
+    var price: String
+    var type: String
+    var owned: Bool
+    var count: Int
+    var expiresDate: Int64?
+}
+
+extension Shop {
+    /// The store's products with their state for this user and device.
+    func rows(_ identifiers: [String]) async throws -> (rows: [ShopRow], offline: Bool) {
+        let products = try await appStore.products(identifiers).products
+        let delivered = try await journal.deliveredCounts()
+        var owned: [String: ServerEntitlements.Entitlement] = [:]
+        var offline = false
+        do {
+            for entitlement in try await server.entitlements().entitlements where entitlement.active {
+                if let product = entitlement.productId { owned[product] = entitlement }
+            }
+        } catch {
+            offline = true  // the journal still knows what this device delivered
+        }
+        let rows = products.map { product in
+            ShopRow(productId: product.productIdentifier, title: product.localizedTitle, price: product.displayPrice(), type: product.type,
+                    owned: owned[product.productIdentifier] != nil || (!product.isConsumable && (delivered[product.productIdentifier] ?? 0) > 0),
+                    count: delivered[product.productIdentifier] ?? 0, expiresDate: owned[product.productIdentifier]?.expiresDate)
+        }
+        return (rows, offline)
+    }
+}
+
+/// `storekeeper shop list|buy|restore`
+struct ShopCommand: Command {
+    static let abstract = "The seeds' demo shop as a device: list products with their state, buy, restore (for scripts)."
+    static let help = """
+    list [--json] | buy PRODUCT [--quantity N] | restore   [options]
+
+    Runs against `storekeeper up` by default. Every purchase goes through the order journal (created → paid →
+    verified by the purchase server → delivered → finished); open orders resume first.
+    \(ShopOptions.help)
+    """
+    let options: ShopOptions
+    let action: String
+    let product: String?
+    let quantity: Int
+    let json: Bool
+
+    init(_ arguments: inout Arguments) throws {
+        options = try ShopOptions(&arguments)
+        json = arguments.flag("json")
+        quantity = Int(try arguments.option("quantity") ?? "1") ?? 1
+        let words = try arguments.positionals()
+        guard let first = words.first, ["list", "buy", "restore"].contains(first) else { throw UsageError(description: "give list, buy PRODUCT or restore") }
+        action = first
+        product = words.dropFirst().first
+        if action == "buy", product == nil { throw UsageError(description: "buy needs a product id") }
+    }
+
+    func run() async throws {
+        let shop = try await options.open()
+        defer { Task { await shop.journal.close() } }
+        _ = try? await shop.resume()
+        switch action {
+        case "buy":
+            let order = try await shop.buy(product ?? "", quantity: quantity)
+            try printJSON(["orderId": order.id, "productId": order.productIdentifier, "state": order.state.rawValue,
+                           "transactionId": order.transactionIdentifier as Any, "verificationId": order.verificationId as Any])
+        case "restore":
+            let verdict = try await shop.restore()
+            try printJSON(["restored": verdict != nil, "state": verdict?.state as Any, "verificationId": verdict?.verificationId as Any])
+        default:
+            let identifiers = try await productIdentifiers()
+            let (rows, offline) = try await shop.rows(identifiers)
+            if json {
+                let data = try JSONEncoder().encode(rows)
+                FileHandle.standardOutput.write(data + Data("\n".utf8))
+            } else {
+                if offline { say("(offline: showing what this device delivered)") }
+                for row in rows {
+                    let state = row.type == "consumable" ? "x\(row.count)" : (row.owned ? "owned" : "")
+                    say("\(row.productId.padding(toLength: 44, withPad: " ", startingAt: 0)) \(row.price.padding(toLength: 10, withPad: " ", startingAt: 0)) \(state)")
+                }
+            }
+        }
+    }
+
+    /// The app's product ids, from the emulator's catalog.
+    func productIdentifiers() async throws -> [String] {
+        let client = try AdminClient(url: options.appStoreURL.absoluteString)
+        let data = try await client.send("GET", "/admin/v1/apps/\(options.bundleId)")
+        let app = (try JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:]
+        return (app["products"] as? [[String: Any]] ?? []).compactMap { $0["productId"] as? String }
+    }
+}
