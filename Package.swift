@@ -41,7 +41,7 @@ let package = Package(
             dependencies: ["AppStoreModels", "AppStoreCrypto", "HTTP", "HTTPClient", "Storage"],
             swiftSettings: swiftSettings
         ),
-        .target(name: "StoreKitClient", dependencies: ["Storage", "SQLiteStorage"], swiftSettings: swiftSettings),
+        .target(name: "StoreKitClient", dependencies: ["AppStoreModels", "AppStoreCrypto", "Storage", "SQLiteStorage"], swiftSettings: swiftSettings),
         .target(
             name: "StorekeeperTesting",
             dependencies: ["AppStoreEmulator", "HTTP", "Storage", "SQLiteStorage"],

@@ -60,6 +60,9 @@ extension AppStoreResponder {
                 return .json(device, status: .created)
             }
         }
+        router.on(.get, "/device/v1/devices/:id") { request in
+            await handle { .json(try await emulator.device(request.parameters["id"] ?? "")) }
+        }
         router.on(.get, "/device/v1/products") { request in
             await handle {
                 let device = try request.required("device")

@@ -28,6 +28,17 @@ public struct AppStoreConnection: Sendable {
         return id
     }
 
+    /// The device as the App Store knows it (restrictions, account).
+    public struct DeviceInfo: Decodable, Sendable {
+        public var id: String
+        public var accountEmail: String
+        public var canMakePayments: Bool
+    }
+
+    public func device() async throws -> DeviceInfo {
+        try await decode(DeviceInfo.self, "GET", "/device/v1/devices/\(deviceId)")
+    }
+
     /// SKProductsRequest: valid products and invalid identifiers.
     public func products(_ identifiers: [String]) async throws -> ProductsResponse {
         let ids = identifiers.joined(separator: ",").addingPercentEncoding(withAllowedCharacters: .urlQueryAllowed) ?? ""

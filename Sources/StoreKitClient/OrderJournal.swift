@@ -71,7 +71,7 @@ public final class OrderJournal: Sendable {
         let now = Date()
         let order = Order(id: UUID().uuidString.lowercased(), productIdentifier: productIdentifier, quantity: quantity, state: .created,
                           createdAt: now, updatedAt: now)
-        try await database.transaction { db in
+        _ = try await database.transaction { db in
             try db.query("INSERT INTO orders (id, product_id, quantity, state, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
                          [order.id, order.productIdentifier, Int64(order.quantity), order.state.rawValue, Self.ms(now), Self.ms(now)])
         }
@@ -84,7 +84,7 @@ public final class OrderJournal: Sendable {
         let order = Order(id: UUID().uuidString.lowercased(), productIdentifier: transaction.productIdentifier, quantity: transaction.quantity,
                           state: .paid, transactionIdentifier: transaction.transactionIdentifier, signedTransaction: transaction.signedTransaction,
                           createdAt: now, updatedAt: now)
-        try await database.transaction { db in
+        _ = try await database.transaction { db in
             try db.query("""
                 INSERT INTO orders (id, product_id, quantity, state, transaction_id, signed_transaction, created_at, updated_at)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
@@ -97,7 +97,7 @@ public final class OrderJournal: Sendable {
     /// Saves an order's new state and fields.
     public func save(_ order: Order) async throws {
         let now = Date()
-        try await database.transaction { db in
+        _ = try await database.transaction { db in
             try db.query("""
                 UPDATE orders SET state = ?, transaction_id = ?, signed_transaction = ?, verification_id = ?, last_error = ?, updated_at = ?
                 WHERE id = ?
