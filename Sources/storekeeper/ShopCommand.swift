@@ -100,7 +100,9 @@ extension Shop {
 struct ShopCommand: Command {
     static let abstract = "The seeds' demo shop as a device: list products with their state, buy, restore (for scripts)."
     static let help = """
-    list [--json] | buy PRODUCT [--quantity N] | restore   [options]
+    [list [--json] | buy PRODUCT [--quantity N] | restore]   [options]
+
+    Without an action: the interactive shop (keys 1–9 buy, r restore, f refresh, q quit).
 
     Runs against `storekeeper up` by default. Every purchase goes through the order journal (created → paid →
     verified by the purchase server → delivered → finished); open orders resume first.
@@ -117,7 +119,8 @@ struct ShopCommand: Command {
         json = arguments.flag("json")
         quantity = Int(try arguments.option("quantity") ?? "1") ?? 1
         let words = try arguments.positionals()
-        guard let first = words.first, ["list", "buy", "restore"].contains(first) else { throw UsageError(description: "give list, buy PRODUCT or restore") }
+        let first = words.first ?? "interactive"
+        guard ["list", "buy", "restore", "interactive"].contains(first) else { throw UsageError(description: "give list, buy PRODUCT or restore (or nothing)") }
         action = first
         product = words.dropFirst().first
         if action == "buy", product == nil { throw UsageError(description: "buy needs a product id") }
@@ -126,6 +129,14 @@ struct ShopCommand: Command {
     func run() async throws {
         let shop = try await options.open()
         defer { Task { await shop.journal.close() } }
+        if action == "interactive" {
+            let client = try AdminClient(url: options.appStoreURL.absoluteString)
+            let app = (try? JSONSerialization.jsonObject(with: try await client.send("GET", "/admin/v1/apps/\(options.bundleId)"))) as? [String: Any]
+            var screen = ShopScreen(shop: shop, title: "\(app?["name"] as? String ?? options.bundleId) — \(options.account)",
+                                    identifiers: try await productIdentifiers())
+            await screen.run()
+            return
+        }
         _ = try? await shop.resume()
         switch action {
         case "buy":

@@ -65,3 +65,69 @@ def test_unknown_product_and_bad_catalog_fail_clearly(up):
     assert bad.returncode != 0 and "not available" in bad.stderr
     wrong = shop(up, "list", "--catalog", "nope", check=False)
     assert wrong.returncode != 0 and "--catalog" in wrong.stderr
+
+
+class Tmux:
+    """The interactive shop in a tmux session: keys in, screen out, as a person would use it."""
+
+    def __init__(self, up, *args):
+        import shutil
+        if not shutil.which("tmux"):
+            pytest.skip("tmux is not installed")
+        data, summary = up
+        self.name = "shop-" + uuid.uuid4().hex[:8]
+        command = " ".join([BIN, "shop", *args, "--data", data, "--appstore", summary["appstore"], "--server", summary["server"]])
+        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "110", "-y", "30", "-c", str(ROOT), command], check=True)
+
+    def screen(self):
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True).stdout
+
+    def wait_for(self, text, timeout=20):
+        import time
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            screen = self.screen()
+            if text in screen:
+                return screen
+            time.sleep(0.1)
+        raise AssertionError(f"{text!r} never appeared:\n{self.screen()}")
+
+    def press(self, key):
+        subprocess.run(["tmux", "send-keys", "-t", self.name, key], check=True)
+
+    def close(self):
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+
+def row(screen, title):
+    return next(line for line in screen.splitlines() if title in line)
+
+
+def test_interactive_shop_buys_counts_and_restores(up):
+    user = "tmux-" + uuid.uuid4().hex[:6]
+    shop_screen = Tmux(up, "--catalog", "football", "--user", user)
+    try:
+        screen = shop_screen.wait_for("status: ready")
+        assert "$2.99" in screen and "Golden" in screen
+        titles = [line.split("]", 1)[1].split("$")[0].strip() for line in screen.splitlines() if line.strip().startswith("[")]
+        globe = next(index for index, title in enumerate(titles, 1) if "Globe" in title)
+        bottle = next(index for index, title in enumerate(titles, 1) if "Energy" in title)
+        shop_screen.press(str(globe))
+        screen = shop_screen.wait_for("delivered")
+        assert "owned" in row(screen, titles[globe - 1])
+        for _ in range(2):
+            shop_screen.press(str(bottle))
+            shop_screen.wait_for("delivered")
+        shop_screen.wait_for("bought 2")
+        shop_screen.press("q")
+    finally:
+        shop_screen.close()
+
+    new_device = Tmux(up, "--catalog", "football", "--user", user, "--device", str(uuid.uuid4()).upper())
+    try:
+        new_device.wait_for("status: ready")
+        new_device.press("r")
+        screen = new_device.wait_for("restored (verified)")
+        assert "owned" in row(screen, titles[globe - 1])
+    finally:
+        new_device.close()
