@@ -62,6 +62,7 @@ bench: release pydeps
 	bench/run.sh
 	bench/server.sh
 	bench/storekit2.sh
+	bench/shop.sh
 
 clean:
 	rm -rf .build $(VENV) $(DATA)

@@ -37,6 +37,9 @@ public struct PurchaseServerConnection: Sendable {
     /// Attempts per call before giving up with `ServerUnavailable`, and the first backoff.
     public let attempts: Int
     public let backoff: Duration
+    /// This connection's own session (a device has its own; sharing URLSession.shared would queue many
+    /// in-process devices behind a handful of connections).
+    let session: URLSession
 
     public init(baseURL: URL, apiKey: String, appUserId: String, attempts: Int = 3, backoff: Duration = .milliseconds(200)) {
         self.baseURL = baseURL
@@ -44,6 +47,10 @@ public struct PurchaseServerConnection: Sendable {
         self.appUserId = appUserId
         self.attempts = attempts
         self.backoff = backoff
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.timeoutIntervalForRequest = 45  // uploads wait up to 30 s for the verdict
+        configuration.httpMaximumConnectionsPerHost = 4
+        session = URLSession(configuration: configuration)
     }
 
     /// Uploads a StoreKit 2 signed transaction and waits (up to 10 s) for the verdict.
@@ -54,7 +61,7 @@ public struct PurchaseServerConnection: Sendable {
 
     /// Uploads the app receipt (restores) and waits for the verdict.
     public func upload(receipt: String) async throws -> ServerVerification {
-        let object = try await call("POST", "/v1/receipts?wait=20", body: ["appUserId": appUserId, "receiptData": receipt])
+        let object = try await call("POST", "/v1/receipts?wait=30", body: ["appUserId": appUserId, "receiptData": receipt])
         return try Self.verification(object)
     }
 
@@ -83,14 +90,14 @@ public struct PurchaseServerConnection: Sendable {
                 guard let url = URL(string: baseURL.absoluteString.trimmingCharacters(in: CharacterSet(charactersIn: "/")) + path) else {
                     throw ServerUnavailable(message: "bad URL")
                 }
-                var request = URLRequest(url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: 30)
+                var request = URLRequest(url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: 45)
                 request.httpMethod = method
                 request.setValue("Bearer \(apiKey)", forHTTPHeaderField: "Authorization")
                 if let body {
                     request.httpBody = try JSONSerialization.data(withJSONObject: body)
                     request.setValue("application/json", forHTTPHeaderField: "Content-Type")
                 }
-                let (data, response) = try await URLSession.shared.data(for: request)
+                let (data, response) = try await session.data(for: request)
                 let status = (response as? HTTPURLResponse)?.statusCode ?? 0
                 let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:]
                 if (200...299).contains(status) { return object }

@@ -15,13 +15,24 @@ public final class Shop: Sendable {
     public let appStore: AppStoreConnection
     public let server: PurchaseServerConnection
     public let journal: OrderJournal
+    /// What the device sends the server to prove a purchase.
+    public enum Proof: Sendable {
+        /// The StoreKit 2 signed transaction (checked locally by the server, no call to Apple).
+        case signedTransaction
+        /// The app receipt (the server verifies it with verifyReceipt).
+        case receipt
+    }
+
+    public let proof: Proof
     /// For tests: throw `InjectedCrash` right after writing this state.
     let crashAfter: OrderState?
 
-    public init(appStore: AppStoreConnection, server: PurchaseServerConnection, journal: OrderJournal, crashAfter: OrderState? = nil) {
+    public init(appStore: AppStoreConnection, server: PurchaseServerConnection, journal: OrderJournal, proof: Proof = .signedTransaction,
+                crashAfter: OrderState? = nil) {
         self.appStore = appStore
         self.server = server
         self.journal = journal
+        self.proof = proof
         self.crashAfter = crashAfter
     }
 
@@ -100,13 +111,17 @@ public final class Shop: Sendable {
         while order.state.isOpen {
             switch order.state {
             case .paid:
-                guard let signed = order.signedTransaction else {
+                let verdict: ServerVerification
+                if proof == .receipt, let receipt = try await appStore.appReceipt() {
+                    verdict = try await server.upload(receipt: receipt)
+                } else if let signed = order.signedTransaction {
+                    verdict = try await server.upload(signedTransaction: signed)
+                } else {
                     order.state = .failed
-                    order.lastError = "no signed transaction to verify"
+                    order.lastError = "nothing to prove the purchase with"
                     try await journal.save(order)
                     continue
                 }
-                let verdict = try await server.upload(signedTransaction: signed)
                 order.verificationId = verdict.verificationId
                 switch verdict.state {
                 case "verified":

@@ -170,3 +170,75 @@ struct ShopCommand: Command {
         return (app["products"] as? [[String: Any]] ?? []).compactMap { $0["productId"] as? String }
     }
 }
+
+/// `storekeeper shop bench`: time from "buy" to content delivered, end to end, at p50/p99.
+struct ShopBenchCommand: Command {
+    static let abstract = "Measure buy → verified → delivered → finished end to end from devices (p50/p99)."
+    static let help = """
+    [--purchases N] [--concurrency C] [--proof receipt|jws] [--product ID]   [shop options]
+
+    C devices buy N purchases in all through the order journal; each purchase's time from the payment to its
+    delivery (and finish) is measured. --proof receipt uploads the app receipt (the server calls verifyReceipt,
+    so App Store latency counts); jws uploads the signed transaction (checked locally by the server).
+    \(ShopOptions.help)
+    """
+    let options: ShopOptions
+    let purchases: Int
+    let concurrency: Int
+    let proof: Shop.Proof
+    let product: String
+
+    init(_ arguments: inout Arguments) throws {
+        options = try ShopOptions(&arguments)
+        purchases = Int(try arguments.option("purchases") ?? "200") ?? 200
+        concurrency = Int(try arguments.option("concurrency") ?? "16") ?? 16
+        proof = try arguments.option("proof") == "jws" ? .signedTransaction : .receipt
+        product = try arguments.option("product") ?? "Nada.JPYF01"
+    }
+
+    func run() async throws {
+        guard let key = options.apiKey ?? ShopOptions.keyFromUp(data: options.data, bundleId: options.bundleId) else {
+            throw CommandFailure(description: "no API key: give --api-key or --data of `storekeeper up`")
+        }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("shop-bench-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var shops: [Shop] = []
+        let admin = try AdminClient(url: options.appStoreURL.absoluteString)
+        let run = UUID().uuidString.prefix(8).lowercased()
+        for index in 0..<concurrency {
+            // One customer per device: a receipt carries all of its Apple ID's purchases, so devices sharing an
+            // account would present each other's consumables (a replay the server rightly refuses).
+            let account = "bench-\(run)-\(index)@example.com"
+            _ = try await admin.send("POST", "/admin/v1/accounts", json: ["email": account])
+            let device = try await AppStoreConnection.signIn(baseURL: options.appStoreURL, account: account)
+            shops.append(Shop(appStore: AppStoreConnection(baseURL: options.appStoreURL, bundleId: options.bundleId, deviceId: device, timeout: 60),
+                              server: PurchaseServerConnection(baseURL: options.serverURL, apiKey: key, appUserId: "bench-\(index)"),
+                              journal: try await OrderJournal(path: directory.appendingPathComponent("\(index).sqlite").path), proof: proof))
+        }
+        let started = ContinuousClock.now
+        let per = purchases / concurrency
+        let results = try await withThrowingTaskGroup(of: [Double].self) { group in
+            for shop in shops {
+                group.addTask {
+                    var times: [Double] = []
+                    for _ in 0..<per {
+                        let start = ContinuousClock.now
+                        let order = try await shop.buy(product)
+                        guard order.state == .finished else { throw CommandFailure(description: "an order ended \(order.state.rawValue): \(order.lastError ?? "")") }
+                        let elapsed = ContinuousClock.now - start
+                        times.append(Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15)
+                    }
+                    return times
+                }
+            }
+            return try await group.reduce(into: [Double]()) { $0 += $1 }
+        }.sorted()
+        let total = ContinuousClock.now - started
+        func percentile(_ p: Double) -> Double { results.isEmpty ? 0 : results[min(results.count - 1, Int(Double(results.count) * p))] }
+        var delivered = 0
+        for shop in shops { delivered += try await shop.journal.deliveredCounts().values.reduce(0, +) }
+        try printJSON(["purchases": results.count, "delivered": delivered, "p50_ms": Int(percentile(0.5)), "p99_ms": Int(percentile(0.99)),
+                       "seconds": Double(total.components.seconds), "proof": proof == .receipt ? "receipt" : "jws", "concurrency": concurrency])
+    }
+}

@@ -38,6 +38,7 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
     ])),
     ("up", .command(UpCommand.self)),
     ("shop", .command(ShopCommand.self)),
+    ("shop-bench", .command(ShopBenchCommand.self)),
     ("receipt", .group(abstract: "Work with App Store receipts.", children: [
         ("decode", .command(ReceiptDecodeCommand.self)),
     ])),

@@ -134,3 +134,18 @@ struct ShopTests {
         #expect(entitlements.entitlements.filter(\.active).map(\.id) == ["golden_globe"])
     }
 }
+
+@Suite("StoreKit client: receipts as proof")
+struct ReceiptProofTests {
+    @Test("With the app receipt as proof the server verifies it through verifyReceipt and the order completes once")
+    func receiptProof() async throws {
+        let world = try await ClientWorld.make()
+        defer { Task { await world.stop() } }
+        let template = try await world.shop()
+        let shop = Shop(appStore: template.appStore, server: template.server, journal: template.journal, proof: .receipt)
+        #expect(try await shop.buy("Nada.JPYF02").state == .finished)
+        #expect(try await shop.buy("Nada.JPYF02").state == .finished)
+        #expect(try await shop.journal.deliveredCounts() == ["Nada.JPYF02": 2])
+        #expect(try await world.server.store.user(appId: "com.example.coins", appUserId: "player", now: Date()).balances["coins"] == 200)
+    }
+}
