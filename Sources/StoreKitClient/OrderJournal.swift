@@ -11,6 +11,8 @@ public enum OrderState: String, Codable, Sendable, CaseIterable {
     case deferred
     /// The App Store charged: the transaction and its signed form are kept.
     case paid
+    /// The proof (receipt or signed transaction) reached the purchase server; its verification id is kept.
+    case uploaded
     /// The purchase server confirmed it (a verification id is kept).
     case verified
     /// The content is in the app (exactly once: recorded in the same database transaction).
@@ -55,6 +57,10 @@ public final class OrderJournal: Sendable {
             )
             """,
             "CREATE TABLE deliveries (order_id TEXT PRIMARY KEY, product_id TEXT NOT NULL, quantity INTEGER NOT NULL, delivered_at INTEGER NOT NULL)",
+        ]),
+        // The last answer of the purchase server about the user, for working offline.
+        SQLMigration(version: 2, statements: [
+            "CREATE TABLE cache (name TEXT PRIMARY KEY, body TEXT NOT NULL, saved_at INTEGER NOT NULL)",
         ]),
     ]
 
@@ -141,6 +147,27 @@ public final class OrderJournal: Sendable {
                 counts[row.string("product_id") ?? ""] = Int(row.int("units") ?? 0)
             }
             return counts
+        }
+    }
+
+    /// Keeps a value for offline use (the last entitlements the server gave).
+    public func cache(_ name: String, _ body: Data) async throws {
+        let text = String(decoding: body, as: UTF8.self)
+        let now = Self.ms(Date())
+        _ = try await database.transaction { db in
+            try db.query("""
+                INSERT INTO cache (name, body, saved_at) VALUES (?, ?, ?)
+                ON CONFLICT (name) DO UPDATE SET body = excluded.body, saved_at = excluded.saved_at
+                """, [name, text, now])
+        }
+    }
+
+    /// A cached value and when it was saved.
+    public func cached(_ name: String) async throws -> (body: Data, savedAt: Date)? {
+        try await database.transaction { db in
+            try db.query("SELECT body, saved_at FROM cache WHERE name = ?", [name]).first.map {
+                (Data(($0.string("body") ?? "").utf8), Date(timeIntervalSince1970: Double($0.int("saved_at") ?? 0) / 1000))
+            }
         }
     }
 

@@ -65,6 +65,11 @@ public struct PurchaseServerConnection: Sendable {
         return try Self.verification(object)
     }
 
+    /// A verification's state (waiting up to 10 s for it to settle).
+    public func verification(_ id: String) async throws -> ServerVerification {
+        try Self.verification(try await call("GET", "/v1/verifications/\(id)?wait=10", body: nil))
+    }
+
     public func entitlements() async throws -> ServerEntitlements {
         let user = appUserId.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? appUserId
         let object = try await call("GET", "/v1/users/\(user)", body: nil)

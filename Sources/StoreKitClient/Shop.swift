@@ -123,17 +123,14 @@ public final class Shop: Sendable {
                     continue
                 }
                 order.verificationId = verdict.verificationId
-                switch verdict.state {
-                case "verified":
-                    order.state = .verified
-                case "rejected":
-                    order.state = .failed
-                    order.lastError = verdict.reason ?? "rejected by the purchase server"
-                    if let id = order.transactionIdentifier { try? await appStore.finish(id) }
-                default:
-                    throw ServerUnavailable(message: "verification \(verdict.verificationId) still \(verdict.state)")
-                }
+                order.state = .uploaded
                 try await journal.save(order)
+                try checkpoint(order)
+                try await settle(&order, verdict)
+            case .uploaded:
+                // The server has the proof; ask how its verification came out (it may still be talking to Apple).
+                guard let id = order.verificationId else { order.state = .paid; continue }
+                try await settle(&order, try await server.verification(id))
             case .verified:
                 order = try await journal.deliver(order)
             case .delivered:
@@ -146,6 +143,34 @@ public final class Shop: Sendable {
             try checkpoint(order)
         }
         return order
+    }
+
+    /// What the user owns: the server's answer, kept in the journal; offline, the last answer kept (and says so).
+    public func entitlements() async throws -> (entitlements: ServerEntitlements, offline: Bool, savedAt: Date?) {
+        do {
+            let fresh = try await server.entitlements()
+            try? await journal.cache("entitlements", JSONEncoder().encode(fresh))
+            return (fresh, false, nil)
+        } catch let error as ServerUnavailable {
+            guard let (body, savedAt) = try await journal.cached("entitlements"),
+                  let cached = try? JSONDecoder().decode(ServerEntitlements.self, from: body) else { throw error }
+            return (cached, true, savedAt)
+        }
+    }
+
+    /// Applies the server's verdict to an uploaded order.
+    private func settle(_ order: inout Order, _ verdict: ServerVerification) async throws {
+        switch verdict.state {
+        case "verified":
+            order.state = .verified
+        case "rejected", "dead":
+            order.state = .failed
+            order.lastError = verdict.reason ?? "rejected by the purchase server"
+            if let id = order.transactionIdentifier { try? await appStore.finish(id) }
+        default:
+            throw ServerUnavailable(message: "verification \(verdict.verificationId) still \(verdict.state); the order resumes later")
+        }
+        try await journal.save(order)
     }
 
     /// Restores purchases on this device (a new device, a reinstall): restored transactions are uploaded

@@ -81,11 +81,13 @@ extension Shop {
         var owned: [String: ServerEntitlements.Entitlement] = [:]
         var offline = false
         do {
-            for entitlement in try await server.entitlements().entitlements where entitlement.active {
+            let answer = try await entitlements()  // the last answer kept in the journal when the server is down
+            offline = answer.offline
+            for entitlement in answer.entitlements.entitlements where entitlement.active {
                 if let product = entitlement.productId { owned[product] = entitlement }
             }
         } catch {
-            offline = true  // the journal still knows what this device delivered
+            offline = true  // nothing cached yet: the journal still knows what this device delivered
         }
         let rows = products.map { product in
             ShopRow(productId: product.productIdentifier, title: product.localizedTitle, price: product.displayPrice(), type: product.type,

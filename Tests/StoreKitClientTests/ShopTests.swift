@@ -38,7 +38,7 @@ struct ShopTests {
         #expect(entitlements.balances["coins"] == 100)
     }
 
-    @Test("A crash after any step resumes at the next launch and delivers exactly once", arguments: [OrderState.paid, .verified, .delivered])
+    @Test("A crash after any step resumes at the next launch and delivers exactly once", arguments: [OrderState.paid, .uploaded, .verified, .delivered])
     func crashes(after state: OrderState) async throws {
         let world = try await ClientWorld.make()
         defer { Task { await world.stop() } }
@@ -78,6 +78,21 @@ struct ShopTests {
         #expect(try await online.resume().map(\.state) == [.finished])
         #expect(try await online.journal.deliveredCounts() == ["Nada.JPYF02": 1])
         #expect(try await Self.balance(world, "com.example.coins", "player", "coins") == 100)
+    }
+
+    @Test("Offline, the last entitlements the server gave come from the journal, marked offline")
+    func offline() async throws {
+        let world = try await ClientWorld.make()
+        defer { Task { await world.stop() } }
+        let online = try await world.shop()
+        _ = try await online.buy("Nada.JPYF02")
+        let fresh = try await online.entitlements()
+        #expect(!fresh.offline && fresh.entitlements.balances["coins"] == 100)
+        let offline = try await world.relaunch(online, serverURL: URL(string: "http://127.0.0.1:9")!)
+        let cached = try await offline.entitlements()
+        #expect(cached.offline)
+        #expect(cached.entitlements.balances["coins"] == 100)
+        #expect(cached.savedAt != nil)
     }
 
     @Test("Cancelled and failed payments deliver nothing; a cancellation is not an error to show")
