@@ -32,32 +32,41 @@ def shop(up, *args, check=True):
     return result
 
 
+def new_account(up):
+    """A fresh Apple ID: a non-consumable one user bought cannot be granted to another user of the same Apple ID."""
+    email = f"shopper-{uuid.uuid4().hex[:8]}@example.com"
+    subprocess.run([BIN, "appstore", "tester", "add", email, "--url", up[1]["appstore"]], check=True, capture_output=True)
+    return email
+
+
 def listing(up, *args):
     return {row["productId"]: row for row in json.loads(shop(up, "list", "--json", *args).stdout)}
 
 
 def test_football_store_owned_and_counted(up):
     user = "fan-" + uuid.uuid4().hex[:6]
-    before = listing(up, "--catalog", "football", "--user", user)
+    account = new_account(up)
+    before = listing(up, "--catalog", "football", "--user", user, "--account", account)
     assert set(before) == {"ProtectiveGloves", "GoldenGlobe", "EnergyBottle"}
     assert all(row["price"].startswith("$") for row in before.values())
     assert not before["GoldenGlobe"]["owned"]
-    bought = json.loads(shop(up, "buy", "GoldenGlobe", "--catalog", "football", "--user", user).stdout)
+    bought = json.loads(shop(up, "buy", "GoldenGlobe", "--catalog", "football", "--user", user, "--account", account).stdout)
     assert bought["state"] == "finished"
     for _ in range(2):
-        shop(up, "buy", "EnergyBottle", "--catalog", "football", "--user", user)
-    after = listing(up, "--catalog", "football", "--user", user)
+        shop(up, "buy", "EnergyBottle", "--catalog", "football", "--user", user, "--account", account)
+    after = listing(up, "--catalog", "football", "--user", user, "--account", account)
     assert after["GoldenGlobe"]["owned"] is True and after["ProtectiveGloves"]["owned"] is False
     assert after["EnergyBottle"]["count"] == 2
 
 
 def test_restore_on_a_new_device(up):
     user = "restorer-" + uuid.uuid4().hex[:6]
-    shop(up, "buy", "ProtectiveGloves", "--catalog", "football", "--user", user)
+    account = new_account(up)
+    shop(up, "buy", "ProtectiveGloves", "--catalog", "football", "--user", user, "--account", account)
     new_device = str(uuid.uuid4()).upper()
-    restored = json.loads(shop(up, "restore", "--catalog", "football", "--user", user, "--device", new_device).stdout)
+    restored = json.loads(shop(up, "restore", "--catalog", "football", "--user", user, "--account", account, "--device", new_device).stdout)
     assert restored["restored"] is True and restored["state"] == "verified"
-    assert listing(up, "--catalog", "football", "--user", user, "--device", new_device)["ProtectiveGloves"]["owned"] is True
+    assert listing(up, "--catalog", "football", "--user", user, "--account", account, "--device", new_device)["ProtectiveGloves"]["owned"] is True
 
 
 def test_unknown_product_and_bad_catalog_fail_clearly(up):
@@ -105,7 +114,8 @@ def row(screen, title):
 
 def test_interactive_shop_buys_counts_and_restores(up):
     user = "tmux-" + uuid.uuid4().hex[:6]
-    shop_screen = Tmux(up, "--catalog", "football", "--user", user)
+    account = new_account(up)
+    shop_screen = Tmux(up, "--catalog", "football", "--user", user, "--account", account)
     try:
         screen = shop_screen.wait_for("status: ready")
         assert "$2.99" in screen and "Golden" in screen
@@ -123,7 +133,7 @@ def test_interactive_shop_buys_counts_and_restores(up):
     finally:
         shop_screen.close()
 
-    new_device = Tmux(up, "--catalog", "football", "--user", user, "--device", str(uuid.uuid4()).upper())
+    new_device = Tmux(up, "--catalog", "football", "--user", user, "--account", account, "--device", str(uuid.uuid4()).upper())
     try:
         new_device.wait_for("status: ready")
         new_device.press("r")
