@@ -70,6 +70,16 @@ public struct PurchaseServerConnection: Sendable {
         try Self.verification(try await call("GET", "/v1/verifications/\(id)?wait=10", body: nil))
     }
 
+    /// Spends from a balance, once per `idempotencyKey` (a retried spend is not spent twice); the server never
+    /// lets a balance go below zero. Returns the balance after.
+    public func spend(_ amount: Int64, of currency: String, idempotencyKey: String) async throws -> Int64 {
+        let user = appUserId.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? appUserId
+        let object = try await call("POST", "/v1/users/\(user)/balances/\(currency)/spend",
+                                    body: ["amount": amount, "idempotencyKey": idempotencyKey])
+        guard let balance = (object["balance"] as? NSNumber)?.int64Value else { throw ServerUnavailable(message: "unexpected answer \(object)") }
+        return balance
+    }
+
     public func entitlements() async throws -> ServerEntitlements {
         let user = appUserId.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? appUserId
         let object = try await call("GET", "/v1/users/\(user)", body: nil)

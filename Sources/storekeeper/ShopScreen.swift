@@ -87,7 +87,10 @@ struct ShopScreen {
         var screen = "\u{1B}[2J\u{1B}[H"
         screen += "  \(title)\r\n\r\n"
         for (index, row) in rows.enumerated() {
-            let state = row.type == "consumable" ? "bought \(row.count)" : (row.owned ? "owned" : "")
+            var state = row.type == "consumable" ? "bought \(row.count)" : (row.owned ? "owned" : "")
+            if row.owned, let expires = row.expiresDate {
+                state += " until " + ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(expires) / 1000))
+            }
             let name = row.title.padding(toLength: 28, withPad: " ", startingAt: 0)
             let price = row.price.padding(toLength: 10, withPad: " ", startingAt: 0)
             screen += "  [\(index + 1)] \(name) \(price) \(state)\r\n"

@@ -36,6 +36,10 @@ struct ShopTests {
         #expect(try await shop.appStore.unfinishedTransactions().isEmpty)
         let entitlements = try await shop.server.entitlements()
         #expect(entitlements.balances["coins"] == 100)
+        #expect(try await shop.server.spend(30, of: "coins", idempotencyKey: "level-3") == 70)
+        #expect(try await shop.server.spend(30, of: "coins", idempotencyKey: "level-3") == 70)  // a retry is not spent twice
+        await #expect(throws: ClientRefusal.self) { try await shop.server.spend(100, of: "coins", idempotencyKey: "level-4") }
+        #expect(try await shop.server.entitlements().balances["coins"] == 70)
     }
 
     @Test("A crash after any step resumes at the next launch and delivers exactly once", arguments: [OrderState.paid, .uploaded, .verified, .delivered])
