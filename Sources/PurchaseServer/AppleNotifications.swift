@@ -147,7 +147,7 @@ extension PurchaseServer {
     }
 
     private func markNotification(_ uuid: String, state: String, verificationId: String?) async throws {
-        try await store.database.transaction { db in
+        _ = try await store.database.transaction { db in
             try db.query("UPDATE apple_notifications SET state = ?, verification_id = ? WHERE notification_uuid = ?", [state, verificationId, uuid])
         }
     }

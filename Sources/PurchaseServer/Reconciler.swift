@@ -141,7 +141,7 @@ extension PurchaseServer {
 
     private func setWatermark(_ appId: String, _ environment: AppStoreEnvironment, _ subject: String, _ value: String) async throws {
         let now = clock.now().milliseconds
-        try await store.database.transaction { db in
+        _ = try await store.database.transaction { db in
             try db.query("""
                 INSERT INTO reconcile_state (app_id, environment, subject, value, updated_at) VALUES (?, ?, ?, ?, ?)
                 ON CONFLICT (app_id, environment, subject) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at

@@ -119,7 +119,7 @@ public struct SQLMigration: Sendable {
 extension SQLDatabase {
     /// Applies migrations not yet recorded in `schema_migrations`, each in its own transaction.
     public func migrate(_ migrations: [SQLMigration]) async throws {
-        try await transaction { db in
+        _ = try await transaction { db in
             try db.query("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)")
         }
         for migration in migrations.sorted(by: { $0.version < $1.version }) {
