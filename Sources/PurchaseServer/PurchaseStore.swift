@@ -204,7 +204,7 @@ public enum APIKey {
 }
 
 extension Date {
-    /// Unix milliseconds.
-    var milliseconds: Int64 { Int64((timeIntervalSince1970 * 1000).rounded(.down)) }
-    init(milliseconds: Int64) { self.init(timeIntervalSince1970: Double(milliseconds) / 1000) }
+    /// Unix milliseconds, as the App Store writes them (one definition: ReceiptDate's).
+    var milliseconds: Int64 { ReceiptDate.milliseconds(self) }
+    init(milliseconds: Int64) { self = ReceiptDate.date(milliseconds: milliseconds) }
 }
