@@ -4,11 +4,8 @@
 # and with 3–6 s on every verifyReceipt call; and the same with StoreKit 2 signed transactions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${STOREKEEPER_BIN:-.build/release/storekeeper}
+. bench/lib.sh
 PURCHASES=${BENCH_SHOP_PURCHASES:-400}
-WORK=$(mktemp -d)
-cleanup() { [ -f "$WORK/up.pid" ] && kill "$(cat "$WORK/up.pid")" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
 
 "$BIN" up --data "$WORK/up" --appstore-port 0 --server-port 0 --quiet > "$WORK/up.log" 2>&1 &
 echo $! > "$WORK/up.pid"

@@ -4,20 +4,8 @@
 # processed per second by a running server (verified, de-duplicated, recorded, settlement queued).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${STOREKEEPER_BIN:-.build/release/storekeeper}
-PYTHON=${PYTHON:-.venv/bin/python}
 NOTIFICATIONS=${BENCH_NOTIFICATIONS:-4000}
-WORK=$(mktemp -d)
-cleanup() { for file in "$WORK"/*.pid; do [ -f "$file" ] && kill "$(cat "$file")" 2>/dev/null; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
-
-start() {  # name, command...: starts a server and echoes its URL
-  local name=$1; shift
-  "$@" > "$WORK/$name.log" 2>&1 &
-  echo $! > "$WORK/$name.pid"
-  for _ in $(seq 200); do grep -q "listening on" "$WORK/$name.log" 2>/dev/null && break; sleep 0.1; done
-  sed -n 's/.*listening on //p' "$WORK/$name.log" | head -1
-}
+. bench/lib.sh
 
 APPSTORE=$(start appstore "$BIN" appstore serve --data "$WORK/appstore" --port 0 --quiet --tester bench@example.com \
   --catalog com.example.coins=examples/coins.storekit)

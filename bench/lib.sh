@@ -1,0 +1,15 @@
+# Shared by the benchmark scripts: paths, a work directory removed at exit with every process started
+# through `start`, and `start` itself. Source it after `set -euo pipefail` from the repository root.
+BIN=${STOREKEEPER_BIN:-.build/release/storekeeper}
+PYTHON=${PYTHON:-.venv/bin/python}
+WORK=$(mktemp -d)
+cleanup() { for file in "$WORK"/*.pid; do [ -f "$file" ] && kill "$(cat "$file")" 2>/dev/null; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+start() {  # name, command...: starts a server and echoes its URL (the "listening on" line)
+  local name=$1; shift
+  "$@" > "$WORK/$name.log" 2>&1 &
+  echo $! > "$WORK/$name.pid"
+  for _ in $(seq 200); do grep -q "listening on" "$WORK/$name.log" 2>/dev/null && break; sleep 0.1; done
+  sed -n 's/.*listening on //p' "$WORK/$name.log" | head -1
+}
