@@ -40,6 +40,8 @@ public struct ServerAPIError: Error, Sendable, Equatable {
     static let invalidStatus = ServerAPIError(400, 4_000_031, "Invalid request status.")
     static let transactionIdNotFound = ServerAPIError(404, 4_040_010, "Transaction id not found.")
     static let rateLimitExceeded = ServerAPIError(429, 4_290_000, "Rate limit exceeded.")
+    /// What Apple answers when the failure is not the caller's.
+    static let generalInternal = ServerAPIError(500, 5_000_000, "An unknown error occurred.")
 }
 
 /// Filters and paging of Get Transaction History.
@@ -103,7 +105,7 @@ extension AppStoreEmulator {
     /// Get Transaction Info: the signed transaction of any of the app's transactions in `environment`.
     public func serverAPITransaction(bundleId: String, environment: AppStoreEnvironment, transactionId: String) async throws(ServerAPIError) -> String {
         let record = try await serverAPIRecord(bundleId: bundleId, environment: environment, transactionId: transactionId)
-        do { return try signedTransaction(for: record, signedAt: clock.now()) } catch { throw ServerAPIError(500, 5_000_000, "An unknown error occurred.") }
+        do { return try signedTransaction(for: record, signedAt: clock.now()) } catch { throw ServerAPIError.generalInternal }
     }
 
     /// Get Transaction History: the customer's transactions in this app, filtered, sorted, 20 per page.
@@ -147,7 +149,7 @@ extension AppStoreEmulator {
         let now = clock.now()
         let signed: [String]
         do { signed = try page.map { try signedTransaction(for: $0, signedAt: now) } } catch {
-            throw ServerAPIError(500, 5_000_000, "An unknown error occurred.")
+            throw ServerAPIError.generalInternal
         }
         let next = start + page.count
         return (signed, "r\(next)", next < matching.count, appAppleId)
@@ -162,7 +164,7 @@ extension AppStoreEmulator {
         do {
             return try await subscriptionStatuses(accountEmail: anchor.accountEmail, bundleId: bundleId, environment: environment, statuses: statuses)
         } catch {
-            throw ServerAPIError(500, 5_000_000, "An unknown error occurred.")
+            throw ServerAPIError.generalInternal
         }
     }
 

@@ -32,7 +32,7 @@ extension AppStoreEmulator {
         do {
             return try records.filter { Self.orderId(for: $0.id) == orderId }.map { try signedTransaction(for: $0, signedAt: now) }
         } catch {
-            throw ServerAPIError(500, 5_000_000, "An unknown error occurred.")
+            throw ServerAPIError.generalInternal
         }
     }
 
@@ -61,7 +61,7 @@ extension AppStoreEmulator {
                 changes.transactions.insert(transactionId)
             }
         } catch {
-            throw ServerAPIError(500, 5_000_000, "An unknown error occurred.")
+            throw ServerAPIError.generalInternal
         }
     }
 
@@ -83,7 +83,7 @@ extension AppStoreEmulator {
             let signed = try page.map { try signedTransaction(for: $0, signedAt: now) }
             return (signed, "r\(start + page.count)", start + page.count < refunded.count)
         } catch {
-            throw ServerAPIError(500, 5_000_000, "An unknown error occurred.")
+            throw ServerAPIError.generalInternal
         }
     }
 
@@ -113,7 +113,7 @@ extension AppStoreEmulator {
                 changes.transactions.insert(transactionId)
             }
         } catch {
-            throw ServerAPIError(500, 5_000_000, "An unknown error occurred.")
+            throw ServerAPIError.generalInternal
         }
     }
 
@@ -134,7 +134,7 @@ extension AppStoreEmulator {
                 }
             }
         } catch {
-            throw ServerAPIError(500, 5_000_000, "An unknown error occurred.")
+            throw ServerAPIError.generalInternal
         }
     }
 
@@ -155,7 +155,7 @@ extension AppStoreEmulator {
                 Self.extend(&state, &changes, originalTransactionId: originalTransactionId, days: Int(days), now: now)
             }
         } catch {
-            throw ServerAPIError(500, 5_000_000, "An unknown error occurred.")
+            throw ServerAPIError.generalInternal
         }
         return try outcome.get()
     }
@@ -210,7 +210,7 @@ extension AppStoreEmulator {
                 changes.notifications.append(summary)
             }
         } catch {
-            throw ServerAPIError(500, 5_000_000, "An unknown error occurred.")
+            throw ServerAPIError.generalInternal
         }
         return request
     }

@@ -222,7 +222,7 @@ extension AppStoreResponder {
         } catch let error as ServerAPIError {
             return serverAPIError(error)
         } catch {
-            return serverAPIError(ServerAPIError(500, 5_000_000, "An unknown error occurred."))
+            return serverAPIError(ServerAPIError.generalInternal)
         }
     }
 
