@@ -53,7 +53,7 @@ extension PurchaseServer {
         let section = payload["data"] ?? payload["summary"] ?? payload["appData"] ?? .null
         guard let bundleId = section["bundleId"]?.text else { throw ServerError(400, "invalid_notification", "The notification names no bundleId.") }
         let environment: AppStoreEnvironment = section["environment"]?.text == "Production" ? .production : .sandbox
-        guard let app = try await store.apps().first(where: { $0.bundleIds.contains(bundleId) }) else {
+        guard let app = try await store.cachedApp(forBundle: bundleId) else {
             throw ServerError(400, "unknown_bundle", "No app here accepts bundle id \(bundleId).")
         }
         if environment == .production, let expected = app.appAppleId, section["appAppleId"]?.int64 != expected {

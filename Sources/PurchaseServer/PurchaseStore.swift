@@ -10,6 +10,7 @@ public final class PurchaseStore: Sendable {
     static let jobsChannel = "storekeeper_jobs"
     private let keyCache = Mutex<[String: (appId: String, expires: Date)]>([:])
     private let appCache = Mutex<[String: (app: ServerApp, expires: Date)]>([:])
+    private let appsCache = Mutex<(apps: [ServerApp], expires: Date)?>(nil)
     let uploads = GroupCommit<VerificationJob, Void>()
     let settlements = GroupCommit<Settlement, (JobState, SettlementResult)?>(maxBatch: 256)
 
@@ -24,6 +25,19 @@ public final class PurchaseStore: Sendable {
         return app
     }
 
+    /// The app accepting `bundleId`, from a list remembered for two seconds (every notification asks).
+    func cachedApp(forBundle bundleId: String) async throws -> ServerApp? {
+        let now = Date()
+        let apps: [ServerApp]
+        if let cached = appsCache.withLock({ $0 }), now < cached.expires {
+            apps = cached.apps
+        } else {
+            apps = try await self.apps()
+            appsCache.withLock { $0 = (apps, now.addingTimeInterval(2)) }
+        }
+        return apps.first { $0.bundleIds.contains(bundleId) }
+    }
+
     /// Creates or upgrades the schema.
     public func migrate() async throws { try await database.migrate(Schema.migrations) }
 
@@ -32,6 +46,7 @@ public final class PurchaseStore: Sendable {
     /// Registers an app (fails if it exists).
     public func createApp(_ app: ServerApp, now: Date) async throws {
         try Self.validate(app)
+        appsCache.withLock { $0 = nil }
         try await database.transaction { db in
             let existing = try db.query("SELECT id FROM apps WHERE id = ?", [app.id])
             guard existing.isEmpty else { throw ServerError(409, "app_exists", "App \(app.id) is already registered.") }
@@ -48,6 +63,7 @@ public final class PurchaseStore: Sendable {
     /// Replaces an app's settings.
     public func updateApp(_ app: ServerApp) async throws {
         appCache.withLock { $0[app.id] = nil }
+        appsCache.withLock { $0 = nil }
         try Self.validate(app)
         let updated = try await database.transaction { db in
             try db.query("""
