@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import HTTP
 import HTTPClient
 import HTTPServer
@@ -119,21 +122,28 @@ struct HTTPClientTests {
         let key = directory.appendingPathComponent("key.pem").path
         try Self.run("/usr/bin/openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
                                           "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost", "-keyout", key, "-out", cert])
-        let port = Int.random(in: 40000...49999)
-        let server = Process()
-        server.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        server.arguments = ["s_server", "-accept", "127.0.0.1:\(port)", "-cert", cert, "-key", key, "-www", "-quiet"]
-        server.standardOutput = FileHandle.nullDevice
-        server.standardError = FileHandle.nullDevice
-        try server.run()
-        defer { server.terminate() }
-        let url = URL(string: "https://localhost:\(port)/")!
+        // s_server cannot be told to pick a free port: take one the kernel just handed out, and start again
+        // on another if the server exits (the port was taken meanwhile) — under a loaded test run too.
         let trusting = try HTTPClient(configuration: .init(caFile: cert))
         var response: HTTPClientResponse?
-        for _ in 0..<50 where response == nil {  // until s_server listens
-            response = try? await trusting.send("GET", url, timeout: 5)
-            if response == nil { try await Task.sleep(for: .milliseconds(100)) }
+        var url = URL(string: "https://localhost/")!
+        var server = Process()
+        for _ in 0..<3 where response == nil {
+            let port = try Self.freePort()
+            server = Process()
+            server.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+            server.arguments = ["s_server", "-accept", "127.0.0.1:\(port)", "-cert", cert, "-key", key, "-www", "-quiet"]
+            server.standardOutput = FileHandle.nullDevice
+            server.standardError = FileHandle.nullDevice
+            try server.run()
+            url = URL(string: "https://localhost:\(port)/")!
+            for _ in 0..<150 where response == nil && server.isRunning {  // until s_server listens (up to 15 s)
+                response = try? await trusting.send("GET", url, timeout: 5)
+                if response == nil { try await Task.sleep(for: .milliseconds(100)) }
+            }
+            if response == nil { server.terminate() }
         }
+        defer { server.terminate() }
         #expect(response?.status == 200)
         let page = String(decoding: response?.body ?? [], as: UTF8.self)
         #expect(page.contains("s_server"))
@@ -147,6 +157,22 @@ struct HTTPClientTests {
         }
         trusting.shutdown()
         strict.shutdown()
+    }
+
+    /// A loopback TCP port nobody listens on right now.
+    static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard bound else { throw HTTPClientError(.connectFailed, "no free port") }
+        return Int(UInt16(bigEndian: address.sin_port))
     }
 
     static func run(_ tool: String, _ arguments: [String]) throws {

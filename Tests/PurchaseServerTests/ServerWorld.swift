@@ -28,7 +28,7 @@ enum Engine: String, CaseIterable, CustomStringConvertible {
             let base = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES"]!
             let schema = "t_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
             let setup = try PostgresDatabase(url: base, size: 1)
-            try await setup.transaction { db in try db.query("CREATE SCHEMA \(schema)") }
+            _ = try await setup.transaction { db in try db.query("CREATE SCHEMA \(schema)") }
             await setup.close()
             let separator = base.contains("?") ? "&" : "?"
             return try PostgresDatabase(url: base + separator + "options=-csearch_path%3D\(schema)", size: 4, channels: ["storekeeper_jobs"])
