@@ -14,7 +14,28 @@ COMMANDS = [
     ["appstore", "fault", "clear"], ["appstore", "ca", "export"], ["receipt", "decode"],
     ["server"], ["server", "serve"], ["server", "app", "add"], ["server", "key", "create"], ["server", "product", "set"],
     ["server", "user", "show"], ["server", "jobs", "list"], ["server", "jobs", "replay"], ["server", "report"], ["up"],
+    ["appstore", "tester", "family"], ["appstore", "refund"], ["appstore", "subscription"], ["appstore", "grace-period"],
+    ["appstore", "redeem-code"], ["appstore", "key", "create"], ["appstore", "notifications", "set"], ["jws", "decode"], ["jws", "bench"],
+    ["server", "reconcile"], ["shop"], ["shop-bench"],
 ]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["appstore", "subscription", "renew"], "original transaction id"),
+    (["appstore", "subscription", "pause", "2000000000000001"], "original transaction id"),
+    (["appstore", "subscription", "price-increase", "2000000000000001"], "--price"),
+    (["appstore", "grace-period", "--app", "com.example.coins", "--days", "7"], "--days is 3, 16, 28 or none"),
+    (["appstore", "refund", "2000000000000001", "--reverse", "--decline"], "at most one"),
+    (["appstore", "tester", "family", "a@example.com"], "--family NAME or --leave"),
+    (["appstore", "redeem-code", "--app", "com.example.coins"], "are required"),
+    (["server", "app", "add", "com.example.coins", "--server-api-key-id", "ABC"], "go together"),
+    (["shop", "list", "--catalog", "nope"], "--catalog"),
+    (["shop", "sell"], "list, buy PRODUCT or restore"),
+])
+def test_new_commands_refuse_bad_input_with_usage_errors(args, message):
+    result = subprocess.run([BIN, *args], capture_output=True, text=True)
+    assert result.returncode == 64, result.stderr
+    assert message in result.stderr
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "storekeeper")
