@@ -28,7 +28,7 @@ COMMANDS = [
     (["appstore", "refund", "2000000000000001", "--reverse", "--decline"], "at most one"),
     (["appstore", "tester", "family", "a@example.com"], "--family NAME or --leave"),
     (["appstore", "redeem-code", "--app", "com.example.coins"], "are required"),
-    (["server", "app", "add", "com.example.coins", "--server-api-key-id", "ABC"], "go together"),
+    (["server", "app", "add", "com.example.coins", "--admin-key", "sk_x", "--server-api-key-id", "ABC"], "go together"),
     (["shop", "list", "--catalog", "nope"], "--catalog"),
     (["shop", "sell"], "list, buy PRODUCT or restore"),
 ])
