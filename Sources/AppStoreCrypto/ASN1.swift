@@ -13,6 +13,14 @@ public struct ASN1Element: Sendable {
     public let encoded: ArraySlice<UInt8>
     /// The content octets (excluding the end-of-contents marker of indefinite lengths).
     public let content: ArraySlice<UInt8>
+    /// How many constructed elements enclose this one in the parse that produced it; children
+    /// are read one level deeper, so no chain of `children()` or `octets()` calls can exceed
+    /// `maximumDepth`, whatever the input nests.
+    public let depth: Int
+
+    /// The deepest nesting accepted. Apple's receipts and certificates nest about 14 levels
+    /// (Xcode's double-wrapped BER payload included); anything deeper is hostile.
+    public static let maximumDepth = 32
 
     /// Whether the constructed bit is set.
     public var isConstructed: Bool { tag & 0x20 != 0 }
@@ -26,7 +34,7 @@ public struct ASN1Element: Sendable {
 
     /// Parses one element at the start of `bytes` and returns it with the remaining bytes.
     public static func parsePrefix(_ bytes: ArraySlice<UInt8>, depth: Int = 0) throws -> (ASN1Element, ArraySlice<UInt8>) {
-        guard depth < 64 else { throw ASN1Error("nesting too deep") }
+        guard depth < maximumDepth else { throw ASN1Error("nesting too deep") }
         var index = bytes.startIndex
         guard index < bytes.endIndex else { throw ASN1Error("unexpected end of data") }
         let tag = bytes[index]
@@ -44,7 +52,7 @@ public struct ASN1Element: Sendable {
                 if cursor[cursor.startIndex] == 0, cursor[cursor.startIndex + 1] == 0 {
                     let contentEnd = cursor.startIndex
                     let end = contentEnd + 2
-                    return (ASN1Element(tag: tag, encoded: bytes[bytes.startIndex..<end], content: bytes[contentStart..<contentEnd]), bytes[end...])
+                    return (ASN1Element(tag: tag, encoded: bytes[bytes.startIndex..<end], content: bytes[contentStart..<contentEnd], depth: depth), bytes[end...])
                 }
                 let (_, rest) = try parsePrefix(cursor, depth: depth + 1)
                 cursor = rest
@@ -64,7 +72,7 @@ public struct ASN1Element: Sendable {
         }
         guard bytes.endIndex - index >= length else { throw ASN1Error("truncated content") }
         let end = index + length
-        return (ASN1Element(tag: tag, encoded: bytes[bytes.startIndex..<end], content: bytes[index..<end]), bytes[end...])
+        return (ASN1Element(tag: tag, encoded: bytes[bytes.startIndex..<end], content: bytes[index..<end], depth: depth), bytes[end...])
     }
 
     /// The child elements of a constructed element.
@@ -73,7 +81,7 @@ public struct ASN1Element: Sendable {
         var result: [ASN1Element] = []
         var rest = content
         while !rest.isEmpty {
-            let (child, remaining) = try ASN1Element.parsePrefix(rest)
+            let (child, remaining) = try ASN1Element.parsePrefix(rest, depth: depth + 1)
             result.append(child)
             rest = remaining
         }

@@ -17,11 +17,17 @@ public struct JWS: Sendable {
     /// Splits and decodes a compact JWS; throws `invalid_jws_format` unless it has three Base64url
     /// parts with a JSON object header.
     public init(compact: String) throws {
+        guard compact.utf8.count <= JWS.maximumCompactLength else {
+            throw CryptoError("invalid_jws_format", "a JWS is at most \(JWS.maximumCompactLength) bytes")
+        }
         let parts = compact.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3 else { throw CryptoError("invalid_jws_format", "a JWS has three dot-separated parts, this has \(parts.count)") }
         guard let headerBytes = Base64URL.decode(parts[0]), let payload = Base64URL.decode(parts[1]),
               let signature = Base64URL.decode(parts[2]) else {
             throw CryptoError("invalid_jws_format", "a JWS part is not Base64url")
+        }
+        guard headerBytes.count <= JWS.maximumHeaderLength else {
+            throw CryptoError("invalid_jws_format", "a JWS header is at most \(JWS.maximumHeaderLength) bytes")
         }
         guard let header = try? JSONValue.parse(headerBytes), header.isObject else {
             throw CryptoError("invalid_jws_format", "the JWS header is not a JSON object")
@@ -38,9 +44,21 @@ public struct JWS: Sendable {
         do { return try JSONValue.parse(payload) } catch { throw CryptoError("invalid_jws_format", "the JWS payload is not JSON: \(error)") }
     }
 
-    /// The certificates of the `x5c` header, leaf first.
+    /// The largest compact JWS accepted: Apple's signed notifications, which nest a signed transaction
+    /// and renewal info with their chains, are about 16 KiB.
+    public static let maximumCompactLength = 256 * 1024
+    /// The largest header accepted: three certificates in Base64 are about 4 KiB.
+    public static let maximumHeaderLength = 16 * 1024
+    /// Apple's chains: leaf, intermediate, root.
+    public static let chainLength = 3
+
+    /// The certificates of the `x5c` header, leaf first. The entries are counted before any is
+    /// parsed: anything but Apple's three is refused with `invalid_chain_length`.
     public func certificates() throws -> [Certificate] {
         guard let list = header["x5c"]?.array else { throw CryptoError("invalid_certificate", "the JWS header has no x5c chain") }
+        guard list.count == JWS.chainLength else {
+            throw CryptoError("invalid_chain_length", "x5c must hold exactly \(JWS.chainLength) certificates, it holds \(list.count)")
+        }
         return try list.map { entry in
             guard let text = entry.text, let der = Data(base64Encoded: text) else {
                 throw CryptoError("invalid_certificate", "an x5c entry is not Base64 DER")
@@ -56,7 +74,6 @@ public struct JWS: Sendable {
     public func verify(with verifier: ChainVerifier, at date: Date) throws -> Certificate {
         guard header["alg"]?.text == "ES256" else { throw CryptoError("invalid_jws_algorithm", "JWS alg must be ES256") }
         let chain = try certificates()
-        guard chain.count == 3 else { throw CryptoError("invalid_chain_length", "x5c must hold exactly three certificates, it holds \(chain.count)") }
         try verifier.verify(leaf: chain[0], intermediates: [chain[1]], at: date, policy: .appleReceiptSigning)
         guard let key = chain[0].publicKey, key.isValidES256(signature, for: signingInput) else {
             throw CryptoError("signature_mismatch", "the JWS signature does not verify with the leaf certificate's key")

@@ -19,6 +19,9 @@ public struct SignedData: Sendable {
     /// The messageDigest attribute value, when present.
     public let messageDigest: [UInt8]?
 
+    /// The most embedded certificates accepted before any of them is parsed.
+    public static let maximumCertificates = 8
+
     /// Parses BER or DER. Throws `CryptoError` with code `malformed_pkcs7`.
     public init(ber bytes: [UInt8]) throws {
         do {
@@ -46,7 +49,11 @@ public struct SignedData: Sendable {
             var signerInfos: ASN1Element?
             for field in fields.dropFirst(3) {
                 switch field.tag {
-                case 0xa0: certificates = try field.children().map { Array($0.encoded) }
+                case 0xa0:
+                    let embedded = try field.children()
+                    // Apple embeds three (leaf, WWDR, root); more is not a receipt, and each one costs a parse.
+                    guard embedded.count <= SignedData.maximumCertificates else { throw ASN1Error("too many certificates") }
+                    certificates = embedded.map { Array($0.encoded) }
                 case 0xa1: continue
                 case DER.Tag.set: signerInfos = field
                 default: throw ASN1Error("unexpected SignedData field")

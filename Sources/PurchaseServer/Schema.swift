@@ -126,5 +126,9 @@ enum Schema {
             )
             """,
         ]),
+        // Claims that ended without an outcome (the process died holding the lease): three make a job poison.
+        SQLMigration(version: 6, statements: [
+            "ALTER TABLE verification_jobs ADD COLUMN open_claims BIGINT NOT NULL DEFAULT 0",
+        ]),
     ]
 }

@@ -219,7 +219,7 @@ extension PurchaseStore {
         let summary = result.jsonText
         try db.query("""
             UPDATE verification_jobs SET state = ?, reason = ?, environment = ?, result = ?, lease_owner = NULL, lease_expires_at = NULL,
-            updated_at = ?, settled_at = ? WHERE id = ?
+            open_claims = 0, updated_at = ?, settled_at = ? WHERE id = ?
             """, [state.rawValue, reason, env, summary, now, now, job.id])
         return (state, result)
     }

@@ -72,20 +72,44 @@ extension PurchaseStore {
         }.flatMap { appId == nil || $0.appId == appId ? $0 : nil }
     }
 
+    /// How many claims may end without an outcome (the process died holding the lease) before a
+    /// job is poison: the input that killed the process three times is not run a fourth.
+    public static let maximumOpenClaims: Int64 = 3
+
     /// Claims up to `limit` due jobs for `owner` under a lease; expired leases are taken over.
+    /// Every claim is counted until the job reaches an outcome (settled, rejected, rescheduled); a
+    /// job whose count would pass `maximumOpenClaims` goes to `dead` with reason `poison` instead,
+    /// in the same transaction, and stays there until an operator replays it.
     public func claim(owner: String, limit: Int, lease: TimeInterval, now: Date) async throws -> [VerificationJob] {
         let lock = database.dialect == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
         let nowMs = now.milliseconds
         let leaseUntil = now.addingTimeInterval(lease).milliseconds
         return try await database.transaction { db in
-            try db.query("""
-                UPDATE verification_jobs SET state = 'verifying', lease_owner = ?, lease_expires_at = ?, attempts = attempts + 1, updated_at = ?
+            let rows = try db.query("""
+                UPDATE verification_jobs SET state = 'verifying', lease_owner = ?, lease_expires_at = ?, attempts = attempts + 1,
+                open_claims = open_claims + 1, updated_at = ?
                 WHERE id IN (
                     SELECT id FROM verification_jobs
                     WHERE (state IN ('pending', 'timed_out') AND next_attempt_at <= ?) OR (state = 'verifying' AND lease_expires_at <= ?)
                     ORDER BY next_attempt_at LIMIT ?\(lock))
                 RETURNING *
-                """, [owner, leaseUntil, nowMs, nowMs, nowMs, limit]).map(VerificationJob.from)
+                """, [owner, leaseUntil, nowMs, nowMs, nowMs, limit])
+            var claimed: [VerificationJob] = []
+            for row in rows {
+                let job = VerificationJob.from(row)
+                guard (row.int("open_claims") ?? 0) > Self.maximumOpenClaims else {
+                    claimed.append(job)
+                    continue
+                }
+                let reason = "poison: claimed \(Self.maximumOpenClaims) times without an outcome (the server stopped while processing it)"
+                try db.query("""
+                    UPDATE verification_jobs SET state = 'dead', reason = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?, settled_at = ?
+                    WHERE id = ?
+                    """, [reason, nowMs, nowMs, job.id])
+                try Self.audit(db, appId: job.appId, userId: job.appUserId, kind: "verification_poisoned",
+                               detail: ["verificationId": job.id, "attempts": String(job.attempts)], now: now)
+            }
+            return claimed
         }
     }
 
@@ -95,7 +119,7 @@ extension PurchaseStore {
         try await database.transaction { db in
             try db.query("""
                 UPDATE verification_jobs SET state = ?, reason = ?, next_attempt_at = ?, lease_owner = NULL, lease_expires_at = NULL,
-                updated_at = ?, settled_at = ? WHERE id = ? AND lease_owner = ? AND state = 'verifying'
+                open_claims = 0, updated_at = ?, settled_at = ? WHERE id = ? AND lease_owner = ? AND state = 'verifying'
                 """, [state.rawValue, reason, nextAttempt.milliseconds, now.milliseconds, dead ? now.milliseconds : nil, job.id, owner])
             if dead {
                 try Self.audit(db, appId: job.appId, userId: job.appUserId, kind: "verification_dead_lettered",
@@ -109,7 +133,7 @@ extension PurchaseStore {
         try await database.transaction { db in
             let rows = try db.query("""
                 UPDATE verification_jobs SET state = 'rejected', reason = ?, environment = ?, lease_owner = NULL, lease_expires_at = NULL,
-                updated_at = ?, settled_at = ? WHERE id = ? AND lease_owner = ? AND state = 'verifying' RETURNING id
+                open_claims = 0, updated_at = ?, settled_at = ? WHERE id = ? AND lease_owner = ? AND state = 'verifying' RETURNING id
                 """, [reason, environment?.rawValue, now.milliseconds, now.milliseconds, job.id, owner])
             guard !rows.isEmpty else { return }
             try Self.audit(db, appId: job.appId, userId: job.appUserId, kind: "verification_rejected",
@@ -154,13 +178,13 @@ extension PurchaseStore {
             if let ids {
                 for id in ids {
                     total += try db.query("""
-                        UPDATE verification_jobs SET state = 'pending', next_attempt_at = ?, created_at = ?, settled_at = NULL, updated_at = ?
+                        UPDATE verification_jobs SET state = 'pending', open_claims = 0, next_attempt_at = ?, created_at = ?, settled_at = NULL, updated_at = ?
                         WHERE id = ? AND state IN ('dead', 'timed_out') RETURNING id
                         """, [now.milliseconds, now.milliseconds, now.milliseconds, id]).count
                 }
             } else {
                 total = try db.query("""
-                    UPDATE verification_jobs SET state = 'pending', next_attempt_at = ?, created_at = ?, settled_at = NULL, updated_at = ?
+                    UPDATE verification_jobs SET state = 'pending', open_claims = 0, next_attempt_at = ?, created_at = ?, settled_at = NULL, updated_at = ?
                     WHERE state = 'dead' RETURNING id
                     """, [now.milliseconds, now.milliseconds, now.milliseconds]).count
             }

@@ -37,6 +37,31 @@ struct ASN1Tests {
         #expect(throws: ASN1Error.self) { _ = try ASN1Element.parse(bytes).children() }
     }
 
+    /// Constructed OCTET STRINGs nested `depth` times, definite or indefinite lengths.
+    static func nestedOctetStrings(depth: Int, indefinite: Bool) -> [UInt8] {
+        var bytes = DER.octetString([0x61])
+        for _ in 0..<depth { bytes = indefinite ? [0x24, 0x80] + bytes + [0, 0] : DER.tlv(0x24, bytes) }
+        return bytes
+    }
+
+    @Test("Hostile nesting is refused with an error, not a stack overflow", arguments: [false, true])
+    func hostileNesting(indefinite: Bool) {
+        let deep = Self.nestedOctetStrings(depth: 20_000, indefinite: indefinite)
+        #expect(throws: ASN1Error.self) { _ = try ASN1Element.parse(deep).octets() }
+        // Inside a receipt-shaped ContentInfo, and through the whole decoder.
+        let receipt = DER.sequence([DER.objectIdentifier(OID.signedData), DER.explicit(0, deep)])
+        #expect(throws: (any Error).self) { _ = try ReceiptDecoder.decode(receipt) }
+        #expect(throws: (any Error).self) { _ = try SignedData(ber: receipt) }
+    }
+
+    @Test("Nesting up to the bound is read; one level more is refused")
+    func nestingBound() throws {
+        let allowed = Self.nestedOctetStrings(depth: ASN1Element.maximumDepth - 1, indefinite: false)
+        #expect(try ASN1Element.parse(allowed).octets() == [0x61])
+        let tooDeep = Self.nestedOctetStrings(depth: ASN1Element.maximumDepth, indefinite: true)
+        #expect(throws: ASN1Error("nesting too deep")) { _ = try ASN1Element.parse(tooDeep).octets() }
+    }
+
     @Test("Random bytes never crash the parser")
     func randomBytes() {
         var generator = SystemRandomNumberGenerator()

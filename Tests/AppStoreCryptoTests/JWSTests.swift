@@ -63,6 +63,26 @@ struct JWSTests {
         #expect(throws: CryptoError.self) { try JWS(compact: unmarked).verify(with: ChainVerifier(roots: [plain.root]), at: date) }
     }
 
+    @Test("x5c is counted before any certificate is parsed; oversized headers and bodies are refused first")
+    func boundedBeforeWork() throws {
+        let chain = try Self.makeChain()
+        let date = Date(timeIntervalSince1970: 1_768_471_200)
+        let payload = Base64URL.encode(Self.payload)
+        func code(_ compact: String) -> String? {
+            do { try JWS(compact: compact).verify(with: ChainVerifier(roots: [chain.root]), at: date); return nil } catch let error as CryptoError {
+                return error.code
+            } catch { return "other" }
+        }
+        // Entries that are not even Base64: parsing any of them would fail with invalid_certificate.
+        let many = Base64URL.encode(Array(("{\"alg\":\"ES256\",\"x5c\":[" + Array(repeating: "\"!\"", count: 2000).joined(separator: ",") + "]}").utf8))
+        #expect(code(many + "." + payload + ".AAAA") == "invalid_chain_length")
+        let four = Base64URL.encode(Array(#"{"alg":"ES256","x5c":["!","!","!","!"]}"#.utf8))
+        #expect(code(four + "." + payload + ".AAAA") == "invalid_chain_length")
+        let hugeHeader = Base64URL.encode(Array(("{\"alg\":\"ES256\",\"pad\":\"" + String(repeating: "x", count: JWS.maximumHeaderLength) + "\"}").utf8))
+        #expect(code(hugeHeader + "." + payload + ".AAAA") == "invalid_jws_format")
+        #expect(code(String(repeating: "A", count: JWS.maximumCompactLength + 1)) == "invalid_jws_format")
+    }
+
     @Test("Malformed compact forms are format errors", arguments: ["", "a.b", "a.b.c.d", "!!!.e30.e30", "e30.e30.@@", "W10.e30.e30"])
     func malformed(text: String) {
         #expect(throws: CryptoError.self) { try JWS(compact: text) }

@@ -62,6 +62,50 @@ struct ReliabilityTests {
         #expect(try await world.user("com.example.coins", "alice").balances == ["coins": 100])
     }
 
+    @Test("A job whose claims end without an outcome three times is poison: dead, not run again until replayed", arguments: Engine.available)
+    func poisonJob(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine, startWorker: false)
+        defer { Task { await world.stop() } }
+        let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF02")
+        let job = try await world.server.submit(appId: "com.example.coins", appUserId: "alice", receiptData: receipt, kind: .purchase)
+        var now = world.server.clock.now()
+        // Three workers die holding the job (their leases lapse); each claim is counted.
+        for crash in 1...3 {
+            let claimed = try await world.server.store.claim(owner: "crashed-\(crash)", limit: 10, lease: 1, now: now)
+            #expect(claimed.map(\.id) == [job.id])
+            now = now.addingTimeInterval(2)
+        }
+        // The fourth claim finds it poison: nothing to run, the job is dead with the reason.
+        #expect(try await world.server.store.claim(owner: "fourth", limit: 10, lease: 30, now: now).isEmpty)
+        let dead = try await world.server.store.job(job.id, appId: nil)
+        #expect(dead?.state == .dead)
+        #expect(dead?.reason?.hasPrefix("poison") == true)
+        #expect(try await world.server.store.claim(owner: "fifth", limit: 10, lease: 30, now: now.addingTimeInterval(3600)).isEmpty)
+        // An operator's replay runs it again, with a fresh count; it settles once.
+        #expect(try await world.server.store.replay(ids: [job.id], now: now) == 1)
+        let again = try await world.server.store.claim(owner: "operator", limit: 10, lease: 30, now: now)
+        #expect(again.map(\.id) == [job.id])
+        #expect(await world.server.worker.engine.process(again[0], owner: "operator") == .verified)
+        #expect(try await world.user("com.example.coins", "alice").balances == ["coins": 100])
+    }
+
+    @Test("A retried job is not poison: an outcome resets the count", arguments: Engine.available)
+    func retriesAreNotPoison(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine, startWorker: false)
+        defer { Task { await world.stop() } }
+        try await world.emulator.addFault(endpoint: "verifyReceipt", environment: nil, behavior: .http(503))
+        let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF01")
+        let job = try await world.server.submit(appId: "com.example.coins", appUserId: "alice", receiptData: receipt, kind: .purchase)
+        var now = world.server.clock.now()
+        for attempt in 1...5 {
+            let claimed = try await world.server.store.claim(owner: "worker", limit: 10, lease: 30, now: now)
+            #expect(claimed.map(\.id) == [job.id], "attempt \(attempt)")
+            guard let claim = claimed.first else { return }
+            #expect(await world.server.worker.engine.process(claim, owner: "worker") != .dead)
+            now = now.addingTimeInterval(3600)
+        }
+    }
+
     @Test("Apple's final answers are rejections with reasons: wrong shared secret (21004), deleted account (21010)", arguments: Engine.available)
     func finalAnswers(engine: Engine) async throws {
         let world = try await ServerWorld.make(engine) { app in if app.id == "com.example.magazine" { app.sharedSecret = "wrong" } }
