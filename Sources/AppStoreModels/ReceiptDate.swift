@@ -5,10 +5,31 @@ import Foundation
 public enum ReceiptDate {
     private static let pacific = TimeZone(identifier: "America/Los_Angeles") ?? TimeZone(secondsFromGMT: -8 * 3600)!
 
-    /// Integer Unix milliseconds of a date.
+    /// Integer Unix milliseconds of a date, saturating: a date outside what Int64 milliseconds can
+    /// hold (or not finite) never traps, whatever a request or file put in it.
     public static func milliseconds(_ date: Date) -> Int64 {
-        Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+        saturating((date.timeIntervalSince1970 * 1000).rounded(.down))
     }
+
+    /// Whole Unix seconds of a date, saturating like `milliseconds`.
+    static func seconds(_ date: Date) -> Int64 {
+        saturating(date.timeIntervalSince1970.rounded(.down))
+    }
+
+    /// `value` as Int64, clamped to its range (NaN is 0).
+    static func saturating(_ value: Double) -> Int64 {
+        if let exact = Int64(exactly: value) { return exact }
+        if value.isNaN { return 0 }
+        return value < 0 ? .min : .max
+    }
+
+    /// The first instant accepted from a client: 1970-01-01T00:00:00Z.
+    public static let earliestAccepted = Date(timeIntervalSince1970: 0)
+    /// The last instant accepted from a client: 9999-12-31T23:59:59.999Z.
+    public static let latestAccepted = Date(timeIntervalSince1970: 253_402_300_799.999)
+
+    /// Whether `date` lies in 1970…9999, the span the server accepts from requests and settings.
+    public static func isAccepted(_ date: Date) -> Bool { date >= earliestAccepted && date <= latestAccepted }
 
     /// A date from Unix milliseconds.
     public static func date(milliseconds: Int64) -> Date {
@@ -17,13 +38,13 @@ public enum ReceiptDate {
 
     /// `2013-08-01 07:00:00 Etc/GMT`
     public static func gmtString(_ date: Date) -> String {
-        civil(seconds: Int64(date.timeIntervalSince1970.rounded(.down)), separator: " ") + " Etc/GMT"
+        civil(seconds: seconds(date), separator: " ") + " Etc/GMT"
     }
 
     /// `2013-08-01 00:00:00 America/Los_Angeles` (follows daylight saving time).
     public static func pacificString(_ date: Date) -> String {
-        let seconds = Int64(date.timeIntervalSince1970.rounded(.down))
-        return civil(seconds: seconds + pacificOffset(seconds), separator: " ") + " America/Los_Angeles"
+        let seconds = seconds(date)
+        return civil(seconds: seconds &+ pacificOffset(seconds), separator: " ") + " America/Los_Angeles"
     }
 
     /// UTC offset of Los Angeles. Since 2007 US daylight time runs from the second Sunday of March,
@@ -44,7 +65,7 @@ public enum ReceiptDate {
 
     /// `2013-08-01T07:00:00Z`, as binary receipts store dates.
     public static func rfc3339(_ date: Date) -> String {
-        civil(seconds: Int64(date.timeIntervalSince1970.rounded(.down)), separator: "T") + "Z"
+        civil(seconds: seconds(date), separator: "T") + "Z"
     }
 
     /// Parses RFC 3339 with `Z`, `±HH:MM` or `±HHMM` offsets and optional fractions; nil for empty or invalid text.

@@ -120,6 +120,30 @@ public struct ProductMapping: Codable, Sendable, Equatable {
     }
 }
 
+extension ProductMapping {
+    /// The quantities a transaction may carry: StoreKit sells 1…10 units, this allows some room.
+    public static let acceptedQuantities: ClosedRange<Int64> = 1...100
+    /// The credit a consumable may give per unit (`amount`).
+    public static let acceptedAmounts: ClosedRange<Int64> = 1...1_000_000_000
+    /// The length a non-renewing subscription may have (`durationDays`), up to a century.
+    public static let acceptedDurationDays: ClosedRange<Int64> = 1...36_500
+
+    /// `amount × quantity`, saturating (the bounds above keep it far from overflow; this keeps a
+    /// row written before the bounds existed from trapping).
+    static func credit(_ amount: Int64, times quantity: Int64) -> Int64 {
+        let (product, overflow) = amount.multipliedReportingOverflow(by: quantity)
+        return overflow ? (amount.signum() == quantity.signum() ? .max : .min) : product
+    }
+
+    /// When a non-renewing pass bought at `start` (Unix ms) for `quantity` units ends, saturating.
+    func passEnd(from start: Int64, quantity: Int64) -> Int64 {
+        let days = ProductMapping.credit(durationDays ?? 0, times: max(quantity, 0))
+        let length = ProductMapping.credit(days, times: 86_400_000)
+        let (end, overflow) = start.addingReportingOverflow(length)
+        return overflow ? .max : end
+    }
+}
+
 /// The lifecycle of a verification job.
 public enum JobState: String, Codable, Sendable, CaseIterable {
     /// Waiting to be verified (first time or after a retryable failure).

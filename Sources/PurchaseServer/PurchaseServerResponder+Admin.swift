@@ -46,7 +46,7 @@ extension PurchaseServerResponder {
             guard let id = body.id ?? body.bundleId else { throw HTTPError.badRequest("id (the bundle id) is required.", code: "missing_id") }
             let app = ServerApp(id: id, name: body.name, sharedSecret: body.sharedSecret, bundleIds: body.bundleIds,
                                 replayPolicy: body.replayPolicy ?? .reject, sandboxPolicy: body.sandboxPolicy ?? .allow,
-                                sandboxAllowList: body.sandboxAllowList ?? [], quirk21002Policy: body.quirk21002Policy ?? .retrySandbox,
+                                sandboxAllowList: try (body.sandboxAllowList ?? []).map { try userId($0) }, quirk21002Policy: body.quirk21002Policy ?? .retrySandbox,
                                 appAppleId: body.appAppleId, serverAPIKey: body.serverAPIKey, consumptionPolicy: body.consumptionPolicy ?? .ignore)
             try await server.store.createApp(app, now: server.clock.now())
             return .json(app, status: .created)
@@ -63,7 +63,7 @@ extension PurchaseServerResponder {
             if let bundleIds = body.bundleIds { app.bundleIds = bundleIds }
             if let policy = body.replayPolicy { app.replayPolicy = policy }
             if let policy = body.sandboxPolicy { app.sandboxPolicy = policy }
-            if let list = body.sandboxAllowList { app.sandboxAllowList = list }
+            if let list = body.sandboxAllowList { app.sandboxAllowList = try list.map { try userId($0) } }
             if let policy = body.quirk21002Policy { app.quirk21002Policy = policy }
             if let id = body.appAppleId { app.appAppleId = id }
             if let key = body.serverAPIKey { app.serverAPIKey = key }

@@ -115,10 +115,11 @@ extension PurchaseServerResponder {
     static func revenue(_ request: Request, _ server: PurchaseServer, appId: String?) async throws -> RevenueReport {
         func date(_ name: String, _ fallback: Date) throws -> Date {
             guard let text = request.query[name] else { return fallback }
-            if let date = ReceiptDate.parseRFC3339(text) ?? ReceiptDate.parseRFC3339(text + "T00:00:00Z") ?? Int64(text).map(ReceiptDate.date(milliseconds:)) {
+            if let date = ReceiptDate.parseRFC3339(text) ?? ReceiptDate.parseRFC3339(text + "T00:00:00Z") ?? Int64(text).map(ReceiptDate.date(milliseconds:)),
+               ReceiptDate.isAccepted(date) {
                 return date
             }
-            throw HTTPError.badRequest("\(name) must be a date (2026-01-31), an RFC 3339 time or Unix milliseconds.", code: "invalid_date")
+            throw HTTPError.badRequest("\(name) must be a date (2026-01-31), an RFC 3339 time or Unix milliseconds, in 1970–9999.", code: "invalid_date")
         }
         let now = server.clock.now()
         let from = try date("from", now.addingTimeInterval(-30 * 86400))

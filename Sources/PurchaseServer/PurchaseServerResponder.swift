@@ -45,11 +45,9 @@ public struct PurchaseServerResponder: Responder {
         }
     }
 
+    /// The app user id of a request, normalised (`ClientIdentifier`), or a 400 `invalid_user_id`.
     static func userId(_ value: String?) throws -> String {
-        guard let value, !value.isEmpty, value.count <= 256, !value.contains(where: { $0.isNewline }) else {
-            throw HTTPError.badRequest("appUserId must be 1–256 characters.", code: "invalid_app_user_id")
-        }
-        return value
+        try ClientIdentifier(value ?? "", .appUserId).value
     }
 
     static func waitSeconds(_ request: Request) throws -> Double {

@@ -154,12 +154,14 @@ public final class PurchaseStore: Sendable {
         }
         switch product.type {
         case .consumable:
-            guard product.currency != nil, (product.amount ?? 0) > 0 else {
-                throw ServerError(400, "invalid_product", "A consumable credits a currency by a positive amount.")
+            guard product.currency != nil, ProductMapping.acceptedAmounts.contains(product.amount ?? 0) else {
+                throw ServerError(400, "invalid_product", "A consumable credits a currency by an amount of 1…\(ProductMapping.acceptedAmounts.upperBound).")
             }
+            if let currency = product.currency { _ = try ClientIdentifier(currency, .currency) }
         case .nonRenewing:
-            guard product.entitlement != nil, (product.durationDays ?? 0) > 0 else {
-                throw ServerError(400, "invalid_product", "A non-renewing subscription grants an entitlement for a number of days.")
+            guard product.entitlement != nil, ProductMapping.acceptedDurationDays.contains(product.durationDays ?? 0) else {
+                throw ServerError(400, "invalid_product",
+                                  "A non-renewing subscription grants an entitlement for 1…\(ProductMapping.acceptedDurationDays.upperBound) days.")
             }
         default:
             guard product.entitlement != nil else { throw ServerError(400, "invalid_product", "This product type grants an entitlement.") }

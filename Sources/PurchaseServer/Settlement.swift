@@ -229,6 +229,12 @@ extension PurchaseStore {
         let job = settlement.job
         let env = settlement.environment.rawValue
         let now = settlement.now.milliseconds
+        // Apple sells 1…10 units per transaction; anything else is refused before it can multiply a credit.
+        guard ProductMapping.acceptedQuantities.contains(transaction.quantity) else {
+            result.refused.append(.init(transactionId: transaction.transactionId, productId: transaction.productId, code: "invalid_quantity",
+                                        reason: "transaction \(transaction.transactionId) has quantity \(transaction.quantity)"))
+            return
+        }
         let inserted = !(try db.query("""
             INSERT INTO ledger (environment, transaction_id, app_id, app_user_id, product_id, product_type, quantity, purchase_date,
             original_purchase_date, original_transaction_id, web_order_line_item_id, expires_date, price, currency, source, verification_id,
@@ -289,7 +295,7 @@ extension PurchaseStore {
 
         // Consumables credit their balance once, when first recorded (never when already refunded).
         if inserted, owns, mapping.type == .consumable, transaction.cancellationDate == nil, let currency = mapping.currency, let amount = mapping.amount {
-            let credit = amount * transaction.quantity
+            let credit = ProductMapping.credit(amount, times: transaction.quantity)
             try adjustBalance(db, appId: job.appId, userId: job.appUserId, currency: currency, by: credit)
             try db.query("UPDATE ledger SET credited_currency = ?, credited_amount = ? WHERE environment = ? AND transaction_id = ?",
                          [currency, credit, env, transaction.transactionId])

@@ -107,7 +107,7 @@ extension PurchaseStore {
                 case .nonRenewing:
                     let key = entitlement + "|" + transaction.environment
                     let start = max(transaction.purchaseDate, passEnd[key] ?? 0)
-                    let end = start + (mapping.durationDays ?? 0) * 86_400_000 * transaction.quantity
+                    let end = mapping.passEnd(from: start, quantity: transaction.quantity)
                     passEnd[key] = end
                     offer(.init(id: entitlement, active: nowMs < end, expiresDate: end, source: mapping.type.rawValue,
                                 productId: transaction.productId, environment: transaction.environment))
@@ -176,9 +176,11 @@ extension PurchaseStore {
     /// Spends from a balance once per idempotency key; never below zero.
     public func spend(appId: String, appUserId: String, currency: String, amount: Int64, idempotencyKey: String, now: Date) async throws -> SpendResult {
         guard amount > 0 else { throw ServerError(400, "invalid_amount", "The amount to spend must be a positive integer.") }
-        guard !idempotencyKey.isEmpty, idempotencyKey.count <= 200 else {
-            throw ServerError(400, "missing_idempotency_key", "Send an Idempotency-Key header (1–200 characters).")
+        guard !idempotencyKey.isEmpty else {
+            throw ServerError(400, "missing_idempotency_key", "Send an Idempotency-Key header (1–256 bytes).")
         }
+        let idempotencyKey = try ClientIdentifier(idempotencyKey, .idempotencyKey).value
+        let currency = try ClientIdentifier(currency, .currency).value
         return try await database.transaction { db in
             if let previous = try db.query("SELECT * FROM spends WHERE app_id = ? AND app_user_id = ? AND idempotency_key = ?",
                                            [appId, appUserId, idempotencyKey]).first {

@@ -99,7 +99,8 @@ public final class SQLiteDatabase: @unchecked Sendable {
         for (offset, parameter) in parameters.enumerated() {
             let index = Int32(offset + 1)
             switch parameter {
-            case .text(let text): _ = shim_sqlite3_bind_text_transient(statement, index, text, -1)
+            // With its byte length: text holding a NUL is stored whole, never cut at the NUL.
+            case .text(let text): _ = shim_sqlite3_bind_text_transient(statement, index, text, Int32(clamping: text.utf8.count))
             case .blob(let data): _ = data.withUnsafeBytes { shim_sqlite3_bind_blob_transient(statement, index, $0.baseAddress, Int32($0.count)) }
             case .integer(let value): sqlite3_bind_int64(statement, index, value)
             case .null: sqlite3_bind_null(statement, index)

@@ -1,0 +1,96 @@
+import Foundation
+@testable import PurchaseServer
+import Testing
+
+@Suite("Client-chosen identifiers")
+struct IdentifierTests {
+    @Test("The rule: NFC, 1–256 bytes, no control characters", arguments: [
+        ("alice", "alice"),
+        ("e\u{301}", "\u{e9}"),                      // NFD becomes NFC
+        ("\u{e9}", "\u{e9}"),
+        (String(repeating: "a", count: 256), String(repeating: "a", count: 256)),
+        (String(repeating: "\u{e9}", count: 128), String(repeating: "\u{e9}", count: 128)),  // 256 bytes
+        ("user with spaces", "user with spaces"),
+    ])
+    func accepted(input: String, normalised: String) throws {
+        let id = try ClientIdentifier(input, .appUserId)
+        #expect(Array(id.value.utf8) == Array(normalised.utf8))
+    }
+
+    @Test("Refused with invalid_user_id", arguments: [
+        "", "alice\u{0}evil", "line\nbreak", "tab\there", "\u{7f}", "\u{9b}csi",
+        String(repeating: "a", count: 257),
+        String(repeating: "\u{e9}", count: 129),          // 129 characters but 258 bytes: bytes count, not characters
+        String(repeating: "e\u{301}", count: 129),        // NFD: 387 bytes, 258 after NFC
+    ])
+    func refused(input: String) {
+        #expect { try ClientIdentifier(input, .appUserId) } throws: { ($0 as? ServerError)?.code == "invalid_user_id" }
+    }
+
+    @Test("Over HTTP: a NUL is refused, not truncated; NFC and NFD name one user", arguments: Engine.available)
+    func overHTTP(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        let key = ["Authorization": "Bearer \(world.keys["com.example.coins"]!)"]
+        let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF01")
+        let (status, body) = try await world.client.json(.post, "/v1/receipts", json: ["appUserId": "alice\u{0}evil", "receiptData": receipt], headers: key)
+        #expect(status == 400)
+        #expect((body["error"] as? [String: Any])?["code"] as? String == "invalid_user_id")
+        let (read, _) = try await world.client.json(.get, "/v1/users/alice%00evil", headers: key)
+        #expect(read == 400)
+        // Nothing was granted to "alice" by the refused upload.
+        #expect(try await world.user("com.example.coins", "alice").balances.isEmpty)
+
+        let decomposed = "Jose\u{301}", composed = "Jos\u{e9}"
+        let job = try await world.upload("com.example.coins", user: decomposed, receipt: receipt)
+        #expect(job.state == "verified")
+        let encoded = composed.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed)!
+        let (_, view) = try await world.client.json(.get, "/v1/users/\(encoded)", headers: key)
+        #expect(view.balances == ["coins": 20])
+        #expect(Array((view["appUserId"] as? String ?? "").utf8) == Array(composed.utf8))
+    }
+}
+
+@Suite("Numbers from outside never trap")
+struct ArithmeticBoundsTests {
+    @Test("Report dates outside 1970–9999 are 400 invalid_date", arguments: Engine.available)
+    func reportDates(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        let admin = ["Authorization": "Bearer \(ServerWorld.adminKey)"]
+        for bad in ["9223372036854775807", "-9223372036854775808", "-1", "253402300800000", "10000-01-01", "nan"] {
+            let (status, body) = try await world.client.json(.get, "/admin/v1/reports/revenue?from=\(bad)", headers: admin)
+            #expect(status == 400, "from=\(bad)")
+            #expect((body["error"] as? [String: Any])?["code"] as? String == "invalid_date", "from=\(bad)")
+        }
+        let (ok, _) = try await world.client.json(.get, "/admin/v1/reports/revenue?from=0&to=253402300799999", headers: admin)
+        #expect(ok == 200)
+    }
+
+    @Test("Product amounts and durations outside their bounds are refused", arguments: [
+        #"{"type": "nonRenewing", "entitlement": "pass", "durationDays": 200000000000}"#,
+        #"{"type": "nonRenewing", "entitlement": "pass", "durationDays": -1}"#,
+        #"{"type": "consumable", "currency": "coins", "amount": 9223372036854775807}"#,
+        #"{"type": "consumable", "currency": "coins", "amount": 0}"#,
+        #"{"type": "consumable", "currency": "co\u0000ins", "amount": 5}"#,
+    ])
+    func productBounds(json: String) async throws {
+        let body = try JSONSerialization.jsonObject(with: Data(json.utf8)) as! [String: Any]
+        let world = try await ServerWorld.make(.sqlite)
+        defer { Task { await world.stop() } }
+        let (status, answer) = try await world.client.json(.put, "/admin/v1/apps/com.example.magazine/products/com.example.magazine.weekpass", json: body,
+                                                           headers: ["Authorization": "Bearer \(ServerWorld.adminKey)"])
+        #expect(status == 400, "\(answer)")
+    }
+
+    @Test("Pass windows and credits saturate instead of overflowing")
+    func saturation() {
+        let pass = ProductMapping(productId: "p", type: .nonRenewing, entitlement: "e", durationDays: 200_000_000_000)
+        #expect(pass.passEnd(from: 1_700_000_000_000, quantity: 10) == .max)
+        let week = ProductMapping(productId: "p", type: .nonRenewing, entitlement: "e", durationDays: 7)
+        #expect(week.passEnd(from: 0, quantity: 2) == 14 * 86_400_000)
+        #expect(ProductMapping.credit(.max, times: 2) == .max)
+        #expect(ProductMapping.credit(.max, times: -2) == .min)
+        #expect(ProductMapping.credit(600, times: 3) == 1800)
+    }
+}
