@@ -47,12 +47,17 @@ let package = Package(
             dependencies: ["AppStoreEmulator", "HTTP", "Storage", "SQLiteStorage"],
             swiftSettings: swiftSettings
         ),
+        // Harnesses for every parser an attacker reaches; `storekeeper-fuzz` runs them under libFuzzer (make fuzz).
+        .target(name: "FuzzTargets", dependencies: ["AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPClient", "PurchaseServer", "SQLiteStorage"],
+                swiftSettings: swiftSettings),
+        .executableTarget(name: "storekeeper-fuzz", dependencies: ["FuzzTargets"], swiftSettings: swiftSettings),
         .executableTarget(
             name: "storekeeper",
             dependencies: ["AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPServer", "HTTPClient", "SQLiteStorage", "PostgresStorage", "PurchaseServer", "StoreKitClient"],
             swiftSettings: swiftSettings
         ),
 
+        .testTarget(name: "FuzzTargetsTests", dependencies: ["FuzzTargets", "StorekeeperTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "AppStoreModelsTests", dependencies: ["AppStoreModels"], swiftSettings: swiftSettings),
         .testTarget(
             name: "AppStoreCryptoTests",

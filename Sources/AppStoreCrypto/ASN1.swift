@@ -190,16 +190,13 @@ public enum DER {
         tlv(Tag.set, elements.sorted { $0.lexicographicallyPrecedes($1) }.flatMap { $0 })
     }
 
-    /// A non-negative INTEGER.
+    /// An INTEGER in two's complement, shortest form (negative values too: nothing a setting holds traps here).
     public static func integer(_ value: Int64) -> [UInt8] {
-        precondition(value >= 0, "only non-negative integers are encoded")
-        var bytes: [UInt8] = []
-        var remaining = UInt64(value)
-        repeat {
-            bytes.insert(UInt8(remaining & 0xff), at: 0)
-            remaining >>= 8
-        } while remaining > 0
-        if bytes[0] & 0x80 != 0 { bytes.insert(0, at: 0) }
+        var bytes = withUnsafeBytes(of: value.bigEndian) { Array($0) }
+        // Drop leading bytes that only repeat the sign.
+        while bytes.count > 1, (bytes[0] == 0 && bytes[1] & 0x80 == 0) || (bytes[0] == 0xff && bytes[1] & 0x80 != 0) {
+            bytes.removeFirst()
+        }
         return tlv(Tag.integer, bytes)
     }
 

@@ -1,5 +1,6 @@
 import COpenSSL
 import Foundation
+import AppStoreModels
 
 /// Verifies certificate chains against configured roots at a chosen time, with Apple's OID policy.
 public struct ChainVerifier: Sendable {
@@ -37,7 +38,7 @@ public struct ChainVerifier: Sendable {
             throw CryptoError.openSSL("chain_failed", "cannot initialise verification")
         }
         let parameters = X509_STORE_CTX_get0_param(context)
-        X509_VERIFY_PARAM_set_time(parameters, time_t(date.timeIntervalSince1970))
+        X509_VERIFY_PARAM_set_time(parameters, time_t(ReceiptDate.milliseconds(date) / 1000))
         // Apple still signs with SHA-1 and 1024-bit keys in old chains; judge them by validity, not strength.
         X509_VERIFY_PARAM_set_auth_level(parameters, 0)
         if allowPartialChain { X509_VERIFY_PARAM_set_flags(parameters, UInt(X509_V_FLAG_PARTIAL_CHAIN)) }

@@ -74,6 +74,7 @@ extension AppStoreEmulator {
         guard !app.bundleId.isEmpty, app.bundleId.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "." || $0 == "-") }) else {
             throw StoreError.invalid("Bundle id '\(app.bundleId)' may contain only letters, digits, periods and hyphens.", code: "invalid_bundle_id")
         }
+        guard app.appAppleId >= 0 else { throw StoreError.invalid("appAppleId is a positive number.", code: "invalid_app_apple_id") }
         var seen: Set<String> = []
         for product in app.products {
             guard CatalogProduct.isValidIdentifier(product.productId) else {
@@ -84,6 +85,11 @@ extension AppStoreEmulator {
             }
             guard !product.prices.isEmpty else {
                 throw StoreError.invalid("Product \(product.productId) has no price.", code: "missing_price")
+            }
+            let offers = [product.introductoryOffer?.numberOfPeriods].compactMap { $0 }
+                + product.promotionalOffers.map(\.numberOfPeriods) + product.offerCodes.map(\.numberOfPeriods)
+            guard offers.allSatisfy({ CatalogApp.offerPeriods.contains($0) }) else {
+                throw StoreError.invalid("Offers of \(product.productId) run 1…12 periods.", code: "invalid_offer")
             }
             if product.type == .autoRenewable {
                 guard product.subscriptionGroupId != nil, product.period != nil else {

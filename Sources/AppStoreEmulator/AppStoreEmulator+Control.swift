@@ -73,6 +73,9 @@ extension AppStoreEmulator {
     @discardableResult
     public func advanceTime(by seconds: TimeInterval) async throws -> Date {
         guard seconds >= 0 else { throw StoreError.invalid("Time only moves forward; use time set to jump.", code: "invalid_duration") }
+        guard seconds.isFinite, ReceiptDate.isAccepted(clock.now().addingTimeInterval(seconds)) else {
+            throw StoreError.invalid("Time stays within 1970–9999.", code: "invalid_duration")
+        }
         clock.advance(by: seconds)
         return try await persistClock()
     }
@@ -80,6 +83,7 @@ extension AppStoreEmulator {
     /// Sets emulator time.
     @discardableResult
     public func setTime(_ date: Date) async throws -> Date {
+        guard ReceiptDate.isAccepted(date) else { throw StoreError.invalid("Time stays within 1970–9999.", code: "invalid_time") }
         clock.set(to: date)
         return try await persistClock()
     }

@@ -96,7 +96,8 @@ extension AppStoreEmulator {
         let now = Int64(wallClock.timeIntervalSince1970)
         let issuedAt = claims["iat"]?.int64
         guard claims["iss"]?.text == key.issuerId, claims["aud"]?.text == "appstoreconnect-v1", claims["bid"]?.text == key.bundleId,
-              let expires = claims["exp"]?.int64, expires > now, expires - (issuedAt ?? now) <= 3600, (issuedAt ?? now) <= now + 60 else {
+              let expires = claims["exp"]?.int64, expires > now, (issuedAt ?? now) <= now + 60, (issuedAt ?? now) >= now - 86_400,
+              expires <= (issuedAt ?? now) + 3600 else {
             return .failure(.unauthorized)
         }
         return .success(key.bundleId)

@@ -4,6 +4,8 @@ import Foundation
 extension AppStoreEmulator {
     /// The end of a subscription period that starts at `start`, at the account's renewal rate.
     static func periodEnd(from start: Date, period: SubscriptionPeriod, rate: RenewalRate, count: Int = 1) -> Date {
+        // Catalogs bound offers to 1…12 periods; clamping here keeps any other caller from overflowing.
+        let count = min(max(count, 0), 1200)
         if let seconds = rate.acceleratedSeconds(for: period) {
             return start.addingTimeInterval(Double(seconds * count))
         }

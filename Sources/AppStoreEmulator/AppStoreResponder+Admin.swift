@@ -82,7 +82,7 @@ extension AppStoreResponder {
     static func parseLatency(_ text: String?) throws -> ClosedRange<Double>? {
         guard let text else { return nil }
         let parts = text.split(separator: "-", maxSplits: 1).map(String.init)
-        guard let low = DurationText.seconds(parts[0]), let high = parts.count > 1 ? DurationText.seconds(parts[1]) : low, low <= high else {
+        guard let first = parts.first, let low = DurationText.seconds(first), let high = parts.count > 1 ? DurationText.seconds(parts[1]) : low, low <= high else {
             throw StoreError.invalid("Latency '\(text)' is not a duration or a range like 3s-6s.", code: "invalid_latency")
         }
         return low...high
@@ -195,7 +195,10 @@ extension AppStoreResponder {
         }
         router.on(.post, "/admin/v1/transactions/:id/refund") { request in
             await handle {
-                let reason = Int(request.query["reason"] ?? "0") ?? 0
+                // Apple's cancellation_reason: 0 (other) or 1 (an issue in the app).
+                guard let reason = Int(request.query["reason"] ?? "0"), reason == 0 || reason == 1 else {
+                    throw StoreError.invalid("reason is 0 (other) or 1 (an issue in the app).", code: "invalid_reason")
+                }
                 return .json(DeviceTransaction(try await emulator.refund(transactionId: request.parameters["id"] ?? "", reason: reason), receipt: nil))
             }
         }

@@ -153,7 +153,7 @@ extension AppStoreResponder {
                 }
                 let all = try await emulator.notificationHistory(bundleId: bundle, environment: environment,
                                                                  from: ReceiptDate.date(milliseconds: start),
-                                                                 to: ReceiptDate.date(milliseconds: min(end, now + 1)))
+                                                                 to: ReceiptDate.date(milliseconds: min(end, now.addingReportingOverflow(1).overflow ? now : now + 1)))
                 let matching = all.filter { record in
                     (type == nil || record.notificationType == type) && (subtype == nil || record.subtype == subtype)
                         && (transactionId == nil || record.transactionId == transactionId || record.originalTransactionId == transactionId)

@@ -6,10 +6,13 @@ import HTTP
 public struct AppStoreResponder: Responder {
     let emulator: AppStoreEmulator
     let router: Router
+    /// When set, the admin API needs it as a bearer token (the CA and clock reads excepted).
+    let adminToken: String?
 
     /// Builds the routes over an emulator.
-    public init(emulator: AppStoreEmulator) {
+    public init(emulator: AppStoreEmulator, adminToken: String? = nil) {
         self.emulator = emulator
+        self.adminToken = adminToken.flatMap { $0.isEmpty ? nil : $0 }
         var router = Router()
         AppStoreResponder.addVerifyReceiptRoutes(&router, emulator)
         AppStoreResponder.addDeviceRoutes(&router, emulator)

@@ -35,10 +35,18 @@ public final class AdjustableClock: EmulatorClock {
 
 /// Durations written as `90s`, `5m`, `1h30m`, `2d`, `1w`, `500ms`.
 public enum DurationText {
-    /// Seconds for a duration text, or nil.
+    /// The longest duration accepted: a century.
+    public static let maximum: TimeInterval = 100 * 365.25 * 86400
+
+    /// Seconds for a duration text, or nil (also for anything not finite or longer than `maximum`).
     public static func seconds(_ text: String) -> TimeInterval? {
+        guard let seconds = parse(text), seconds.isFinite, abs(seconds) <= maximum else { return nil }
+        return seconds
+    }
+
+    static func parse(_ text: String) -> TimeInterval? {
         let trimmed = text.trimmingCharacters(in: .whitespaces).lowercased()
-        guard !trimmed.isEmpty else { return nil }
+        guard !trimmed.isEmpty, trimmed.utf8.count <= 64 else { return nil }
         if let plain = Double(trimmed) { return plain }
         var total = 0.0
         var number = ""

@@ -21,6 +21,9 @@ extension CatalogProduct {
             prices = [ProductPrice(storefront: storefront, currency: currency, amount: amount)]
         }
         let tier = try c.decodeIfPresent(Int.self, forKey: .priceTier)
+        if let tier, !PriceTier.tiers.contains(tier) {
+            throw DecodingError.dataCorruptedError(forKey: .priceTier, in: c, debugDescription: "price tiers run 0…87")
+        }
         if prices.isEmpty, let tier { prices = PriceTier.prices(tier: tier) }
         var reviewState = ReviewState.readyForSale
         if let text = try c.decodeIfPresent(String.self, forKey: .reviewState) {

@@ -152,6 +152,8 @@ public struct CatalogApp: Codable, Sendable, Equatable {
     public var bundleId: String
     /// The app's Apple id (`app_item_id` in production receipts).
     public var appAppleId: Int64
+    /// How many periods an introductory, promotional or offer-code offer may run (App Store Connect's limit).
+    public static let offerPeriods: ClosedRange<Int> = 1...12
     public var name: String
     /// The app-specific shared secret verifyReceipt checks.
     public var sharedSecret: String

@@ -120,11 +120,16 @@ public struct JWSTransaction: Sendable, Equatable {
                   currency: json["currency"]?.text, price: json["price"]?.int64)
     }
 
-    /// Milliseconds from an integer, or from Xcode's fractional milliseconds (`1697679936049.7297`).
+    /// Milliseconds from an integer, or from Xcode's fractional milliseconds (`1697679936049.7297`);
+    /// nil outside 1970…9999 (this runs before the signature is checked: no value may trap).
     static func milliseconds(_ value: JSONValue) -> Int64? {
         guard case .number(let text) = value else { return nil }
-        return Int64(text) ?? Double(text).map { Int64($0) }
+        guard let millis = Int64(text) ?? Double(text).flatMap({ Int64(exactly: $0.rounded(.down)) }) else { return nil }
+        return acceptedMilliseconds.contains(millis) ? millis : nil
     }
+
+    /// 1970-01-01 … 9999-12-31 in Unix milliseconds.
+    static let acceptedMilliseconds: ClosedRange<Int64> = 0...253_402_300_799_999
 }
 
 extension ProductType {

@@ -51,7 +51,7 @@ public enum ReceiptDate {
     /// 02:00 local (10:00 UTC), to the first Sunday of November, 02:00 local (09:00 UTC); computing it
     /// directly is much faster than asking the time zone database, which older dates still use.
     static func pacificOffset(_ seconds: Int64) -> Int64 {
-        let (year, _, _) = civilFromDays(seconds >= 0 ? seconds / 86400 : (seconds - 86399) / 86400)
+        let (year, _, _) = civilFromDays(seconds >= 0 ? seconds / 86400 : (seconds &- 86399) / 86400)
         guard year >= 2007 else { return Int64(pacific.secondsFromGMT(for: Date(timeIntervalSince1970: Double(seconds)))) }
         func sunday(month: Int, nth: Int) -> Int64 {
             let firstDay = daysFromCivil(year: Int(year), month: month, day: 1)

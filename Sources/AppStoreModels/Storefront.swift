@@ -20,9 +20,13 @@ public enum Storefront {
 
 /// A small slice of App Store Connect's classic price tiers.
 public enum PriceTier {
+    /// The tiers App Store Connect had (0 is free).
+    public static let tiers: ClosedRange<Int> = 0...87
+
     /// Prices of tier N in USA, JPN and CHN (tier N ≈ N − 0.01 USD).
     public static func prices(tier: Int) -> [ProductPrice] {
         guard tier > 0 else { return [ProductPrice(storefront: "USA", currency: "USD", amount: "0")] }
+        let tier = min(tier, tiers.upperBound)
         let usd = "\(tier - 1).99"
         let jpy = String(tier * 120)
         let cny = String(tier * 6)

@@ -13,7 +13,7 @@ static inline struct MHD_Daemon *shim_mhd_start(unsigned int flags, uint16_t por
                                                 MHD_AccessHandlerCallback handler, void *handler_cls,
                                                 MHD_RequestCompletedCallback completed, void *completed_cls,
                                                 unsigned int connection_timeout, unsigned int connection_limit,
-                                                unsigned int thread_pool_size) {
+                                                unsigned int thread_pool_size, unsigned int per_ip_limit) {
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof(addr));
     addr.sin_family = AF_INET;
@@ -26,6 +26,7 @@ static inline struct MHD_Daemon *shim_mhd_start(unsigned int flags, uint16_t por
                             MHD_OPTION_CONNECTION_LIMIT, connection_limit,
                             MHD_OPTION_THREAD_POOL_SIZE, thread_pool_size,
                             MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip_limit,
                             MHD_OPTION_END);
 }
 

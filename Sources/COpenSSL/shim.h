@@ -14,6 +14,7 @@
 #include <openssl/ecdsa.h>
 #include <openssl/core_names.h>
 #include <openssl/ssl.h>
+#include <openssl/hmac.h>
 
 /// Macros and stack helpers that Swift cannot import directly.
 static inline STACK_OF(X509) *shim_sk_X509_new_null(void) { return sk_X509_new_null(); }

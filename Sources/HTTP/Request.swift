@@ -78,10 +78,12 @@ public struct Request: Sendable {
 
     static func parseQueryItems(_ query: String) -> [(name: String, value: String)] {
         query.split(separator: "&").map { pair in
-            let parts = pair.split(separator: "=", maxSplits: 1).map(String.init)
-            let name = parts[0].replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? parts[0]
-            let value = parts.count > 1 ? (parts[1].replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? parts[1]) : ""
-            return (name, value)
+            // Split at the first "=" by hand: "=" alone, "=x" and "x=" are all pairs (an empty name or value).
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            let rawName = parts.first.map(String.init) ?? ""
+            let rawValue = parts.count > 1 ? String(parts[1]) : ""
+            func decode(_ text: String) -> String { text.replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? text }
+            return (decode(rawName), decode(rawValue))
         }
     }
 

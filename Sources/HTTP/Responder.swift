@@ -4,6 +4,47 @@ import Foundation
 public protocol Responder: Sendable {
     /// Answers one request. Errors are mapped to responses by the caller.
     func respond(to request: Request) async -> Response
+
+    /// Decides, from the request line and headers alone, whether to read the body and how much
+    /// of it: the transport asks before reading a byte of it, on its own thread, so this must be
+    /// quick and must not block (no database, no await). Refusals are sent at once.
+    func admit(_ head: RequestHead) -> Admission
+}
+
+extension Responder {
+    /// Admits everything up to the transport's own body limit.
+    public func admit(_ head: RequestHead) -> Admission { .accept(bodyLimit: .max) }
+}
+
+/// What a transport knows of a request before its body: method, path and headers.
+public struct RequestHead: Sendable {
+    public var method: HTTPMethod
+    /// The path without the query string.
+    public var path: String
+    /// Header fields with lower-cased names.
+    public var headers: [String: String]
+    /// The declared `Content-Length`, if any.
+    public var contentLength: Int?
+
+    public init(method: HTTPMethod, path: String, headers: [String: String], contentLength: Int?) {
+        self.method = method
+        self.path = path
+        var lowered: [String: String] = [:]
+        for (name, value) in headers { lowered[name.lowercased()] = value }
+        self.headers = lowered
+        self.contentLength = contentLength
+    }
+
+    /// The header value for a case-insensitive name.
+    public func header(_ name: String) -> String? { headers[name.lowercased()] }
+}
+
+/// A responder's answer to a request head.
+public enum Admission: Sendable {
+    /// Read the body, refusing it with 413 once it passes `bodyLimit` bytes.
+    case accept(bodyLimit: Int)
+    /// Answer with this response without reading the body (401, 413, 429…).
+    case refuse(Response)
 }
 
 /// A handler for one route.

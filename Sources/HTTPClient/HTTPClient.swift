@@ -87,7 +87,10 @@ public final class HTTPClient: Sendable {
         }
         let secure = scheme == "https"
         let port = url.port ?? (secure ? 443 : 80)
-        let deadline = Monotonic.now + UInt64(max(0, timeout) * 1e9)
+        guard (1...65535).contains(port) else { throw HTTPClientError(.invalidURL, "port \(port) is outside 1…65535") }
+        // At most a day, and never NaN or infinite: the nanoseconds must fit UInt64.
+        let seconds = timeout.isFinite ? min(max(0, timeout), 86_400) : 86_400
+        let deadline = Monotonic.now + UInt64(seconds * 1e9)
         let address = try await resolver.resolve(host, port: port)
         guard Monotonic.now < deadline else { throw HTTPClientError(.timedOut, "timed out resolving \(host)") }
         let request = RequestBytes.make(method: method, url: url, host: host, port: port, secure: secure, headers: headers,

@@ -37,17 +37,18 @@ final class Resolver: Sendable {
     }
 
     static func numeric(_ host: String, port: Int) -> SocketAddress? {
+        guard let port = UInt16(exactly: port) else { return nil }
         let bare = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
         var v4 = sockaddr_in()
         if inet_pton(AF_INET, bare, &v4.sin_addr) == 1 {
             v4.sin_family = sa_family_t(AF_INET)
-            v4.sin_port = in_port_t(UInt16(port).bigEndian)
+            v4.sin_port = in_port_t(port.bigEndian)
             return SocketAddress(family: AF_INET, storage: withUnsafeBytes(of: v4) { Array($0) })
         }
         var v6 = sockaddr_in6()
         if inet_pton(AF_INET6, bare, &v6.sin6_addr) == 1 {
             v6.sin6_family = sa_family_t(AF_INET6)
-            v6.sin6_port = in_port_t(UInt16(port).bigEndian)
+            v6.sin6_port = in_port_t(port.bigEndian)
             return SocketAddress(family: AF_INET6, storage: withUnsafeBytes(of: v6) { Array($0) })
         }
         return nil

@@ -1,6 +1,6 @@
 /// Parses one HTTP/1.x response from bytes as they arrive: status line, headers, then a body framed
 /// by Content-Length, chunked transfer coding, or the end of the connection.
-struct ResponseParser: Sendable {
+package struct ResponseParser: Sendable {
     enum State: Equatable, Sendable {
         case statusLine
         case headers
@@ -26,14 +26,14 @@ struct ResponseParser: Sendable {
     private let maxHeaderBytes = 64 << 10
     private let maxBodyBytes: Int
 
-    init(maxBodyBytes: Int = 64 << 20) {
+    package init(maxBodyBytes: Int = 64 << 20) {
         self.maxBodyBytes = maxBodyBytes
     }
 
     var isComplete: Bool { state == .done }
 
     /// Consumes `bytes`; returns true once the response is complete.
-    mutating func feed(_ bytes: UnsafeRawBufferPointer) throws(HTTPClientError) -> Bool {
+    package mutating func feed(_ bytes: UnsafeRawBufferPointer) throws(HTTPClientError) -> Bool {
         guard !bytes.isEmpty else { return isComplete }
         sawBytes = true
         pending.append(contentsOf: bytes)
@@ -73,7 +73,7 @@ struct ResponseParser: Sendable {
     }
 
     /// The connection ended; returns true when that completes the response (a body framed by the close).
-    mutating func finishAtEndOfStream() -> Bool {
+    package mutating func finishAtEndOfStream() -> Bool {
         if state == .untilClose {
             state = .done
             keepAlive = false

@@ -26,6 +26,11 @@ public final class HTTPServer: Sendable {
         public var threads: UInt32
         /// Whether to write one access log line per request to standard error.
         public var accessLog: Bool
+        /// Most simultaneous connections from one IP address (0: no limit). Loopback peers (the
+        /// purchase server calling the emulator, benchmarks) are one address, so it is off by default.
+        public var connectionsPerIP: UInt32 = 0
+        /// Seconds a request may take from its headers to its last body byte; slower uploads are cut.
+        public var requestDeadline: Double = 60
 
         /// Creates a configuration with loopback-only defaults.
         public init(host: String = "127.0.0.1", port: UInt16 = 0, maxBodySize: Int = 4 << 20,
@@ -48,6 +53,8 @@ public final class HTTPServer: Sendable {
 
     let configuration: Configuration
     let responder: any Responder
+    /// Bodies up to this size are read and discarded before a refusal is sent; larger ones are answered at once.
+    static let drainLimit = 16 << 20
     private let state = Mutex<State>(State())
 
     private struct State {
@@ -75,7 +82,7 @@ public final class HTTPServer: Sendable {
         let context = Unmanaged.passUnretained(self).toOpaque()
         guard let daemon = shim_mhd_start(flags, configuration.port, configuration.host, accessHandler, context,
                                           completedHandler, context, configuration.connectionTimeout,
-                                          configuration.connectionLimit, configuration.threads) else {
+                                          configuration.connectionLimit, configuration.threads, configuration.connectionsPerIP) else {
             throw StartError(description: "cannot listen on \(configuration.host):\(configuration.port) (address in use or invalid)")
         }
         let bound = shim_mhd_bound_port(daemon)
@@ -149,7 +156,10 @@ struct ConnectionHandle: @unchecked Sendable {
 final class RequestContext: Sendable {
     struct Fields {
         var body = Data()
+        var bodyLimit = Int.max
         var tooLarge = false
+        /// A refusal decided from the headers, sent once the (discarded) body has arrived.
+        var refusal: Response?
         var started = false
         var response: Response?
         var startedAt = ContinuousClock.now
@@ -199,30 +209,56 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
         let context = RequestContext()
         let headers = PairCollector()
         MHD_get_connection_values(connection, .HEADER_KIND, collectPair, Unmanaged.passUnretained(headers).toOpaque())
-        let declared = headers.pairs.first { $0.key.lowercased() == "content-length" }.flatMap { Int($0.value) } ?? 0
+        let declared = headers.pairs.first { $0.key.lowercased() == "content-length" }.flatMap { Int($0.value) }
+        let requestMethod = HTTPMethod(rawValue: method.map { String(cString: $0) } ?? "GET")
+        let target = url.map { String(cString: $0) } ?? "/"
+        let request = Request(method: requestMethod, target: target, headers: headers.pairs)
+        // Limits and authentication before a byte of the body is read: refusals go out now.
+        let head = RequestHead(method: requestMethod, path: request.path, headers: headers.pairs, contentLength: declared)
+        var refusal: Response?
+        var limit = server.configuration.maxBodySize
+        switch server.responder.admit(head) {
+        case .refuse(let response): refusal = response
+        case .accept(let bodyLimit): limit = min(limit, bodyLimit)
+        }
+        if refusal == nil, let declared, declared > limit {
+            refusal = HTTPError(.payloadTooLarge, code: "payload_too_large", message: "The request body exceeds \(limit) bytes.").response
+        }
         context.fields.withLock { fields in
-            fields.tooLarge = declared > server.configuration.maxBodySize
-            fields.request = Request(method: HTTPMethod(rawValue: method.map { String(cString: $0) } ?? "GET"),
-                                     target: url.map { String(cString: $0) } ?? "/", headers: headers.pairs)
+            fields.bodyLimit = limit
+            fields.request = request
         }
         // Released in completedHandler when libmicrohttpd is done with the request.
         requestContext.pointee = Unmanaged.passRetained(context).toOpaque()
+        if let refusal {
+            // A body of a few MiB is read and thrown away so that clients which write the whole body before
+            // reading (most do) see the answer; a larger or unbounded one gets it at once, and the connection closes.
+            if let declared, declared <= HTTPServer.drainLimit {
+                context.fields.withLock { $0.refusal = refusal }
+                return .YES
+            }
+            server.log(request, status: refusal.status.code, bytes: refusal.body.count, started: context.fields.withLock { $0.startedAt })
+            return queue(refusal, on: connection)
+        }
         return .YES
     }
     let context = Unmanaged<RequestContext>.fromOpaque(existing).takeUnretainedValue()
 
     if uploadSize.pointee > 0 {
         let size = uploadSize.pointee
-        context.fields.withLock { fields in
-            if !fields.tooLarge, let uploadData {
-                if fields.body.count + size > server.configuration.maxBodySize {
+        let late = context.fields.withLock { fields -> Bool in
+            if fields.refusal == nil, !fields.tooLarge, let uploadData {
+                if fields.body.count + size > fields.bodyLimit {
                     fields.tooLarge = true
                     fields.body = Data()
                 } else {
                     uploadData.withMemoryRebound(to: UInt8.self, capacity: size) { fields.body.append($0, count: size) }
                 }
             }
+            return ContinuousClock.now - fields.startedAt > .seconds(server.configuration.requestDeadline)
         }
+        // A body trickling in past the request deadline: close the connection (a slow upload holds no buffer forever).
+        if late { return .NO }
         uploadSize.pointee = 0
         return .YES
     }
@@ -234,9 +270,13 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
         return queue(ready, on: connection)
     }
     guard var request, !started else { return .YES }
+    if let refusal = context.fields.withLock({ $0.refusal }) {
+        server.log(request, status: refusal.status.code, bytes: refusal.body.count, started: context.fields.withLock { $0.startedAt })
+        return queue(refusal, on: connection)
+    }
     if tooLarge {
-        let response = HTTPError(.payloadTooLarge, code: "payload_too_large",
-                                 message: "The request body exceeds \(server.configuration.maxBodySize) bytes.").response
+        let limit = context.fields.withLock { $0.bodyLimit }
+        let response = HTTPError(.payloadTooLarge, code: "payload_too_large", message: "The request body exceeds \(limit) bytes.").response
         server.log(request, status: 413, bytes: response.body.count, started: context.fields.withLock { $0.startedAt })
         return queue(response, on: connection)
     }

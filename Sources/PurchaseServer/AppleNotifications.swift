@@ -44,15 +44,23 @@ extension PurchaseServer {
               let signedDate = payload["signedDate"]?.int64 else {
             throw ServerError(400, "invalid_notification", "The notification lacks notificationUUID, notificationType or signedDate.")
         }
+        let inspector = engine.transactionInspector
         do {
-            try engine.transactionInspector.verify(envelope, at: ReceiptDate.date(milliseconds: signedDate), subject: "the notification's")
-        } catch {
+            try await notificationChecks.run { () throws(ReceiptRejection) in
+                try inspector.verify(envelope, at: ReceiptDate.date(milliseconds: signedDate), subject: "the notification's")
+            }
+        } catch is BoundedWork.Busy {
+            throw ServerError(503, "busy", "Too many notifications are being checked; Apple retries.")
+        } catch let error as ReceiptRejection {
             throw ServerError(400, "invalid_signature", "The notification's signature does not verify: \(error.reason)")
         }
         // bundleId and environment come from data, else summary, else appData (reference §3.3).
         let section = payload["data"] ?? payload["summary"] ?? payload["appData"] ?? .null
         guard let bundleId = section["bundleId"]?.text else { throw ServerError(400, "invalid_notification", "The notification names no bundleId.") }
-        let environment: AppStoreEnvironment = section["environment"]?.text == "Production" ? .production : .sandbox
+        // Exactly Apple's two spellings: anything else in a signed payload is not Apple's.
+        guard let environment = section["environment"]?.text.flatMap({ AppStoreEnvironment(rawValue: $0) }) else {
+            throw ServerError(400, "invalid_environment", "The notification's environment must be Sandbox or Production.")
+        }
         guard let app = try await store.cachedApp(forBundle: bundleId) else {
             throw ServerError(400, "unknown_bundle", "No app here accepts bundle id \(bundleId).")
         }
@@ -63,14 +71,17 @@ extension PurchaseServer {
         var decodedTransaction: JWSTransaction?
         var transactionJWS: String?
         if let nested = section["signedTransactionInfo"]?.text {
-            do throws(ReceiptRejection) {
-                let (decoded, transactionEnvironment) = try engine.transactionInspector.inspect(nested, bundleIds: app.bundleIds)
+            do {
+                let bundleIds = app.bundleIds
+                let (decoded, transactionEnvironment) = try await checkedOffPool { () throws(ReceiptRejection) in
+                    try inspector.inspect(nested, bundleIds: bundleIds)
+                }
                 guard transactionEnvironment == environment else {
                     throw ReceiptRejection(code: "environment_mismatch", reason: "the transaction's environment differs from the notification's")
                 }
                 decodedTransaction = decoded
                 transactionJWS = nested
-            } catch {
+            } catch let error as ReceiptRejection {
                 throw ServerError(400, "invalid_transaction", "signedTransactionInfo was refused: \(error.reason)")
             }
         }
@@ -80,8 +91,8 @@ extension PurchaseServer {
             do {
                 let jws = try JWS(compact: nested)
                 let info = try jws.payloadJSON()
-                try engine.transactionInspector.verify(jws, at: ReceiptDate.date(milliseconds: info["signedDate"]?.int64 ?? signedDate),
-                                                       subject: "the renewal info's")
+                let date = ReceiptDate.date(milliseconds: info["signedDate"]?.int64 ?? signedDate)
+                try await checkedOffPool { () throws(ReceiptRejection) in try inspector.verify(jws, at: date, subject: "the renewal info's") }
                 renewalInfo = info
             } catch {
                 throw ServerError(400, "invalid_renewal_info", "signedRenewalInfo was refused: \(error)")
@@ -149,6 +160,17 @@ extension PurchaseServer {
     private func markNotification(_ uuid: String, state: String, verificationId: String?) async throws {
         _ = try await store.database.transaction { db in
             try db.query("UPDATE apple_notifications SET state = ?, verification_id = ? WHERE notification_uuid = ?", [state, verificationId, uuid])
+        }
+    }
+}
+
+extension PurchaseServer {
+    /// Runs a signature check on the notification queues; a full backlog is a 503 (Apple retries).
+    func checkedOffPool<T: Sendable>(_ body: @escaping @Sendable () throws(ReceiptRejection) -> T) async throws -> T {
+        do {
+            return try await notificationChecks.run(body)
+        } catch is BoundedWork.Busy {
+            throw ServerError(503, "busy", "Too many notifications are being checked; Apple retries.")
         }
     }
 }

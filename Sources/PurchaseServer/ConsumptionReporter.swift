@@ -71,7 +71,8 @@ extension PurchaseServer {
             let balance = try db.query("SELECT amount FROM balances WHERE app_id = ? AND app_user_id = ? AND currency = ?",
                                        [app.id, user, currency]).first?.int("amount") ?? 0
             let spent = credited - min(max(balance, 0), credited)
-            return (true, spent * 100_000 / credited)
+            // In Double: credits written before amounts were bounded may be near Int64.max.
+            return (true, Int64((Double(spent) / Double(credited) * 100_000).rounded(.down)))
         }
         var body = JSONBuffer(capacity: 160)
         body.object { json in

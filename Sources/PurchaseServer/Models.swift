@@ -29,6 +29,14 @@ public enum Quirk21002Policy: String, Codable, Sendable, CaseIterable {
     case reject
 }
 
+/// Whether the app's public key needs a user token to act for a user.
+public enum UserAuthPolicy: String, Codable, Sendable, CaseIterable {
+    /// A public key acts only for the user named by a valid `Storekeeper-User-Token` (new apps).
+    case required
+    /// A public key may name any user, as before user tokens existed (migration only; logged at start).
+    case optional
+}
+
 /// An app registered with the purchase server.
 public struct ServerApp: Codable, Sendable, Equatable {
     public var id: String
@@ -46,10 +54,17 @@ public struct ServerApp: Codable, Sendable, Equatable {
     public var serverAPIKey: ServerAPICredentials?
     /// What to do with CONSUMPTION_REQUEST notifications: `ignore` (default) or `send` consumption information.
     public var consumptionPolicy: ConsumptionPolicy
+    /// Whether public keys need user tokens (`required` for new apps).
+    public var userAuth: UserAuthPolicy
+    /// The HS256 secret the developer's backend signs user tokens with (Base64url of 32 random bytes).
+    public var userTokenSecret: String?
+    /// An ES256 public key (PEM) the developer's backend signs user tokens with, instead of or beside the secret.
+    public var userTokenPublicKey: String?
 
     public init(id: String, name: String? = nil, sharedSecret: String? = nil, bundleIds: [String]? = nil, replayPolicy: ReplayPolicy = .reject,
                 sandboxPolicy: SandboxPolicy = .allow, sandboxAllowList: [String] = [], quirk21002Policy: Quirk21002Policy = .retrySandbox,
-                appAppleId: Int64? = nil, serverAPIKey: ServerAPICredentials? = nil, consumptionPolicy: ConsumptionPolicy = .ignore) {
+                appAppleId: Int64? = nil, serverAPIKey: ServerAPICredentials? = nil, consumptionPolicy: ConsumptionPolicy = .ignore,
+                userAuth: UserAuthPolicy = .optional, userTokenSecret: String? = nil, userTokenPublicKey: String? = nil) {
         self.id = id
         self.name = name ?? id
         self.sharedSecret = sharedSecret
@@ -61,6 +76,9 @@ public struct ServerApp: Codable, Sendable, Equatable {
         self.appAppleId = appAppleId
         self.serverAPIKey = serverAPIKey
         self.consumptionPolicy = consumptionPolicy
+        self.userAuth = userAuth
+        self.userTokenSecret = userTokenSecret
+        self.userTokenPublicKey = userTokenPublicKey
     }
 }
 

@@ -1,8 +1,10 @@
+import AppStoreCrypto
 import AppStoreModels
 import Foundation
 import HTTPClient
 import HTTP
 import Storage
+import Synchronization
 
 /// The developer's purchase server: accepts receipts durably, verifies them in the background, and
 /// answers what each user owns.
@@ -15,6 +17,13 @@ public final class PurchaseServer: Sendable {
     let serverAPI: ServerAPIEndpoints
     /// For calls to the App Store Server API (nil if TLS could not be set up).
     let serverAPIClient: HTTPClient?
+    /// Uploads per app and second (checked by the HTTP edge before bodies are read).
+    let uploadLimiter: UploadRateLimiter
+    /// Requests waiting on `?wait=` now, and the most allowed.
+    let longPolls = Atomic<Int>(0)
+    let maximumLongPolls: Int
+    /// Where notifications' signatures are checked: off the cooperative pool, two at a time, 256 waiting at most.
+    let notificationChecks = BoundedWork(label: "storekeeper.notification-checks")
     /// The verification engine (its inspectors check notifications too).
     var engine: VerificationEngine { worker.engine }
     var trust: TrustStore { worker.engine.inspector.trust }
@@ -30,6 +39,12 @@ public final class PurchaseServer: Sendable {
         public var callTimeout: TimeInterval
         /// Where the App Store Server API lives (Apple's hosts, or the emulator's /production and /sandbox).
         public var serverAPI: ServerAPIEndpoints = .apple
+        /// Seals secrets at rest (shared secrets, Server API private keys, user-token secrets); nil stores them as given.
+        public var secrets: SecretBox?
+        /// Uploads per second per app in each process (bursts of twice that); 0 is unlimited.
+        public var uploadsPerSecond: Double = 5000
+        /// Most requests waiting at once on `?wait=` (more answer at once with the current state).
+        public var maximumLongPolls = 2048
 
         public init(trust: TrustStore, endpoints: AppStoreEndpoints, transport: any HTTPTransport, adminKey: String,
                     worker: VerificationWorker.Configuration = .init(), retry: VerificationEngine.RetryPolicy = .init(), callTimeout: TimeInterval = 15) {
@@ -45,8 +60,9 @@ public final class PurchaseServer: Sendable {
 
     /// Migrates the database and builds the server (call `runWorker()` to start verifying).
     public static func open(database: any SQLDatabase, configuration: Configuration, clock: any ServerClock = SystemClock()) async throws -> PurchaseServer {
-        let store = PurchaseStore(database: database)
+        let store = PurchaseStore(database: database, secrets: configuration.secrets)
         try await store.migrate()
+        try await store.refreshKeys(now: clock.now())
         let waiters = SettlementWaiters()
         let engine = VerificationEngine(store: store, inspector: ReceiptInspector(trust: configuration.trust),
                                         client: VerifyReceiptClient(endpoints: configuration.endpoints, transport: configuration.transport,
@@ -54,11 +70,13 @@ public final class PurchaseServer: Sendable {
                                         clock: clock, retry: configuration.retry)
         let worker = VerificationWorker(engine: engine, configuration: configuration.worker) { waiters.settled($0) }
         return PurchaseServer(store: store, worker: worker, clock: clock, waiters: waiters, adminKeyHash: APIKey.hash(configuration.adminKey),
-                              serverAPI: configuration.serverAPI)
+                              serverAPI: configuration.serverAPI, configuration: configuration)
     }
 
     private init(store: PurchaseStore, worker: VerificationWorker, clock: any ServerClock, waiters: SettlementWaiters, adminKeyHash: String,
-                 serverAPI: ServerAPIEndpoints) {
+                 serverAPI: ServerAPIEndpoints, configuration: Configuration) {
+        uploadLimiter = UploadRateLimiter(rate: configuration.uploadsPerSecond)
+        maximumLongPolls = configuration.maximumLongPolls
         self.store = store
         self.worker = worker
         self.clock = clock
@@ -68,21 +86,37 @@ public final class PurchaseServer: Sendable {
         serverAPIClient = try? HTTPClient(configuration: .init(maxConnectionsPerHost: 16))
     }
 
-    /// Starts the verification worker; cancel the task to stop it.
+    /// Starts the verification worker, and the key ring's refresh (every second, so a key revoked by
+    /// any process sharing the database is refused here within a second); cancel the task to stop both.
     public func runWorker() -> Task<Void, Never> {
-        Task { await worker.run() }
+        Task { [worker, store, clock] in
+            await withDiscardingTaskGroup { group in
+                group.addTask { await worker.run() }
+                group.addTask {
+                    while !Task.isCancelled {
+                        try? await Task.sleep(for: .seconds(1))
+                        try? await store.refreshKeys(now: clock.now())
+                    }
+                }
+            }
+        }
     }
 
     /// Accepts a receipt durably and wakes the worker.
-    public func submit(appId: String, appUserId: String, receiptData: String, kind: VerificationJob.Kind) async throws -> VerificationJob {
-        let job = try await store.enqueue(appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData, now: clock.now())
+    public func submit(appId: String, appUserId: String, receiptData: String, kind: VerificationJob.Kind,
+                       userAuthenticated: Bool = true) async throws -> VerificationJob {
+        let job = try await store.enqueue(appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData,
+                                          userAuthenticated: userAuthenticated, now: clock.now())
         worker.wake()
         return job
     }
 
     /// The job after waiting up to `timeout` for it to settle.
+    /// Past `maximumLongPolls` waiters, answers at once: a flood of `?wait=` holds no more memory or tasks.
     public func awaitSettlement(_ id: String, appId: String?, timeout: Duration) async throws -> VerificationJob? {
-        let deadline = ContinuousClock.now.advanced(by: timeout)
+        let waiting = longPolls.wrappingAdd(1, ordering: .relaxed).newValue
+        defer { longPolls.wrappingSubtract(1, ordering: .relaxed) }
+        let deadline = ContinuousClock.now.advanced(by: waiting > maximumLongPolls ? .zero : timeout)
         while true {
             guard let job = try await store.job(id, appId: appId) else { return nil }
             if job.state.isSettled || ContinuousClock.now >= deadline { return job }

@@ -18,6 +18,19 @@ extension PurchaseServerResponder {
         /// `{issuerId, keyId, privateKey}` (PEM) of an App Store Server API key.
         var serverAPIKey: ServerAPICredentials?
         var consumptionPolicy: ConsumptionPolicy?
+        /// `required` (the default for new apps) or `optional`.
+        var userAuth: UserAuthPolicy?
+        /// The HS256 secret for user tokens; generated for a new app when neither it nor a public key is given.
+        var userTokenSecret: String?
+        /// An ES256 public key (PEM) for user tokens.
+        var userTokenPublicKey: String?
+    }
+
+    struct KeyBody: Decodable {
+        var kind: APIKeyKind?
+        var label: String?
+        /// Seconds the old key keeps working after a rotation (default 0: revoked at once).
+        var graceSeconds: Double?
     }
 
     struct ProductBody: Decodable {
@@ -47,7 +60,10 @@ extension PurchaseServerResponder {
             let app = ServerApp(id: id, name: body.name, sharedSecret: body.sharedSecret, bundleIds: body.bundleIds,
                                 replayPolicy: body.replayPolicy ?? .reject, sandboxPolicy: body.sandboxPolicy ?? .allow,
                                 sandboxAllowList: try (body.sandboxAllowList ?? []).map { try userId($0) }, quirk21002Policy: body.quirk21002Policy ?? .retrySandbox,
-                                appAppleId: body.appAppleId, serverAPIKey: body.serverAPIKey, consumptionPolicy: body.consumptionPolicy ?? .ignore)
+                                appAppleId: body.appAppleId, serverAPIKey: body.serverAPIKey, consumptionPolicy: body.consumptionPolicy ?? .ignore,
+                                userAuth: body.userAuth ?? .required,
+                                userTokenSecret: body.userTokenSecret ?? (body.userTokenPublicKey == nil ? UserToken.generateSecret() : nil),
+                                userTokenPublicKey: body.userTokenPublicKey)
             try await server.store.createApp(app, now: server.clock.now())
             return .json(app, status: .created)
         }
@@ -68,12 +84,38 @@ extension PurchaseServerResponder {
             if let id = body.appAppleId { app.appAppleId = id }
             if let key = body.serverAPIKey { app.serverAPIKey = key }
             if let policy = body.consumptionPolicy { app.consumptionPolicy = policy }
+            if let policy = body.userAuth { app.userAuth = policy }
+            if let secret = body.userTokenSecret { app.userTokenSecret = secret.isEmpty ? nil : secret }
+            if let pem = body.userTokenPublicKey { app.userTokenPublicKey = pem.isEmpty ? nil : pem }
             try await server.store.updateApp(app)
             return .json(app)
         }
         admin(.post, "/admin/v1/apps/:app/keys") { request in
-            let key = try await server.store.createKey(appId: request.parameters["app"] ?? "", label: request.query["label"], now: server.clock.now())
-            return .json(["appId": request.parameters["app"] ?? "", "apiKey": key], status: .created)
+            // Body optional: {"kind": "public"|"secret", "label"}; ?label= kept for older callers.
+            let body = request.body.isEmpty ? KeyBody() : try request.decode(KeyBody.self)
+            let kind = body.kind ?? (request.query["kind"].flatMap(APIKeyKind.init(rawValue:)) ?? .secret)
+            let appId = request.parameters["app"] ?? ""
+            let key = try await server.store.createKey(appId: appId, label: body.label ?? request.query["label"], kind: kind, now: server.clock.now())
+            let record = server.store.liveKey(key, now: server.clock.now())
+            return .json(["appId": appId, "apiKey": key, "id": record?.id ?? "", "kind": kind.rawValue], status: .created)
+        }
+        admin(.get, "/admin/v1/apps/:app/keys") { request in
+            .json(try await server.store.keys(appId: request.parameters["app"] ?? ""))
+        }
+        admin(.delete, "/admin/v1/apps/:app/keys/:id") { request in
+            .json(try await server.store.revokeKey(appId: request.parameters["app"] ?? "", id: request.parameters["id"] ?? "",
+                                                    effective: server.clock.now(), now: server.clock.now()))
+        }
+        admin(.post, "/admin/v1/apps/:app/keys/:id/rotate") { request in
+            let body = request.body.isEmpty ? KeyBody() : try request.decode(KeyBody.self)
+            let grace = body.graceSeconds ?? 0
+            guard grace.isFinite, (0...(7 * 86400)).contains(grace) else {
+                throw HTTPError.badRequest("graceSeconds is 0…604800 (a week).", code: "invalid_grace")
+            }
+            let appId = request.parameters["app"] ?? ""
+            let (key, record) = try await server.store.rotateKey(appId: appId, id: request.parameters["id"] ?? "", grace: grace, now: server.clock.now())
+            return .json(["appId": appId, "apiKey": key, "id": record.id, "kind": record.kind.rawValue, "replaces": request.parameters["id"] ?? ""],
+                         status: .created)
         }
         admin(.get, "/admin/v1/apps/:app/products") { request in
             .json(try await server.store.products(appId: request.parameters["app"] ?? ""))
@@ -125,7 +167,7 @@ extension PurchaseServerResponder {
             let list: [[String: Any]] = jobs.map { job in
                 var item: [String: Any] = ["verificationId": job.id, "appId": job.appId, "appUserId": job.appUserId, "state": job.state.rawValue,
                                            "attempts": job.attempts, "kind": job.kind.rawValue,
-                                           "createdAt": Int64(job.createdAt.timeIntervalSince1970 * 1000)]
+                                           "createdAt": job.createdAt.milliseconds]
                 if let reason = job.reason { item["reason"] = reason }
                 return item
             }

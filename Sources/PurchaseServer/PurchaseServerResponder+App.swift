@@ -34,15 +34,17 @@ extension PurchaseServerResponder {
         }
         router.on(.post, "/v1/transactions") { request in
             await guarded {
-                let appId = try await authenticate(request, server)
+                let key = try authenticate(request, server)
+                let appId = key.appId
                 let body = try ReceiptBody(request)
-                let user = try userId(body.appUserId)
+                let (user, authenticated) = try await authorize(request, server, key: key, naming: body.appUserId)
                 guard let signed = body.signedTransaction, !signed.isEmpty else {
                     throw HTTPError.badRequest("signedTransaction is required (the JWS StoreKit 2 returned for the purchase).", code: "missing_transaction")
                 }
                 // Checked locally, so the answer is usually ready at once: wait for it unless told otherwise.
                 let wait = request.query["wait"] == nil ? 10 : try waitSeconds(request)
-                var job = try await server.submit(appId: appId, appUserId: user, receiptData: signed, kind: .signedTransaction)
+                var job = try await server.submit(appId: appId, appUserId: user, receiptData: signed, kind: .signedTransaction,
+                                                  userAuthenticated: authenticated)
                 if wait > 0 { job = try await server.awaitSettlement(job.id, appId: appId, timeout: .milliseconds(Int(wait * 1000))) ?? job }
                 return verificationResponse(job)
             }
@@ -59,30 +61,37 @@ extension PurchaseServerResponder {
         }
         router.on(.get, "/v1/verifications/:id") { request in
             await guarded {
-                let appId = try await authenticate(request, server)
+                let key = try authenticate(request, server)
                 let wait = try waitSeconds(request)
-                guard let job = try await server.awaitSettlement(request.parameters["id"] ?? "", appId: appId, timeout: .milliseconds(Int(wait * 1000))) else {
-                    throw HTTPError.notFound("Verification \(request.parameters["id"] ?? "")")
+                let id = request.parameters["id"] ?? ""
+                // A public key sees only its user's verifications (under optional user auth, any it names).
+                guard var job = try await server.store.job(id, appId: key.appId) else { throw HTTPError.notFound("Verification \(id)") }
+                let (user, _) = try await authorize(request, server, key: key, naming: key.kind == .secret ? job.appUserId : nil)
+                guard user == job.appUserId || (key.kind == .public && request.header(UserToken.header) == nil) else {
+                    throw HTTPError.notFound("Verification \(id)")
                 }
+                job = try await server.awaitSettlement(id, appId: key.appId, timeout: .milliseconds(Int(wait * 1000))) ?? job
                 return verificationResponse(job)
             }
         }
         router.on(.get, "/v1/users/:user") { request in
             await guarded {
-                let appId = try await authenticate(request, server)
-                let view = try await server.store.user(appId: appId, appUserId: try userId(request.parameters["user"]), now: server.clock.now())
+                let key = try authenticate(request, server)
+                let (user, _) = try await authorize(request, server, key: key, naming: request.parameters["user"])
+                let view = try await server.store.user(appId: key.appId, appUserId: user, now: server.clock.now())
                 return .json(view)
             }
         }
         router.on(.post, "/v1/users/:user/balances/:currency/spend") { request in
             await guarded {
-                let appId = try await authenticate(request, server)
+                let key = try authenticate(request, server)
+                let (user, _) = try await authorize(request, server, key: key, naming: request.parameters["user"])
                 struct SpendBody: Decodable { var amount: Int64?; var idempotencyKey: String? }
                 let body = try request.decode(SpendBody.self)
                 guard let amount = body.amount else { throw HTTPError.badRequest("amount is required.", code: "missing_amount") }
-                let key = request.header("idempotency-key") ?? body.idempotencyKey ?? ""
-                let result = try await server.store.spend(appId: appId, appUserId: try userId(request.parameters["user"]),
-                                                          currency: request.parameters["currency"] ?? "", amount: amount, idempotencyKey: key,
+                let idempotencyKey = request.header("idempotency-key") ?? body.idempotencyKey ?? ""
+                let result = try await server.store.spend(appId: key.appId, appUserId: user,
+                                                          currency: request.parameters["currency"] ?? "", amount: amount, idempotencyKey: idempotencyKey,
                                                           now: server.clock.now())
                 return .json(result)
             }
@@ -92,22 +101,24 @@ extension PurchaseServerResponder {
         }
         router.on(.get, "/v1/reports/revenue") { request in
             await guarded {
-                let appId = try await authenticate(request, server)
-                return .json(try await revenue(request, server, appId: appId))
+                let key = try authenticate(request, server)
+                try requireSecret(key)
+                return .json(try await revenue(request, server, appId: key.appId))
             }
         }
     }
 
     /// Accepts a receipt upload (purchase or restore) and answers, after `?wait=` if asked.
     static func submit(_ request: Request, _ server: PurchaseServer, pathUser: String?, kind: VerificationJob.Kind) async throws -> Response {
-        let appId = try await authenticate(request, server)
+        let key = try authenticate(request, server)
+        let appId = key.appId
         let body = try ReceiptBody(request)
-        let user = try userId(pathUser ?? body.appUserId)
+        let (user, authenticated) = try await authorize(request, server, key: key, naming: pathUser ?? body.appUserId)
         guard let receipt = body.receiptData, !receipt.isEmpty else {
             throw HTTPError.badRequest("receiptData is required (the Base64 app receipt or transaction receipt).", code: "missing_receipt")
         }
         let wait = try waitSeconds(request)
-        var job = try await server.submit(appId: appId, appUserId: user, receiptData: receipt, kind: kind)
+        var job = try await server.submit(appId: appId, appUserId: user, receiptData: receipt, kind: kind, userAuthenticated: authenticated)
         if wait > 0 { job = try await server.awaitSettlement(job.id, appId: appId, timeout: .milliseconds(Int(wait * 1000))) ?? job }
         return verificationResponse(job)
     }

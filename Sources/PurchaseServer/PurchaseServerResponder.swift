@@ -23,20 +23,51 @@ public struct PurchaseServerResponder: Responder {
         await router.respond(to: request)
     }
 
-    static func bearer(_ request: Request) -> String? {
-        guard let header = request.header("authorization"), header.lowercased().hasPrefix("bearer ") else { return nil }
+    static func bearer(_ request: Request) -> String? { bearer(request.header("authorization")) }
+
+    static func bearer(_ header: String?) -> String? {
+        guard let header, header.utf8.count <= 512, header.lowercased().hasPrefix("bearer ") else { return nil }
         return String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
     }
 
-    /// The app of the request's API key, or a 401.
-    static func authenticate(_ request: Request, _ server: PurchaseServer) async throws -> String {
+    /// The key of the request, or a 401: from the key ring in memory (the HTTP edge asked the
+    /// same before reading the body).
+    static func authenticate(_ request: Request, _ server: PurchaseServer) throws -> APIKeyRecord {
         guard let key = bearer(request), !key.isEmpty else {
             throw HTTPError(.unauthorized, code: "missing_api_key", message: "Send the app's API key as 'Authorization: Bearer KEY'.")
         }
-        guard let appId = try await server.store.appId(forKey: key) else {
-            throw HTTPError(.unauthorized, code: "invalid_api_key", message: "The API key is not valid.")
+        guard let record = server.store.liveKey(key, now: server.clock.now()) else {
+            throw HTTPError(.unauthorized, code: "invalid_api_key", message: "The API key is not valid (unknown or revoked).")
         }
-        return appId
+        return record
+    }
+
+    /// Who a request may act for: the user it names, checked against its key and user token.
+    /// - A secret key acts for any user of its app (`authenticated`: the backend vouches).
+    /// - A public key acts only for the user of a valid `Storekeeper-User-Token`; without one, only
+    ///   when the app's `userAuth` is `optional` (migration), and then the user is not `authenticated`.
+    static func authorize(_ request: Request, _ server: PurchaseServer, key: APIKeyRecord, naming named: String?) async throws -> (user: String, authenticated: Bool) {
+        if key.kind == .secret { return (try userId(named), true) }
+        guard let app = try await server.store.cachedApp(key.appId) else { throw HTTPError.notFound("App \(key.appId)") }
+        if let token = request.header(UserToken.header) {
+            let subject = try UserToken(token, app: app, now: server.clock.now()).subject
+            if let named, try userId(named) != subject {
+                throw ServerError(403, "user_mismatch", "The user token is for another user than the one this request names.")
+            }
+            return (subject, true)
+        }
+        guard app.userAuth == .optional else {
+            throw ServerError(401, "missing_user_token",
+                              "With a public key, send the user's token as 'Storekeeper-User-Token' (minted by your backend with the app's user-token secret).")
+        }
+        return (try userId(named), false)
+    }
+
+    /// Refuses public keys: the endpoint needs the app's secret key.
+    static func requireSecret(_ key: APIKeyRecord) throws {
+        guard key.kind == .secret else {
+            throw ServerError(403, "secret_key_required", "This endpoint needs the app's secret key (sk_…), which stays on your backend.")
+        }
     }
 
     static func authenticateAdmin(_ request: Request, _ server: PurchaseServer) throws {

@@ -8,13 +8,19 @@ import Synchronization
 public final class PurchaseStore: Sendable {
     public let database: any SQLDatabase
     static let jobsChannel = "storekeeper_jobs"
-    private let keyCache = Mutex<[String: (appId: String, expires: Date)]>([:])
+    /// Every live API key by hash, loaded at start and refreshed every second (`refreshKeys`).
+    let keyRing = Mutex<[String: APIKeyRecord]>([:])
+    /// Seals shared secrets, Server API private keys and user-token secrets at rest (nil: stored as given).
+    let secrets: SecretBox?
     private let appCache = Mutex<[String: (app: ServerApp, expires: Date)]>([:])
     private let appsCache = Mutex<(apps: [ServerApp], expires: Date)?>(nil)
     let uploads = GroupCommit<VerificationJob, Void>()
     let settlements = GroupCommit<Settlement, (JobState, SettlementResult)?>(maxBatch: 256)
 
-    public init(database: any SQLDatabase) { self.database = database }
+    public init(database: any SQLDatabase, secrets: SecretBox? = nil) {
+        self.database = database
+        self.secrets = secrets
+    }
 
     /// An app, remembered for two seconds (the worker asks once per job).
     func cachedApp(_ id: String) async throws -> ServerApp? {
@@ -52,11 +58,13 @@ public final class PurchaseStore: Sendable {
             guard existing.isEmpty else { throw ServerError(409, "app_exists", "App \(app.id) is already registered.") }
             try db.query("""
                 INSERT INTO apps (id, name, shared_secret, bundle_ids, replay_policy, sandbox_policy, sandbox_allow_list, quirk_21002_policy, created_at,
-                app_apple_id, server_api_issuer_id, server_api_key_id, server_api_private_key, consumption_policy)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """, [app.id, app.name, app.sharedSecret, app.bundleIds.joined(separator: ","), app.replayPolicy.rawValue,
+                app_apple_id, server_api_issuer_id, server_api_key_id, server_api_private_key, consumption_policy, user_auth, user_token_secret,
+                user_token_public_key)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, [app.id, app.name, try self.seal(app.sharedSecret), app.bundleIds.joined(separator: ","), app.replayPolicy.rawValue,
                       app.sandboxPolicy.rawValue, app.sandboxAllowList.joined(separator: ","), app.quirk21002Policy.rawValue, now.milliseconds,
-                      app.appAppleId, app.serverAPIKey?.issuerId, app.serverAPIKey?.keyId, app.serverAPIKey?.privateKey, app.consumptionPolicy.rawValue])
+                      app.appAppleId, app.serverAPIKey?.issuerId, app.serverAPIKey?.keyId, try self.seal(app.serverAPIKey?.privateKey),
+                      app.consumptionPolicy.rawValue, app.userAuth.rawValue, try self.seal(app.userTokenSecret), app.userTokenPublicKey])
         }
     }
 
@@ -69,10 +77,11 @@ public final class PurchaseStore: Sendable {
             try db.query("""
                 UPDATE apps SET name = ?, shared_secret = ?, bundle_ids = ?, replay_policy = ?, sandbox_policy = ?, sandbox_allow_list = ?,
                 quirk_21002_policy = ?, app_apple_id = ?, server_api_issuer_id = ?, server_api_key_id = ?, server_api_private_key = ?,
-                consumption_policy = ? WHERE id = ? RETURNING id
-                """, [app.name, app.sharedSecret, app.bundleIds.joined(separator: ","), app.replayPolicy.rawValue, app.sandboxPolicy.rawValue,
+                consumption_policy = ?, user_auth = ?, user_token_secret = ?, user_token_public_key = ? WHERE id = ? RETURNING id
+                """, [app.name, try self.seal(app.sharedSecret), app.bundleIds.joined(separator: ","), app.replayPolicy.rawValue, app.sandboxPolicy.rawValue,
                       app.sandboxAllowList.joined(separator: ","), app.quirk21002Policy.rawValue, app.appAppleId, app.serverAPIKey?.issuerId,
-                      app.serverAPIKey?.keyId, app.serverAPIKey?.privateKey, app.consumptionPolicy.rawValue, app.id]).count
+                      app.serverAPIKey?.keyId, try self.seal(app.serverAPIKey?.privateKey), app.consumptionPolicy.rawValue, app.userAuth.rawValue,
+                      try self.seal(app.userTokenSecret), app.userTokenPublicKey, app.id]).count
         }
         guard updated == 1 else { throw ServerError(404, "app_not_found", "App \(app.id) is not registered.") }
     }
@@ -87,21 +96,44 @@ public final class PurchaseStore: Sendable {
         if let key = app.serverAPIKey, (try? PrivateKey(pem: key.privateKey)) == nil || key.keyId.isEmpty || key.issuerId.isEmpty {
             throw ServerError(400, "invalid_server_api_key", "serverAPIKey needs issuerId, keyId and privateKey (the .p8 PEM of an In-App Purchase key).")
         }
+        if let pem = app.userTokenPublicKey, pem.utf8.count > 4096 || (try? PublicKey(pem: pem)) == nil {
+            throw ServerError(400, "invalid_user_token_key", "userTokenPublicKey must be a PEM EC P-256 public key.")
+        }
+        if let secret = app.userTokenSecret, !(16...512).contains(secret.utf8.count) {
+            throw ServerError(400, "invalid_user_token_secret", "userTokenSecret must be 16–512 bytes.")
+        }
     }
 
     /// One app, or nil.
     public func app(_ id: String) async throws -> ServerApp? {
-        try await database.transaction { db in try db.query("SELECT * FROM apps WHERE id = ?", [id]).first.map(Self.app) }
+        try await database.transaction { db in try db.query("SELECT * FROM apps WHERE id = ?", [id]).first.map(self.app) }
     }
 
     /// Every app.
     public func apps() async throws -> [ServerApp] {
-        try await database.transaction { db in try db.query("SELECT * FROM apps ORDER BY id").map(Self.app) }
+        try await database.transaction { db in try db.query("SELECT * FROM apps ORDER BY id").map(self.app) }
     }
 
-    static func app(_ row: SQLRow) -> ServerApp {
+    /// Seals a secret for storage with the master key (as given when there is none).
+    func seal(_ secret: String?) throws -> String? {
+        guard let secret, let secrets else { return secret }
+        return try secrets.seal(secret)
+    }
+
+    /// Opens a stored secret; a sealed value that does not open (no or another master key) reads as absent.
+    static func unseal(_ stored: String?, _ secrets: SecretBox?) -> String? {
+        guard let stored else { return nil }
+        guard SecretBox.isSealed(stored) else { return stored }
+        return try? secrets?.open(stored)
+    }
+
+    func app(_ row: SQLRow) -> ServerApp { Self.app(row, secrets: secrets) }
+
+    /// An app from its row; secrets are opened with `secrets` (settlement, which needs none, passes nil).
+    static func app(_ row: SQLRow, secrets: SecretBox?) -> ServerApp {
+        func unseal(_ stored: String?) -> String? { Self.unseal(stored, secrets) }
         func list(_ name: String) -> [String] { (row.string(name) ?? "").split(separator: ",").map(String.init) }
-        return ServerApp(id: row.string("id") ?? "", name: row.string("name"), sharedSecret: row.string("shared_secret"),
+        return ServerApp(id: row.string("id") ?? "", name: row.string("name"), sharedSecret: unseal(row.string("shared_secret")),
                          bundleIds: list("bundle_ids"), replayPolicy: ReplayPolicy(rawValue: row.string("replay_policy") ?? "") ?? .reject,
                          sandboxPolicy: SandboxPolicy(rawValue: row.string("sandbox_policy") ?? "") ?? .allow,
                          sandboxAllowList: list("sandbox_allow_list"),
@@ -109,40 +141,12 @@ public final class PurchaseStore: Sendable {
                          appAppleId: row.int("app_apple_id"),
                          serverAPIKey: row.string("server_api_key_id").flatMap { keyId in
                              row.string("server_api_issuer_id").flatMap { issuer in
-                                 row.string("server_api_private_key").map { ServerAPICredentials(issuerId: issuer, keyId: keyId, privateKey: $0) }
+                                 unseal(row.string("server_api_private_key")).map { ServerAPICredentials(issuerId: issuer, keyId: keyId, privateKey: $0) }
                              }
                          },
-                         consumptionPolicy: ConsumptionPolicy(rawValue: row.string("consumption_policy") ?? "") ?? .ignore)
-    }
-
-    /// Creates an API key for an app and returns it; only its SHA-256 is stored.
-    public func createKey(appId: String, label: String?, now: Date) async throws -> String {
-        let key = "sk_" + APIKey.random()
-        try await database.transaction { db in
-            guard try !db.query("SELECT id FROM apps WHERE id = ?", [appId]).isEmpty else {
-                throw ServerError(404, "app_not_found", "App \(appId) is not registered.")
-            }
-            try db.query("INSERT INTO api_keys (key_hash, app_id, label, created_at) VALUES (?, ?, ?, ?)",
-                         [APIKey.hash(key), appId, label, now.milliseconds])
-        }
-        return key
-    }
-
-    /// The app an API key belongs to, or nil. Answers are remembered for a minute (keys are only created, never edited).
-    public func appId(forKey key: String) async throws -> String? {
-        let hash = APIKey.hash(key)
-        let now = Date()
-        if let cached = keyCache.withLock({ $0[hash] }), now < cached.expires { return cached.appId }
-        let appId = try await database.transaction { db in
-            try db.query("SELECT app_id FROM api_keys WHERE key_hash = ? AND revoked_at IS NULL", [hash]).first?.string("app_id")
-        }
-        if let appId {
-            keyCache.withLock { cache in
-                if cache.count > 10_000 { cache.removeAll() }
-                cache[hash] = (appId, now.addingTimeInterval(60))
-            }
-        }
-        return appId
+                         consumptionPolicy: ConsumptionPolicy(rawValue: row.string("consumption_policy") ?? "") ?? .ignore,
+                         userAuth: UserAuthPolicy(rawValue: row.string("user_auth") ?? "") ?? .required,
+                         userTokenSecret: unseal(row.string("user_token_secret")), userTokenPublicKey: row.string("user_token_public_key"))
     }
 
     // MARK: Products

@@ -130,5 +130,18 @@ enum Schema {
         SQLMigration(version: 6, statements: [
             "ALTER TABLE verification_jobs ADD COLUMN open_claims BIGINT NOT NULL DEFAULT 0",
         ]),
+        // Keys and users as Stripe and RevenueCat have them: public keys the app ships, secret keys the backend keeps,
+        // user tokens signed by the developer's backend. Apps that existed keep today's behaviour (user_auth optional).
+        // A job remembers whether its user was authenticated, and a rejected one keeps the receipt's hash and size, not its bytes.
+        SQLMigration(version: 7, statements: [
+            "ALTER TABLE api_keys ADD COLUMN kind TEXT NOT NULL DEFAULT 'secret'",
+            "ALTER TABLE api_keys ADD COLUMN hint TEXT",
+            "ALTER TABLE apps ADD COLUMN user_auth TEXT NOT NULL DEFAULT 'optional'",
+            "ALTER TABLE apps ADD COLUMN user_token_secret TEXT",
+            "ALTER TABLE apps ADD COLUMN user_token_public_key TEXT",
+            "ALTER TABLE verification_jobs ADD COLUMN user_authenticated BIGINT NOT NULL DEFAULT 1",
+            "ALTER TABLE verification_jobs ADD COLUMN receipt_sha256 TEXT",
+            "ALTER TABLE verification_jobs ADD COLUMN receipt_size BIGINT",
+        ]),
     ]
 }

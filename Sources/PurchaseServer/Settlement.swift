@@ -158,7 +158,7 @@ extension PurchaseStore {
             guard let row = try db.query("SELECT * FROM apps WHERE id = ?", [id]).first else {
                 throw ServerError(404, "app_not_found", "App \(id) is not registered.")
             }
-            let app = PurchaseStore.app(row)
+            let app = PurchaseStore.app(row, secrets: nil)
             apps[id] = app
             return app
         }
@@ -219,7 +219,7 @@ extension PurchaseStore {
         let summary = result.jsonText
         try db.query("""
             UPDATE verification_jobs SET state = ?, reason = ?, environment = ?, result = ?, lease_owner = NULL, lease_expires_at = NULL,
-            open_claims = 0, updated_at = ?, settled_at = ? WHERE id = ?
+            open_claims = 0, updated_at = ?, settled_at = ?\(state == .rejected ? ", receipt_data = ''" : "") WHERE id = ?
             """, [state.rawValue, reason, env, summary, now, now, job.id])
         return (state, result)
     }
@@ -326,6 +326,9 @@ extension PurchaseStore {
     }
 
     static func grant(_ db: any SQLConnection, _ transaction: ConfirmedTransaction, job: VerificationJob, env: String, now: Int64) throws {
+        // A user exists from the first thing granted (an upload alone creates none: junk fills nothing).
+        try db.query("INSERT INTO users (app_id, app_user_id, flagged, created_at) VALUES (?, ?, 0, ?) ON CONFLICT DO NOTHING",
+                     [job.appId, job.appUserId, now])
         try db.query("""
             INSERT INTO ownership (app_id, environment, original_transaction_id, app_user_id, product_id, granted_at)
             VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING

@@ -62,7 +62,7 @@ public struct VerificationEngine: Sendable {
         let inspected: InspectedReceipt
         do throws(ReceiptRejection) {
             inspected = try inspector.inspect(job.receiptData, bundleIds: app.bundleIds)
-            try Self.checkSandboxPolicy(app, environment: inspected.environment, user: job.appUserId)
+            try Self.checkSandboxPolicy(app, environment: inspected.environment, user: job.appUserId, authenticated: job.userAuthenticated)
         } catch {
             try await store.reject(job, owner: owner, code: error.code, reason: error.reason, environment: nil, now: clock.now())
             return .rejected
@@ -116,7 +116,7 @@ public struct VerificationEngine: Sendable {
         let environment: AppStoreEnvironment
         do throws(ReceiptRejection) {
             (transaction, environment) = try transactionInspector.inspect(job.receiptData, bundleIds: app.bundleIds)
-            try Self.checkSandboxPolicy(app, environment: environment, user: job.appUserId)
+            try Self.checkSandboxPolicy(app, environment: environment, user: job.appUserId, authenticated: job.userAuthenticated)
             // An appAccountToken binds the purchase to the app's user it was made for (apps whose user ids are UUIDs).
             if let token = transaction.appAccountToken, let user = UUID(uuidString: job.appUserId), UUID(uuidString: token) != user {
                 throw ReceiptRejection(code: "app_account_token_mismatch",
@@ -132,12 +132,13 @@ public struct VerificationEngine: Sendable {
     }
 
     /// The app's sandbox policy (App Review buys in the sandbox; production apps may allow-list those accounts).
-    static func checkSandboxPolicy(_ app: ServerApp, environment: AppStoreEnvironment, user: String) throws(ReceiptRejection) {
+    /// The allow-list matches authenticated users only: a public key alone cannot name itself App Review.
+    static func checkSandboxPolicy(_ app: ServerApp, environment: AppStoreEnvironment, user: String, authenticated: Bool) throws(ReceiptRejection) {
         guard environment == .sandbox else { return }
         switch app.sandboxPolicy {
         case .allow: return
         case .deny: throw ReceiptRejection(code: "sandbox_not_allowed", reason: "this app does not accept sandbox purchases")
-        case .allowList where !app.sandboxAllowList.contains(user):
+        case .allowList where !authenticated || !app.sandboxAllowList.contains(user):
             throw ReceiptRejection(code: "sandbox_not_allowed", reason: "sandbox purchases are granted only to users on the app's sandbox allow-list")
         case .allowList: return
         }

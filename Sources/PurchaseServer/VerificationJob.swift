@@ -1,3 +1,4 @@
+import AppStoreCrypto
 import AppStoreModels
 import Foundation
 import Storage
@@ -27,6 +28,8 @@ public struct VerificationJob: Sendable, Codable, Equatable {
     public var settledAt: Date?
     /// JSON summary of what settlement granted and refused.
     public var result: String?
+    /// Whether the user was authenticated (a secret key or a user token) rather than only named by a public key.
+    public var userAuthenticated: Bool = true
 
     static func from(_ row: SQLRow) -> VerificationJob {
         VerificationJob(id: row.string("id") ?? "", appId: row.string("app_id") ?? "", appUserId: row.string("app_user_id") ?? "",
@@ -35,15 +38,17 @@ public struct VerificationJob: Sendable, Codable, Equatable {
                         environment: row.string("environment").flatMap(AppStoreEnvironment.init(rawValue:)),
                         attempts: row.int("attempts") ?? 0, nextAttemptAt: Date(milliseconds: row.int("next_attempt_at") ?? 0),
                         createdAt: Date(milliseconds: row.int("created_at") ?? 0), updatedAt: Date(milliseconds: row.int("updated_at") ?? 0),
-                        settledAt: row.int("settled_at").map(Date.init(milliseconds:)), result: row.string("result"))
+                        settledAt: row.int("settled_at").map(Date.init(milliseconds:)), result: row.string("result"),
+                        userAuthenticated: row.int("user_authenticated").map { $0 != 0 } ?? true)
     }
 }
 
 extension PurchaseStore {
     /// Writes a new job durably and returns it.
-    public func enqueue(appId: String, appUserId: String, kind: VerificationJob.Kind, receiptData: String, now: Date) async throws -> VerificationJob {
+    public func enqueue(appId: String, appUserId: String, kind: VerificationJob.Kind, receiptData: String, userAuthenticated: Bool = true,
+                        now: Date) async throws -> VerificationJob {
         let job = VerificationJob(id: UUID().uuidString.lowercased(), appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData,
-                                  state: .pending, attempts: 0, nextAttemptAt: now, createdAt: now, updatedAt: now)
+                                  state: .pending, attempts: 0, nextAttemptAt: now, createdAt: now, updatedAt: now, userAuthenticated: userAuthenticated)
         try await uploads.write(job, all: { [self] jobs in try await self.insert(jobs) })
         return job
     }
@@ -54,12 +59,12 @@ extension PurchaseStore {
         try await database.transaction { db in
             for job in jobs {
                 let now = job.createdAt.milliseconds
-                try db.query("INSERT INTO users (app_id, app_user_id, flagged, created_at) VALUES (?, ?, 0, ?) ON CONFLICT DO NOTHING",
-                             [job.appId, job.appUserId, now])
                 try db.query("""
-                    INSERT INTO verification_jobs (id, app_id, app_user_id, kind, receipt_data, state, attempts, next_attempt_at, created_at, updated_at)
-                    VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)
-                    """, [job.id, job.appId, job.appUserId, job.kind.rawValue, job.receiptData, now, now, now])
+                    INSERT INTO verification_jobs (id, app_id, app_user_id, kind, receipt_data, state, attempts, next_attempt_at, created_at, updated_at,
+                    user_authenticated, receipt_sha256, receipt_size)
+                    VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?, ?, ?)
+                    """, [job.id, job.appId, job.appUserId, job.kind.rawValue, job.receiptData, now, now, now, job.userAuthenticated,
+                          Digest.sha256.hash(Array(job.receiptData.utf8)).hexString, Int64(job.receiptData.utf8.count)])
             }
         }
         if database.dialect == .postgres { await database.notify(Self.jobsChannel) }
@@ -133,7 +138,7 @@ extension PurchaseStore {
         try await database.transaction { db in
             let rows = try db.query("""
                 UPDATE verification_jobs SET state = 'rejected', reason = ?, environment = ?, lease_owner = NULL, lease_expires_at = NULL,
-                open_claims = 0, updated_at = ?, settled_at = ? WHERE id = ? AND lease_owner = ? AND state = 'verifying' RETURNING id
+                open_claims = 0, receipt_data = '', updated_at = ?, settled_at = ? WHERE id = ? AND lease_owner = ? AND state = 'verifying' RETURNING id
                 """, [reason, environment?.rawValue, now.milliseconds, now.milliseconds, job.id, owner])
             guard !rows.isEmpty else { return }
             try Self.audit(db, appId: job.appId, userId: job.appUserId, kind: "verification_rejected",

@@ -114,7 +114,7 @@ public struct VerifyReceiptClient: Sendable {
         let gate = FirstResult<T>()
         let work = Task { gate.finish(with: await Result { try await operation() }) }
         let timer = Task {
-            try? await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
+            try? await Task.sleep(for: .milliseconds(Int(seconds.isFinite ? min(max(0, seconds), 86_400) * 1000 : 86_400_000)))
             gate.finish(with: .failure(URLError(.timedOut)))
         }
         let result = await gate.value

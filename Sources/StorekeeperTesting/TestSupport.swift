@@ -73,7 +73,14 @@ public struct InProcessClient: Sendable {
     public func send(_ method: HTTPMethod, _ target: String, json: Any? = nil, body: Data? = nil, headers: [String: String] = [:]) async throws -> Response {
         var payload = body ?? Data()
         if let json { payload = try JSONSerialization.data(withJSONObject: json) }
-        return await responder.respond(to: Request(method: method, target: target, headers: headers, body: payload))
+        let request = Request(method: method, target: target, headers: headers, body: payload)
+        // As the HTTP server does: the responder's admission first, then its body limit.
+        switch responder.admit(RequestHead(method: method, path: request.path, headers: headers, contentLength: payload.count)) {
+        case .refuse(let response): return response
+        case .accept(let limit) where payload.count > limit:
+            return HTTPError(.payloadTooLarge, code: "payload_too_large", message: "The request body exceeds \(limit) bytes.").response
+        case .accept: return await responder.respond(to: request)
+        }
     }
 
     /// Sends and parses the JSON object answered.

@@ -57,6 +57,9 @@ struct AdminClient {
 }
 
 /// The `--url` option shared by commands that act on a running emulator.
+/// The emulator's admin token for the CLI, if it was started with one.
+func emulatorToken() -> String? { ProcessInfo.processInfo.environment["STOREKEEPER_APPSTORE_TOKEN"] }
+
 func emulatorURL(_ arguments: inout Arguments) throws -> String {
     try arguments.option("url") ?? ProcessInfo.processInfo.environment["STOREKEEPER_APPSTORE_URL"] ?? "http://127.0.0.1:8010"
 }

@@ -16,7 +16,7 @@ struct TesterAddCommand: Command {
     let body: [String: Any]
 
     init(_ arguments: inout Arguments) throws {
-        client = try AdminClient(url: try emulatorURL(&arguments))
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
         var body: [String: Any] = ["environment": arguments.flag("production") ? "production" : "sandbox"]
         if let storefront = try arguments.option("storefront") { body["storefront"] = storefront }
         if let locale = try arguments.option("locale") { body["locale"] = locale }
@@ -44,7 +44,7 @@ struct BuyCommand: Command {
     let body: [String: Any]
 
     init(_ arguments: inout Arguments) throws {
-        client = try AdminClient(url: try emulatorURL(&arguments))
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
         guard let app = try arguments.option("app"), let product = try arguments.option("product"), let account = try arguments.option("account") else {
             throw UsageError(description: "--app, --product and --account are required")
         }
@@ -70,7 +70,7 @@ struct FinishCommand: Command {
     let id: String
 
     init(_ arguments: inout Arguments) throws {
-        client = try AdminClient(url: try emulatorURL(&arguments))
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
         id = try arguments.single("TRANSACTION_ID")
     }
 
@@ -85,7 +85,7 @@ struct RestoreCommand: Command {
     let body: [String: Any]
 
     init(_ arguments: inout Arguments) throws {
-        client = try AdminClient(url: try emulatorURL(&arguments))
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
         guard let app = try arguments.option("app"), let account = try arguments.option("account") else {
             throw UsageError(description: "--app and --account are required")
         }
@@ -105,7 +105,7 @@ struct TimeAdvanceCommand: Command {
     let duration: String
 
     init(_ arguments: inout Arguments) throws {
-        client = try AdminClient(url: try emulatorURL(&arguments))
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
         duration = try arguments.single("DURATION")
     }
 
@@ -120,7 +120,7 @@ struct TimeSetCommand: Command {
     let date: String
 
     init(_ arguments: inout Arguments) throws {
-        client = try AdminClient(url: try emulatorURL(&arguments))
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
         date = try arguments.single("DATE")
     }
 
@@ -132,7 +132,7 @@ struct TimeShowCommand: Command {
     static let abstract = "Print the emulator clock."
     static let help = "[--url URL]"
     let client: AdminClient
-    init(_ arguments: inout Arguments) throws { client = try AdminClient(url: try emulatorURL(&arguments)) }
+    init(_ arguments: inout Arguments) throws { client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken()) }
     func run() async throws { try await client.sendAndPrint("GET", "/admin/v1/time") }
 }
 
@@ -155,7 +155,7 @@ struct FaultAddCommand: Command {
     let body: [String: Any]
 
     init(_ arguments: inout Arguments) throws {
-        client = try AdminClient(url: try emulatorURL(&arguments))
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
         guard let endpoint = try arguments.option("endpoint") else { throw UsageError(description: "--endpoint is required") }
         var body: [String: Any] = ["endpoint": endpoint]
         if let environment = try arguments.option("environment") { body["environment"] = environment }
@@ -186,7 +186,7 @@ struct FaultClearCommand: Command {
     let endpoint: String?
 
     init(_ arguments: inout Arguments) throws {
-        client = try AdminClient(url: try emulatorURL(&arguments))
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
         endpoint = try arguments.option("endpoint")
     }
 
@@ -201,7 +201,7 @@ struct FaultListCommand: Command {
     static let abstract = "List the faults in force."
     static let help = "[--url URL]"
     let client: AdminClient
-    init(_ arguments: inout Arguments) throws { client = try AdminClient(url: try emulatorURL(&arguments)) }
+    init(_ arguments: inout Arguments) throws { client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken()) }
     func run() async throws { try await client.sendAndPrint("GET", "/admin/v1/faults") }
 }
 
@@ -222,7 +222,7 @@ struct CAExportCommand: Command {
     let output: String?
 
     init(_ arguments: inout Arguments) throws {
-        client = try AdminClient(url: try emulatorURL(&arguments))
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
         chain = arguments.flag("chain")
         jws = arguments.flag("jws")
         output = try arguments.option("output")
@@ -253,7 +253,7 @@ struct ServerAPIKeyCreateCommand: Command {
     let app: String
 
     init(_ arguments: inout Arguments) throws {
-        client = try AdminClient(url: try emulatorURL(&arguments))
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
         guard let app = try arguments.option("app") else { throw UsageError(description: "--app is required") }
         self.app = app
     }
@@ -279,7 +279,7 @@ struct NotificationURLCommand: Command {
     let sandbox: String?
 
     init(_ arguments: inout Arguments) throws {
-        client = try AdminClient(url: try emulatorURL(&arguments))
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
         guard let app = try arguments.option("app") else { throw UsageError(description: "--app is required") }
         self.app = app
         production = try arguments.option("production-url")

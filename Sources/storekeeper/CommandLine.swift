@@ -74,6 +74,13 @@ struct Arguments {
         return rest[0]
     }
 
+    /// Exactly `count` positional arguments (named by `names` in the error).
+    mutating func positionals(_ count: Int, _ names: String) throws -> [String] {
+        let rest = try positionals()
+        guard rest.count == count else { throw UsageError(description: "give \(names)") }
+        return rest
+    }
+
     /// Throws if anything was not consumed.
     mutating func finish() throws {
         let rest = try positionals()

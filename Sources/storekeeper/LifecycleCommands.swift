@@ -41,7 +41,7 @@ struct SubscriptionControlCommand: Command {
     let price: String?
 
     init(_ arguments: inout Arguments) throws {
-        client = try AdminClient(url: try emulatorURL(&arguments))
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
         price = try arguments.option("price")
         let words = try arguments.positionals()
         guard words.count == 2, let action = Action(rawValue: words[0]) else {
@@ -75,7 +75,7 @@ struct RefundCommand: Command {
     let action: String
 
     init(_ arguments: inout Arguments) throws {
-        client = try AdminClient(url: try emulatorURL(&arguments))
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
         let reason = try arguments.option("reason") ?? "0"
         guard reason == "0" || reason == "1" else { throw UsageError(description: "--reason is 0 or 1") }
         let reverse = arguments.flag("reverse"), decline = arguments.flag("decline")
@@ -103,7 +103,7 @@ struct GracePeriodCommand: Command {
     let days: Int?
 
     init(_ arguments: inout Arguments) throws {
-        client = try AdminClient(url: try emulatorURL(&arguments))
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
         guard let app = try arguments.option("app"), let text = try arguments.option("days") else {
             throw UsageError(description: "--app and --days are required")
         }
@@ -126,7 +126,7 @@ struct TesterFamilyCommand: Command {
     let family: String?
 
     init(_ arguments: inout Arguments) throws {
-        client = try AdminClient(url: try emulatorURL(&arguments))
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
         let name = try arguments.option("family")
         let leave = arguments.flag("leave")
         guard (name != nil) != leave else { throw UsageError(description: "give --family NAME or --leave") }
@@ -152,7 +152,7 @@ struct RedeemCodeCommand: Command {
     let body: [String: String]
 
     init(_ arguments: inout Arguments) throws {
-        client = try AdminClient(url: try emulatorURL(&arguments))
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
         guard let app = try arguments.option("app"), let account = try arguments.option("account"), let product = try arguments.option("product"),
               let offer = try arguments.option("offer") else { throw UsageError(description: "--app, --account, --product and --offer are required") }
         body = ["app": app, "account": account, "product": product, "offer": offer]

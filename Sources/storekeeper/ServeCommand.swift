@@ -20,6 +20,8 @@ struct AppStoreServeCommand: Command {
                            a Storekeeper JSON catalog ({"apps": [...]}) needs no bundle id.
       --tester EMAIL       Make sure a sandbox tester exists (repeatable).
       --max-body BYTES     Largest request body (default 4194304).
+      --admin-token TOKEN  Require 'Authorization: Bearer TOKEN' on the admin API (default $STOREKEEPER_APPSTORE_TOKEN;
+                           without one it answers loopback host names only). The CLI sends $STOREKEEPER_APPSTORE_TOKEN.
       --quiet              No access log.
     """
 
@@ -30,6 +32,7 @@ struct AppStoreServeCommand: Command {
     let testers: [String]
     let maxBody: Int
     let quiet: Bool
+    let adminToken: String?
 
     init(_ arguments: inout Arguments) throws {
         data = try arguments.option("data") ?? "./.storekeeper"
@@ -41,6 +44,7 @@ struct AppStoreServeCommand: Command {
         guard let maxBody = Int(try arguments.option("max-body") ?? "4194304"), maxBody > 0 else { throw UsageError(description: "--max-body must be a positive number") }
         self.maxBody = maxBody
         quiet = arguments.flag("quiet")
+        adminToken = try arguments.option("admin-token") ?? ProcessInfo.processInfo.environment["STOREKEEPER_APPSTORE_TOKEN"]
     }
 
     func run() async throws {
@@ -56,7 +60,7 @@ struct AppStoreServeCommand: Command {
             try await emulator.addAccount(email: email, environment: .sandbox)
         }
         let server = HTTPServer(configuration: .init(host: host, port: port, maxBodySize: maxBody, connectionLimit: FileLimits.connectionLimit(share: 0.5), accessLog: !quiet),
-                                responder: AppStoreResponder(emulator: emulator))
+                                responder: AppStoreResponder(emulator: emulator, adminToken: adminToken))
         let bound = try server.start()
         let notifications = Task { await emulator.runNotificationDelivery() }
         say("storekeeper appstore listening on http://\(host):\(bound)")

@@ -75,21 +75,95 @@ struct ServerAppAddCommand: Command {
 /// `storekeeper server key create`
 struct ServerKeyCreateCommand: Command {
     static let abstract = "Create an API key for an app (printed once; only its hash is stored)."
-    static let help = "APP_ID [--label TEXT] [--url URL] [--admin-key KEY]\n\n\(serverConnectionHelp)"
+    static let help = """
+    APP_ID [--public] [--label TEXT] [--url URL] [--admin-key KEY]
+
+      --public    A public key (pk_…) to ship inside the app: it uploads, and reads only the user of a user token.
+                  Without it, a secret key (sk_…) for your backend, which acts for any user.
+
+    \(serverConnectionHelp)
+    """
     let client: AdminClient
     let app: String
-    let label: String?
+    let body: [String: Any]
 
     init(_ arguments: inout Arguments) throws {
         client = try serverClient(&arguments)
-        label = try arguments.option("label")
+        var body: [String: Any] = ["kind": arguments.flag("public") ? "public" : "secret"]
+        if let label = try arguments.option("label") { body["label"] = label }
+        self.body = body
         app = try arguments.single("APP_ID")
     }
 
-    func run() async throws {
-        let query = label.map { "?label=" + ($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "") } ?? ""
-        try await client.sendAndPrint("POST", "/admin/v1/apps/\(app)/keys" + query)
+    func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/apps/\(pathSegment(app))/keys", json: body) }
+}
+
+/// `storekeeper server key list`
+struct ServerKeyListCommand: Command {
+    static let abstract = "List an app's API keys (ids, kinds, labels, last four characters, revocations), never the keys."
+    static let help = "APP_ID [--url URL] [--admin-key KEY]\n\n\(serverConnectionHelp)"
+    let client: AdminClient
+    let app: String
+
+    init(_ arguments: inout Arguments) throws {
+        client = try serverClient(&arguments)
+        app = try arguments.single("APP_ID")
     }
+
+    func run() async throws { try await client.sendAndPrint("GET", "/admin/v1/apps/\(pathSegment(app))/keys") }
+}
+
+/// `storekeeper server key revoke`
+struct ServerKeyRevokeCommand: Command {
+    static let abstract = "Revoke an API key: every server process sharing the database refuses it within a second."
+    static let help = "APP_ID KEY_ID [--url URL] [--admin-key KEY]\n\n\(serverConnectionHelp)"
+    let client: AdminClient
+    let app: String
+    let id: String
+
+    init(_ arguments: inout Arguments) throws {
+        client = try serverClient(&arguments)
+        let words = try arguments.positionals(2, "APP_ID KEY_ID")
+        app = words[0]
+        id = words[1]
+    }
+
+    func run() async throws { try await client.sendAndPrint("DELETE", "/admin/v1/apps/\(pathSegment(app))/keys/\(pathSegment(id))") }
+}
+
+/// `storekeeper server key rotate`
+struct ServerKeyRotateCommand: Command {
+    static let abstract = "Replace an API key with a new one of the same kind; the old one works for --grace seconds more."
+    static let help = """
+    APP_ID KEY_ID [--grace SECONDS] [--url URL] [--admin-key KEY]
+
+      --grace SECONDS   How long the old key keeps working, so deployed copies can switch (default 0, at most 604800).
+
+    \(serverConnectionHelp)
+    """
+    let client: AdminClient
+    let app: String
+    let id: String
+    let grace: Double
+
+    init(_ arguments: inout Arguments) throws {
+        client = try serverClient(&arguments)
+        let text = try arguments.option("grace") ?? "0"
+        guard let grace = Double(text), grace.isFinite, (0...604_800).contains(grace) else { throw UsageError(description: "--grace is 0–604800 seconds") }
+        self.grace = grace
+        let words = try arguments.positionals(2, "APP_ID KEY_ID")
+        app = words[0]
+        id = words[1]
+    }
+
+    func run() async throws {
+        try await client.sendAndPrint("POST", "/admin/v1/apps/\(pathSegment(app))/keys/\(pathSegment(id))/rotate", json: ["graceSeconds": grace])
+    }
+}
+
+/// A value as one URL path segment.
+func pathSegment(_ text: String) -> String {
+    text.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/"))) ?? text
 }
 
 /// `storekeeper server product set`

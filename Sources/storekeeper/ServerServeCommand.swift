@@ -23,6 +23,8 @@ struct ServerOptions {
     var lease: Double
     var reconcileInterval: Double
     var followEmulatorClock: Bool
+    var uploadRate: Double
+    var connectionsPerIP: UInt32
 
     static let help = """
       --data DIR            State directory for the embedded SQLite database and the admin key (default ./.storekeeper).
@@ -41,6 +43,8 @@ struct ServerOptions {
       --lease S             Seconds a worker holds a claimed job before another process may take it over (default 120).
       --reconcile-interval S  Seconds between passes over the App Store Server API (Notification History with
                             onlyFailures, Transaction History by revision) for apps with a Server API key (default 600).
+      --upload-rate N       Uploads per second per app and process, bursts of twice that (default 5000; 0 unlimited).
+      --connections-per-ip N  Most connections from one address (default 0: unlimited; behind a proxy, set it there).
       --follow-emulator-clock  Keep this server's clock on the emulator's at --appstore-url (after `appstore time advance`),
                             so both judge expiry, grace and retry alike. For development and tests only.
     """
@@ -54,7 +58,10 @@ struct ServerOptions {
         adminKey = try arguments.option("admin-key") ?? ProcessInfo.processInfo.environment["STOREKEEPER_ADMIN_KEY"]
         func number(_ name: String, _ fallback: Double) throws -> Double {
             guard let text = try arguments.option(name) else { return fallback }
-            guard let value = Double(text), value > 0 else { throw UsageError(description: "--\(name) must be a positive number") }
+            // Finite and at most a year (in seconds, or units of concurrency): every value becomes an Int or a deadline.
+            guard let value = Double(text), value > 0, value <= 31_536_000 else {
+                throw UsageError(description: "--\(name) must be a positive number up to 31536000")
+            }
             return value
         }
         concurrency = Int(try number("concurrency", 2048))
@@ -65,12 +72,22 @@ struct ServerOptions {
         lease = try number("lease", 120)
         reconcileInterval = try number("reconcile-interval", 600)
         followEmulatorClock = arguments.flag("follow-emulator-clock")
+        uploadRate = try arguments.option("upload-rate").map { text in
+            guard let value = Double(text), value >= 0, value <= 1_000_000 else { throw UsageError(description: "--upload-rate must be 0–1000000") }
+            return value
+        } ?? 5000
+        connectionsPerIP = try arguments.option("connections-per-ip").map { text in
+            guard let value = UInt32(text) else { throw UsageError(description: "--connections-per-ip must be a count") }
+            return value
+        } ?? 0
     }
 
     /// Opens the database, the trust store and the server.
-    func openServer(emulatorCA: String? = nil, clock: (any ServerClock)? = nil) async throws -> (PurchaseServer, String, any SQLDatabase) {
+    /// The admin key is returned only when it was created now (to be shown once); nil when it was given or already stored.
+    func openServer(emulatorCA: String? = nil, clock: (any ServerClock)? = nil) async throws -> (PurchaseServer, String?, any SQLDatabase) {
         let directory = URL(fileURLWithPath: data, isDirectory: true)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        SecretFiles.warnIfShared(directory)
         let database: any SQLDatabase
         if let url = self.database {
             database = try PostgresDatabase(url: url, size: 16, channels: ["storekeeper_jobs"])
@@ -97,23 +114,24 @@ struct ServerOptions {
             guard let base = URL(string: appstoreURL) else { throw UsageError(description: "--appstore-url must be a URL") }
             endpoints = .emulator(base)
         }
-        let key = try adminKey ?? Self.persistentAdminKey(in: directory)
+        let (key, created) = try adminKey.map { ($0, false) } ?? Self.persistentAdminKey(in: directory)
         var configuration = PurchaseServer.Configuration(
             trust: trust, endpoints: endpoints, transport: try ClientTransport(), adminKey: key,
             worker: .init(concurrency: concurrency, lease: max(lease, callTimeout * 2 + 1)), retry: .init(baseDelay: retryBase, maxDelay: retryCap, maxAge: maxAge),
             callTimeout: callTimeout)
         if let appstoreURL, let base = URL(string: appstoreURL) { configuration.serverAPI = .emulator(base) }
-        return (try await PurchaseServer.open(database: database, configuration: configuration, clock: clock ?? SystemClock()), key, database)
+        configuration.secrets = try SecretFiles.masterKey(in: directory)
+        configuration.uploadsPerSecond = uploadRate
+        let server = try await PurchaseServer.open(database: database, configuration: configuration, clock: clock ?? SystemClock())
+        for app in try await server.store.apps() where app.userAuth == .optional {
+            say("warning: app \(app.id) has userAuth optional: its public key may act for any user it names (set userAuth required once the app sends user tokens)")
+        }
+        return (server, created ? key : nil, database)
     }
 
-    /// The admin key kept in the data directory, created on first use.
-    static func persistentAdminKey(in directory: URL) throws -> String {
-        let file = directory.appendingPathComponent("admin-key")
-        if let text = try? String(contentsOf: file, encoding: .utf8), !text.isEmpty { return text.trimmingCharacters(in: .whitespacesAndNewlines) }
-        let key = "sk_admin_" + APIKey.random()
-        try key.write(to: file, atomically: true, encoding: .utf8)
-        try? FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: file.path)
-        return key
+    /// The admin key kept in the data directory (0600), created on first use.
+    static func persistentAdminKey(in directory: URL) throws -> (String, Bool) {
+        try SecretFiles.readOrCreate(directory.appendingPathComponent("admin-key")) { "sk_admin_" + APIKey.random() }
     }
 }
 
@@ -165,11 +183,15 @@ struct ServerServeCommand: Command {
         let (server, adminKey, database) = try await options.openServer(clock: clock)
         let worker = server.runWorker()
         let reconciler = server.runReconciler(every: .milliseconds(Int(options.reconcileInterval * 1000)))
-        let http = HTTPServer(configuration: .init(host: host, port: port, maxBodySize: 4 << 20, connectionLimit: FileLimits.connectionLimit(share: 0.25), accessLog: !quiet),
-                              responder: PurchaseServerResponder(server: server))
+        var httpConfiguration = HTTPServer.Configuration(host: host, port: port, maxBodySize: 4 << 20, connectionTimeout: 15,
+                                                         connectionLimit: FileLimits.connectionLimit(share: 0.25), accessLog: !quiet)
+        httpConfiguration.connectionsPerIP = options.connectionsPerIP
+        let http = HTTPServer(configuration: httpConfiguration, responder: PurchaseServerResponder(server: server))
         let bound = try http.start()
         say("storekeeper server listening on http://\(host):\(bound)")
-        say("database: \(options.database == nil ? "sqlite in \(options.data)" : "postgresql")  admin key: \(options.adminKey == nil ? adminKey : "(as given)")")
+        say("database: \(options.database == nil ? "sqlite in \(options.data)" : "postgresql")")
+        // Shown once, when created; afterwards it is only in DIR/admin-key (0600), never in logs.
+        if let adminKey { say("admin key (created now, shown once, kept in \(options.data)/admin-key): \(adminKey)") }
         await ShutdownSignal.wait()
         FileHandle.standardError.write(Data("shutting down\n".utf8))
         await http.shutdown()

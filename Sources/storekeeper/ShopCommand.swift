@@ -132,7 +132,7 @@ struct ShopCommand: Command {
         let shop = try await options.open()
         defer { Task { await shop.journal.close() } }
         if action == "interactive" {
-            let client = try AdminClient(url: options.appStoreURL.absoluteString)
+            let client = try AdminClient(url: options.appStoreURL.absoluteString, bearer: emulatorToken())
             let app = (try? JSONSerialization.jsonObject(with: try await client.send("GET", "/admin/v1/apps/\(options.bundleId)"))) as? [String: Any]
             var screen = ShopScreen(shop: shop, title: "\(app?["name"] as? String ?? options.bundleId) — \(options.account)",
                                     identifiers: try await productIdentifiers())
@@ -166,7 +166,7 @@ struct ShopCommand: Command {
 
     /// The app's product ids, from the emulator's catalog.
     func productIdentifiers() async throws -> [String] {
-        let client = try AdminClient(url: options.appStoreURL.absoluteString)
+        let client = try AdminClient(url: options.appStoreURL.absoluteString, bearer: emulatorToken())
         let data = try await client.send("GET", "/admin/v1/apps/\(options.bundleId)")
         let app = (try JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:]
         return (app["products"] as? [[String: Any]] ?? []).compactMap { $0["productId"] as? String }
@@ -206,7 +206,7 @@ struct ShopBenchCommand: Command {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         var shops: [Shop] = []
-        let admin = try AdminClient(url: options.appStoreURL.absoluteString)
+        let admin = try AdminClient(url: options.appStoreURL.absoluteString, bearer: emulatorToken())
         let run = UUID().uuidString.prefix(8).lowercased()
         for index in 0..<concurrency {
             // One customer per device: a receipt carries all of its Apple ID's purchases, so devices sharing an

@@ -95,7 +95,7 @@ struct UpCommand: Command {
         // The purchase server, trusting the emulator's chain and calling its verifyReceipt.
         var arguments = Arguments(["--data", root.appendingPathComponent("server").path, "--appstore-url", appstoreURL])
         let options = try ServerOptions(&arguments)
-        let (server, adminKey, database) = try await options.openServer(emulatorCA: authority.root.pem + authority.intermediate.pem
+        let (server, _, database) = try await options.openServer(emulatorCA: authority.root.pem + authority.intermediate.pem
                                                                               + jwsAuthority.root.pem + jwsAuthority.intermediate.pem,
                                                                           clock: DelegatingClock { [clock = emulator.clock] in clock.now() })
         var apps: [[String: String]] = []
@@ -112,8 +112,9 @@ struct UpCommand: Command {
             }
             apps.append(["bundleId": store.bundleId, "apiKey": keys[store.bundleId] ?? ""])
         }
-        try JSONEncoder().encode(keys).write(to: keysFile)
-        try? FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: keysFile.path)
+        try SecretFiles.replace(keysFile, with: try JSONEncoder().encode(keys))
+        // `up` is the local playground: its first line gives scripts the admin key (read from the 0600 file), never a log.
+        let adminKey = try ServerOptions.persistentAdminKey(in: root.appendingPathComponent("server")).0
         let worker = server.runWorker()
         let reconciler = server.runReconciler(every: .milliseconds(Int(options.reconcileInterval * 1000)))
         let serverHTTP = HTTPServer(configuration: .init(port: serverPort, connectionLimit: FileLimits.connectionLimit(share: 0.2), accessLog: !quiet),

@@ -27,7 +27,10 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
     ("server", .group(abstract: "The purchase server and the commands that administer it.", children: [
         ("serve", .command(ServerServeCommand.self)),
         ("app", .group(abstract: "Manage apps.", children: [("add", .command(ServerAppAddCommand.self))])),
-        ("key", .group(abstract: "Manage API keys.", children: [("create", .command(ServerKeyCreateCommand.self))])),
+        ("key", .group(abstract: "Manage API keys: public (pk_, in the app) and secret (sk_, on your backend).", children: [
+            ("create", .command(ServerKeyCreateCommand.self)), ("list", .command(ServerKeyListCommand.self)),
+            ("revoke", .command(ServerKeyRevokeCommand.self)), ("rotate", .command(ServerKeyRotateCommand.self)),
+        ])),
         ("product", .group(abstract: "Manage what products grant.", children: [("set", .command(ServerProductSetCommand.self))])),
         ("user", .group(abstract: "Inspect users.", children: [("show", .command(ServerUserShowCommand.self))])),
         ("jobs", .group(abstract: "Inspect and replay verification jobs.", children: [
@@ -48,5 +51,6 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
     ])),
 ])
 
+SecretFiles.restrictCreatedFiles()
 let status = await tree.dispatch(path: ["storekeeper"], words: Array(CommandLine.arguments.dropFirst()))
 exit(status)

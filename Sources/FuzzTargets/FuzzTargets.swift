@@ -1,0 +1,98 @@
+import AppStoreCrypto
+import AppStoreModels
+import Foundation
+import HTTP
+import HTTPClient
+import PurchaseServer
+
+/// The inputs an attacker controls, one harness each: libFuzzer drives them in `make fuzz`
+/// (`storekeeper-fuzz`), and `make test` replays every kept input (the seeds and each crash
+/// ever found, minimised) through the same functions. A harness may throw; it must never trap.
+public enum FuzzTargets {
+    /// A harness: bytes in, nothing out but whether it survived.
+    public typealias Harness = @Sendable ([UInt8]) -> Void
+
+    /// Every harness by name (also the corpus directory name under `Tests/fuzz/`).
+    public static let all: [String: Harness] = [
+        "der": der,
+        "receipt": receipt,
+        "legacy-receipt": legacyReceipt,
+        "jws": jws,
+        "json": json,
+        "catalog": catalog,
+        "http-response": httpResponse,
+        "http-request": httpRequest,
+    ]
+
+    /// BER/DER: every element, every child, every OCTET STRING, integer, string and OID read.
+    static func der(_ bytes: [UInt8]) {
+        guard let element = try? ASN1Element.parse(bytes) else { return }
+        walk(element, budget: 10_000)
+    }
+
+    private static func walk(_ element: ASN1Element, budget: Int) {
+        _ = try? element.octets()
+        _ = try? element.integer()
+        _ = try? element.string()
+        _ = try? element.objectIdentifier()
+        guard budget > 0, element.isConstructed, let children = try? element.children() else { return }
+        for child in children.prefix(budget) { walk(child, budget: budget / max(children.count, 1) - 1) }
+    }
+
+    /// An app receipt: PKCS#7 and the receipt payload with its in-app purchases (the base64 text too).
+    static func receipt(_ bytes: [UInt8]) {
+        _ = try? ReceiptDecoder.decode(bytes)
+        if let text = String(validating: bytes, as: UTF8.self), let decoded = ReceiptDecoder.base64Decode(text) {
+            _ = try? ReceiptDecoder.decode(decoded)
+        }
+    }
+
+    /// The iOS 6 transaction receipt (an old-style plist with a signature blob).
+    static func legacyReceipt(_ bytes: [UInt8]) {
+        guard let receipt = try? LegacyTransactionReceipt(bytes: bytes) else { return }
+        _ = receipt.receiptJSON
+        _ = receipt.purchaseDate
+        _ = receipt.environment
+    }
+
+    /// A compact JWS as StoreKit 2 and notifications carry it: header, x5c, payload, transaction fields, signature check.
+    static func jws(_ bytes: [UInt8]) {
+        guard let text = String(validating: bytes, as: UTF8.self), let jws = try? JWS(compact: text) else { return }
+        _ = try? jws.certificates()
+        if let payload = try? jws.payloadJSON() { _ = JWSTransaction(json: payload) }
+        if let verifier = roots { _ = try? jws.verify(with: verifier, at: Date(timeIntervalSince1970: 1_700_000_000)) }
+    }
+
+    /// Apple's real roots, as production verifies.
+    private static let roots: ChainVerifier? = (try? TrustStore.apple()).map { ChainVerifier(roots: $0.roots) }
+
+    /// JSON as the server reads bodies and verifyReceipt answers.
+    static func json(_ bytes: [UInt8]) {
+        guard let value = try? JSONValue.parse(bytes) else { return }
+        _ = JWSTransaction(json: value)
+        _ = value["status"]?.int64
+    }
+
+    /// `.storekit` files and Storekeeper catalogs.
+    static func catalog(_ bytes: [UInt8]) {
+        _ = try? StoreKitConfiguration(data: Data(bytes))
+        _ = try? JSONDecoder().decode(CatalogFile.self, from: Data(bytes))
+    }
+
+    /// What Apple (or anything pretending to be it) answers the HTTP client, fed in two pieces.
+    static func httpResponse(_ bytes: [UInt8]) {
+        var parser = ResponseParser(maxBodyBytes: 1 << 20)
+        let split = bytes.isEmpty ? 0 : Int(bytes[0]) % (bytes.count + 1)
+        bytes.withUnsafeBytes { buffer in
+            guard (try? parser.feed(UnsafeRawBufferPointer(rebasing: buffer[..<split]))) == false else { return }
+            if (try? parser.feed(UnsafeRawBufferPointer(rebasing: buffer[split...]))) == false { _ = parser.finishAtEndOfStream() }
+        }
+    }
+
+    /// A request as the server builds it from what libmicrohttpd hands over: target, headers, body.
+    /// Bytes are `METHOD target\nName: value\n…\n\nbody`; the responder is the purchase server's.
+    static func httpRequest(_ bytes: [UInt8]) {
+        guard let request = RequestInput.request(bytes) else { return }
+        RequestInput.respond(request)
+    }
+}

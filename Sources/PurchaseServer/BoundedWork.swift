@@ -1,0 +1,39 @@
+import Dispatch
+import Synchronization
+
+/// Runs CPU-bound checks of unauthenticated input (signature and chain verification of
+/// notifications) on its own serial queues, off Swift's cooperative pool (two threads here, which
+/// every authenticated request also needs), `width` at a time, with at most `maximumPending`
+/// waiting: beyond that the caller is told to come back later, as Apple does on 503.
+final class BoundedWork: Sendable {
+    /// Thrown when the backlog is full.
+    struct Busy: Error {}
+
+    private let queues: [DispatchQueue]
+    private let next = Atomic<Int>(0)
+    private let pending = Atomic<Int>(0)
+    let maximumPending: Int
+
+    init(label: String, width: Int = 2, maximumPending: Int = 256) {
+        // Serial queues round-robin: exactly `width` checks run at once, the rest wait in order.
+        queues = (0..<max(1, width)).map { DispatchQueue(label: "\(label).\($0)") }
+        self.maximumPending = maximumPending
+    }
+
+    /// Runs `body` on one of the queues and returns its result, or throws `Busy` at once.
+    func run<T: Sendable, E: Error>(_ body: @escaping @Sendable () throws(E) -> T) async throws -> T {
+        guard pending.wrappingAdd(1, ordering: .relaxed).newValue <= maximumPending else {
+            pending.wrappingSubtract(1, ordering: .relaxed)
+            throw Busy()
+        }
+        let queue = queues[next.wrappingAdd(1, ordering: .relaxed).newValue % queues.count]
+        let result: Result<T, any Error> = await withCheckedContinuation { continuation in
+            queue.async { [self] in
+                let outcome: Result<T, any Error> = Result { try body() }
+                self.pending.wrappingSubtract(1, ordering: .relaxed)
+                continuation.resume(returning: outcome)
+            }
+        }
+        return try result.get()
+    }
+}

@@ -1,0 +1,124 @@
+import AppStoreCrypto
+import Foundation
+import Storage
+
+/// The two kinds of app keys, as Stripe has them.
+public enum APIKeyKind: String, Codable, Sendable, CaseIterable {
+    /// `pk_…`: shipped inside the app; uploads, and reads or restores only the user of a user token.
+    case `public`
+    /// `sk_…`: kept on the developer's backend; acts for any user of its app.
+    case secret
+
+    /// The prefix keys of this kind start with.
+    public var prefix: String { self == .public ? "pk_" : "sk_" }
+}
+
+/// A live API key as the key ring holds it (never the key itself, only its hash).
+public struct APIKeyRecord: Sendable, Equatable, Codable {
+    /// A stable id to name the key by (`key_` and the first 16 hex digits of its hash).
+    public var id: String
+    public var appId: String
+    public var kind: APIKeyKind
+    public var label: String?
+    /// The key's last four characters, to tell keys apart in a list.
+    public var hint: String?
+    public var createdAt: Int64
+    /// When the key stops working (Unix ms): set by revoke (now) or rotate (after a grace period).
+    public var revokedAt: Int64?
+
+    /// Whether the key works at `now` (Unix ms).
+    public func isLive(at now: Int64) -> Bool { revokedAt.map { now < $0 } ?? true }
+
+    static func id(forHash hash: String) -> String { "key_" + hash.prefix(16) }
+}
+
+extension PurchaseStore {
+    /// Creates an API key of `kind` for an app and returns it; only its SHA-256 is stored.
+    public func createKey(appId: String, label: String?, kind: APIKeyKind = .secret, now: Date) async throws -> String {
+        let key = kind.prefix + APIKey.random()
+        let hash = APIKey.hash(key)
+        let record = APIKeyRecord(id: APIKeyRecord.id(forHash: hash), appId: appId, kind: kind, label: label, hint: String(key.suffix(4)),
+                                  createdAt: now.milliseconds, revokedAt: nil)
+        try await database.transaction { db in
+            guard try !db.query("SELECT id FROM apps WHERE id = ?", [appId]).isEmpty else {
+                throw ServerError(404, "app_not_found", "App \(appId) is not registered.")
+            }
+            try db.query("INSERT INTO api_keys (key_hash, app_id, label, created_at, kind, hint) VALUES (?, ?, ?, ?, ?, ?)",
+                         [hash, appId, label, now.milliseconds, kind.rawValue, record.hint])
+        }
+        keyRing.withLock { $0[hash] = record }
+        return key
+    }
+
+    /// The live key record for `key`, from memory: no database call, so the HTTP edge can ask it
+    /// before reading a body. Revocations reach every process within a second (`refreshKeys`).
+    public func liveKey(_ key: String, now: Date) -> APIKeyRecord? {
+        guard key.utf8.count <= 128 else { return nil }
+        let nowMs = now.milliseconds
+        return keyRing.withLock { $0[APIKey.hash(key)] }.flatMap { $0.isLive(at: nowMs) ? $0 : nil }
+    }
+
+    /// The app an API key belongs to, or nil.
+    public func appId(forKey key: String) async throws -> String? { liveKey(key, now: Date())?.appId }
+
+    /// Reloads every key that has not been revoked (or whose revocation is still ahead).
+    public func refreshKeys(now: Date) async throws {
+        let rows = try await database.transaction { db in
+            try db.query("SELECT * FROM api_keys WHERE revoked_at IS NULL OR revoked_at > ?", [now.milliseconds])
+        }
+        var ring: [String: APIKeyRecord] = [:]
+        for row in rows {
+            guard let hash = row.string("key_hash") else { continue }
+            ring[hash] = Self.keyRecord(row)
+        }
+        keyRing.withLock { $0 = ring }
+    }
+
+    static func keyRecord(_ row: SQLRow) -> APIKeyRecord {
+        let hash = row.string("key_hash") ?? ""
+        return APIKeyRecord(id: APIKeyRecord.id(forHash: hash), appId: row.string("app_id") ?? "",
+                            kind: APIKeyKind(rawValue: row.string("kind") ?? "") ?? .secret, label: row.string("label"),
+                            hint: row.string("hint"), createdAt: row.int("created_at") ?? 0, revokedAt: row.int("revoked_at"))
+    }
+
+    /// Every key of an app, revoked ones included, oldest first.
+    public func keys(appId: String) async throws -> [APIKeyRecord] {
+        try await database.transaction { db in
+            try db.query("SELECT * FROM api_keys WHERE app_id = ? ORDER BY created_at, key_hash", [appId]).map(Self.keyRecord)
+        }
+    }
+
+    /// Revokes a key of an app by id, at once or at `effective` (a rotation's grace period). Returns the record.
+    @discardableResult
+    public func revokeKey(appId: String, id: String, effective: Date, now: Date) async throws -> APIKeyRecord {
+        let revoked = try await database.transaction { db -> (String, APIKeyRecord)? in
+            for row in try db.query("SELECT * FROM api_keys WHERE app_id = ?", [appId]) {
+                guard let hash = row.string("key_hash"), APIKeyRecord.id(forHash: hash) == id else { continue }
+                var record = Self.keyRecord(row)
+                let at = min(record.revokedAt ?? .max, effective.milliseconds)
+                try db.query("UPDATE api_keys SET revoked_at = ? WHERE key_hash = ?", [at, hash])
+                record.revokedAt = at
+                try Self.audit(db, appId: appId, userId: nil, kind: "api_key_revoked",
+                               detail: ["keyId": id, "kind": record.kind.rawValue, "effectiveAt": String(at)], now: now)
+                return (hash, record)
+            }
+            return nil
+        }
+        guard let (hash, record) = revoked else { throw ServerError(404, "key_not_found", "App \(appId) has no key \(id).") }
+        keyRing.withLock { ring in
+            if record.isLive(at: now.milliseconds) { ring[hash] = record } else { ring[hash] = nil }
+        }
+        return record
+    }
+
+    /// Rotates a key: a new key of the same kind and label, and the old one revoked after `grace`. Returns the new key.
+    public func rotateKey(appId: String, id: String, grace: TimeInterval, now: Date) async throws -> (key: String, record: APIKeyRecord) {
+        guard let old = try await keys(appId: appId).first(where: { $0.id == id }), old.isLive(at: now.milliseconds) else {
+            throw ServerError(404, "key_not_found", "App \(appId) has no live key \(id).")
+        }
+        let key = try await createKey(appId: appId, label: old.label, kind: old.kind, now: now)
+        try await revokeKey(appId: appId, id: id, effective: now.addingTimeInterval(max(0, grace)), now: now)
+        guard let record = liveKey(key, now: now) else { throw ServerError(500, "internal_error", "The new key is not live.") }
+        return (key, record)
+    }
+}
