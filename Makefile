@@ -15,12 +15,17 @@ CATALOGS := --catalog com.example.coins=examples/coins.storekit \
             --catalog com.example.comics=examples/comics.storekit \
             --catalog com.example.magazine=examples/magazine.storekit
 
-.PHONY: help deps pydeps build release run appstore test test-swift test-acceptance bench clean
+.PHONY: help deps pydeps build release run appstore test test-swift test-acceptance bench fuzz sanitize clean
+
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= der receipt legacy-receipt jws json catalog http-response http-request
 
 help:
 	@echo "make run    install what is missing, build, start the App Store emulator and the purchase server (storekeeper up)"
 	@echo "make test   install what is missing, run the Swift suites and the acceptance suites"
 	@echo "make bench  build release and print benchmark figures (written under bench/results/)"
+	@echo "make fuzz   run every libFuzzer harness for FUZZ_SECONDS (default 60) each; crashes are kept under Tests/fuzz/"
+	@echo "make sanitize  run the Swift suites under ThreadSanitizer and AddressSanitizer"
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -63,6 +68,16 @@ bench: release pydeps
 	bench/server.sh
 	bench/storekit2.sh
 	bench/shop.sh
+
+# libFuzzer with AddressSanitizer, in its own build directory; scripts/fuzz.sh seeds each run from Tests/fuzz/TARGET and
+# the real fixtures, and minimises any crash into Tests/fuzz/TARGET/ (replayed by make test from then on).
+fuzz: deps
+	swift build --build-path .build-fuzz --product storekeeper-fuzz -Xswiftc -sanitize=fuzzer,address -Xswiftc -DFUZZING -Xswiftc -use-ld=lld
+	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh .build-fuzz/debug/storekeeper-fuzz $(FUZZ_TARGETS)
+
+sanitize: deps
+	@pg_url=$$(scripts/postgres.sh start) || exit 1; trap 'scripts/postgres.sh stop' EXIT; export STOREKEEPER_TEST_POSTGRES=$$pg_url; \
+	swift test --build-path .build-tsan --sanitize=thread && swift test --build-path .build-asan --sanitize=address
 
 clean:
 	rm -rf .build $(VENV) $(DATA)

@@ -167,3 +167,8 @@ func printJSON(_ object: Any) throws {
 func say(_ line: String) {
     FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }
+
+/// Writes a warning line to standard error (standard output's first line belongs to scripts).
+func warn(_ line: String) {
+    FileHandle.standardError.write(Data(("warning: " + line + "\n").utf8))
+}

@@ -71,6 +71,6 @@ enum SecretFiles {
     static func warnIfShared(_ directory: URL) {
         guard let attributes = try? FileManager.default.attributesOfItem(atPath: directory.path),
               let mode = (attributes[.posixPermissions] as? NSNumber)?.intValue, mode & 0o077 != 0 else { return }
-        say("warning: \(directory.path) is readable by other users (mode \(String(mode, radix: 8))); it holds keys and receipts: chmod 700 it")
+        warn("\(directory.path) is readable by other users (mode \(String(mode, radix: 8))); it holds keys and receipts: chmod 700 it")
     }
 }

@@ -124,7 +124,7 @@ struct ServerOptions {
         configuration.uploadsPerSecond = uploadRate
         let server = try await PurchaseServer.open(database: database, configuration: configuration, clock: clock ?? SystemClock())
         for app in try await server.store.apps() where app.userAuth == .optional {
-            say("warning: app \(app.id) has userAuth optional: its public key may act for any user it names (set userAuth required once the app sends user tokens)")
+            warn("app \(app.id) has userAuth optional: its public key may act for any user it names (set userAuth required once the app sends user tokens)")
         }
         return (server, created ? key : nil, database)
     }
