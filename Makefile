@@ -66,6 +66,7 @@ test-acceptance: pydeps
 bench: release pydeps
 	bench/run.sh
 	bench/server.sh
+	bench/abuse.sh
 	bench/storekit2.sh
 	bench/shop.sh
 

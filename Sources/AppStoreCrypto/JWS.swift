@@ -20,8 +20,12 @@ public struct JWS: Sendable {
         guard compact.utf8.count <= JWS.maximumCompactLength else {
             throw CryptoError("invalid_jws_format", "a JWS is at most \(JWS.maximumCompactLength) bytes")
         }
-        let parts = compact.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3 else { throw CryptoError("invalid_jws_format", "a JWS has three dot-separated parts, this has \(parts.count)") }
+        let parts = compact.split(separator: ".", maxSplits: 3, omittingEmptySubsequences: false)
+        guard parts.count == 3 else { throw CryptoError("invalid_jws_format", "a JWS has three dot-separated parts") }
+        // Base64url is 4/3 of the bytes: an oversized header is refused before it is decoded.
+        guard parts[0].utf8.count <= (JWS.maximumHeaderLength * 4 + 2) / 3 else {
+            throw CryptoError("invalid_jws_format", "a JWS header is at most \(JWS.maximumHeaderLength) bytes")
+        }
         guard let headerBytes = Base64URL.decode(parts[0]), let payload = Base64URL.decode(parts[1]),
               let signature = Base64URL.decode(parts[2]) else {
             throw CryptoError("invalid_jws_format", "a JWS part is not Base64url")
@@ -72,13 +76,20 @@ public struct JWS: Sendable {
     /// leaf and intermediate marker OIDs, then the signature with the leaf's key. Returns the leaf.
     @discardableResult
     public func verify(with verifier: ChainVerifier, at date: Date) throws -> Certificate {
-        guard header["alg"]?.text == "ES256" else { throw CryptoError("invalid_jws_algorithm", "JWS alg must be ES256") }
-        let chain = try certificates()
-        try verifier.verify(leaf: chain[0], intermediates: [chain[1]], at: date, policy: .appleReceiptSigning)
+        let chain = try verifyChain(with: verifier, at: date)
         guard let key = chain[0].publicKey, key.isValidES256(signature, for: signingInput) else {
             throw CryptoError("signature_mismatch", "the JWS signature does not verify with the leaf certificate's key")
         }
         return chain[0]
+    }
+
+    /// The chain half of `verify`: `alg` ES256, three x5c certificates, leaf → intermediate → a root at `date`
+    /// with Apple's OIDs. Returns the chain (leaf first); the signature is not checked.
+    public func verifyChain(with verifier: ChainVerifier, at date: Date) throws -> [Certificate] {
+        guard header["alg"]?.text == "ES256" else { throw CryptoError("invalid_jws_algorithm", "JWS alg must be ES256") }
+        let chain = try certificates()
+        try verifier.verify(leaf: chain[0], intermediates: [chain[1]], at: date, policy: .appleReceiptSigning)
+        return chain
     }
 
     /// Signs `payload` (JSON bytes) with `key`, putting `chain` (leaf first) in `x5c`, or `keyId` in `kid`

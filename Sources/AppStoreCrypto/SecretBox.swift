@@ -18,9 +18,9 @@ public struct SecretBox: Sendable {
 
     /// A fresh random master key.
     public static func generateKey() -> [UInt8] {
-        var bytes = [UInt8](repeating: 0, count: keyLength)
-        _ = RAND_bytes(&bytes, Int32(keyLength))
-        return bytes
+        // The system generator (getrandom) has no failure to ignore.
+        var generator = SystemRandomNumberGenerator()
+        return (0..<keyLength).map { _ in UInt8.random(in: 0...255, using: &generator) }
     }
 
     /// Whether `text` is a sealed value.

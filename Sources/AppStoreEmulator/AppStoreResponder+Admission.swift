@@ -1,3 +1,4 @@
+import AppStoreCrypto
 import Foundation
 import HTTP
 
@@ -27,7 +28,8 @@ extension AppStoreResponder {
         let isRead = head.method == .get || head.method == .head
         if let token {
             if !(isRead && publicAdminReads.contains(head.path)) {
-                guard let header = head.header("authorization"), header == "Bearer " + token else {
+                guard let header = head.header("authorization"),
+                      HMAC.constantTimeEqual(Array(header.utf8), Array(("Bearer " + token).utf8)) else {
                     return HTTPError(.unauthorized, code: "invalid_admin_token",
                                      message: "This emulator's admin API needs 'Authorization: Bearer TOKEN' (--admin-token).").response
                 }

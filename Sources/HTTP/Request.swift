@@ -38,17 +38,24 @@ public struct Request: Sendable {
         self.headers = lowered
         self.body = body
         if let mark = target.firstIndex(of: "?") {
-            self.path = String(target[..<mark])
+            self.path = Request.canonical(String(target[..<mark]))
             queryItems = Request.parseQueryItems(String(target[target.index(after: mark)...]))
             self.query = Dictionary(queryItems.map { ($0.name, $0.value) }, uniquingKeysWith: { $1 })
         } else {
-            self.path = target
+            self.path = Request.canonical(target)
             self.query = [:]
         }
     }
 
     /// The header value for a case-insensitive name.
     public func header(_ name: String) -> String? { headers[name.lowercased()] }
+
+    /// The one spelling of a path that admission and routing both see: empty segments dropped
+    /// (`//admin/v1/x/` is `/admin/v1/x`), so no check keyed on a prefix can be sidestepped by slashes.
+    public static func canonical(_ path: String) -> String {
+        guard path.contains("//") || (path.count > 1 && path.hasSuffix("/")) || !path.hasPrefix("/") else { return path }
+        return "/" + path.split(separator: "/").joined(separator: "/")
+    }
 
     /// The `Host` header without its port.
     public var host: String? {

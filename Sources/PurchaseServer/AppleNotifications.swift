@@ -29,30 +29,11 @@ extension PurchaseServer {
     /// notifications arriving out of order settle the same way), and queues its transaction for
     /// the user who owns it: renewals extend, refunds and revocations revoke and claw back.
     public func receiveNotification(_ body: Data) async throws -> NotificationReceipt {
-        guard let json = try? JSONValue.parse(body), let signed = json["signedPayload"]?.text else {
-            throw ServerError(400, "invalid_notification", "The body must be {\"signedPayload\": JWS}.")
-        }
-        let envelope: JWS
-        let payload: JSONValue
-        do {
-            envelope = try JWS(compact: signed)
-            payload = try envelope.payloadJSON()
-        } catch {
-            throw ServerError(400, "invalid_notification", "signedPayload is not a JWS.")
-        }
-        guard let uuid = payload["notificationUUID"]?.text, let type = payload["notificationType"]?.text,
-              let signedDate = payload["signedDate"]?.int64 else {
-            throw ServerError(400, "invalid_notification", "The notification lacks notificationUUID, notificationType or signedDate.")
-        }
+        // Everything done to an unauthenticated body before its signature is known (JSON, Base64, the
+        // envelope's chain and signature) runs on the notification queue, off the cooperative pool.
         let inspector = engine.transactionInspector
-        do {
-            try await notificationChecks.run { () throws(ReceiptRejection) in
-                try inspector.verify(envelope, at: ReceiptDate.date(milliseconds: signedDate), subject: "the notification's")
-            }
-        } catch is BoundedWork.Busy {
-            throw ServerError(503, "busy", "Too many notifications are being checked; Apple retries.")
-        } catch let error as ReceiptRejection {
-            throw ServerError(400, "invalid_signature", "The notification's signature does not verify: \(error.reason)")
+        let (signed, payload, uuid, type, signedDate) = try await checkedOffPool { () throws(ServerError) in
+            try Self.verifiedEnvelope(body, inspector: inspector)
         }
         // bundleId and environment come from data, else summary, else appData (reference §3.3).
         let section = payload["data"] ?? payload["summary"] ?? payload["appData"] ?? .null
@@ -94,6 +75,8 @@ extension PurchaseServer {
                 let date = ReceiptDate.date(milliseconds: info["signedDate"]?.int64 ?? signedDate)
                 try await checkedOffPool { () throws(ReceiptRejection) in try inspector.verify(jws, at: date, subject: "the renewal info's") }
                 renewalInfo = info
+            } catch let error as ServerError {
+                throw error
             } catch {
                 throw ServerError(400, "invalid_renewal_info", "signedRenewalInfo was refused: \(error)")
             }
@@ -165,8 +148,35 @@ extension PurchaseServer {
 }
 
 extension PurchaseServer {
-    /// Runs a signature check on the notification queues; a full backlog is a 503 (Apple retries).
-    func checkedOffPool<T: Sendable>(_ body: @escaping @Sendable () throws(ReceiptRejection) -> T) async throws -> T {
+    /// The envelope of a notification body, its payload and the fields every notification has, once its
+    /// chain and signature verify; a 400 naming what is wrong otherwise.
+    static func verifiedEnvelope(_ body: Data, inspector: SignedTransactionInspector) throws(ServerError)
+        -> (signed: String, payload: JSONValue, uuid: String, type: String, signedDate: Int64) {
+        guard let json = try? JSONValue.parse(body), let signed = json["signedPayload"]?.text else {
+            throw ServerError(400, "invalid_notification", "The body must be {\"signedPayload\": JWS}.")
+        }
+        let envelope: JWS
+        let payload: JSONValue
+        do {
+            envelope = try JWS(compact: signed)
+            payload = try envelope.payloadJSON()
+        } catch {
+            throw ServerError(400, "invalid_notification", "signedPayload is not a JWS.")
+        }
+        guard let uuid = payload["notificationUUID"]?.text, let type = payload["notificationType"]?.text,
+              let signedDate = payload["signedDate"]?.int64 else {
+            throw ServerError(400, "invalid_notification", "The notification lacks notificationUUID, notificationType or signedDate.")
+        }
+        do {
+            try inspector.verify(envelope, at: ReceiptDate.date(milliseconds: signedDate), subject: "the notification's")
+        } catch {
+            throw ServerError(400, "invalid_signature", "The notification's signature does not verify: \(error.reason)")
+        }
+        return (signed, payload, uuid, type, signedDate)
+    }
+
+    /// Runs a check on the notification queue; a full backlog is a 503 (Apple retries).
+    func checkedOffPool<T: Sendable, E: Error>(_ body: @escaping @Sendable () throws(E) -> T) async throws -> T {
         do {
             return try await notificationChecks.run(body)
         } catch is BoundedWork.Busy {

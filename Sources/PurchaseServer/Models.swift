@@ -64,7 +64,7 @@ public struct ServerApp: Codable, Sendable, Equatable {
     public init(id: String, name: String? = nil, sharedSecret: String? = nil, bundleIds: [String]? = nil, replayPolicy: ReplayPolicy = .reject,
                 sandboxPolicy: SandboxPolicy = .allow, sandboxAllowList: [String] = [], quirk21002Policy: Quirk21002Policy = .retrySandbox,
                 appAppleId: Int64? = nil, serverAPIKey: ServerAPICredentials? = nil, consumptionPolicy: ConsumptionPolicy = .ignore,
-                userAuth: UserAuthPolicy = .optional, userTokenSecret: String? = nil, userTokenPublicKey: String? = nil) {
+                userAuth: UserAuthPolicy = .required, userTokenSecret: String? = nil, userTokenPublicKey: String? = nil) {
         self.id = id
         self.name = name ?? id
         self.sharedSecret = sharedSecret

@@ -22,8 +22,9 @@ public final class PurchaseServer: Sendable {
     /// Requests waiting on `?wait=` now, and the most allowed.
     let longPolls = Atomic<Int>(0)
     let maximumLongPolls: Int
-    /// Where notifications' signatures are checked: off the cooperative pool, two at a time, 256 waiting at most.
-    let notificationChecks = BoundedWork(label: "storekeeper.notification-checks")
+    /// Where notifications are parsed and their signatures checked: off the cooperative pool, one at a time
+    /// (a flood of them takes at most one core from everything else), 256 waiting at most.
+    let notificationChecks = BoundedWork(label: "storekeeper.notification-checks", width: 1)
     /// The verification engine (its inspectors check notifications too).
     var engine: VerificationEngine { worker.engine }
     var trust: TrustStore { worker.engine.inspector.trust }
@@ -62,6 +63,7 @@ public final class PurchaseServer: Sendable {
     public static func open(database: any SQLDatabase, configuration: Configuration, clock: any ServerClock = SystemClock()) async throws -> PurchaseServer {
         let store = PurchaseStore(database: database, secrets: configuration.secrets)
         try await store.migrate()
+        try await store.checkMasterKey()
         try await store.refreshKeys(now: clock.now())
         let waiters = SettlementWaiters()
         let engine = VerificationEngine(store: store, inspector: ReceiptInspector(trust: configuration.trust),

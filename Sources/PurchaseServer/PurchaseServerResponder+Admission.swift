@@ -7,7 +7,8 @@ extension PurchaseServerResponder {
     /// large as Apple's signed payloads can be, everything else small.
     public enum BodyLimit {
         public static let receiptUpload = 2 << 20
-        public static let notification = 320 << 10
+        /// Apple's notifications nest a signed transaction and renewal info with their chains: about 16 KiB.
+        public static let notification = 64 << 10
         public static let admin = 1 << 20
         public static let other = 64 << 10
     }

@@ -27,7 +27,8 @@ public struct PurchaseServerResponder: Responder {
 
     static func bearer(_ header: String?) -> String? {
         guard let header, header.utf8.count <= 512, header.lowercased().hasPrefix("bearer ") else { return nil }
-        return String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
+        let token = String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
+        return token.isEmpty ? nil : token
     }
 
     /// The key of the request, or a 401: from the key ring in memory (the HTTP edge asked the

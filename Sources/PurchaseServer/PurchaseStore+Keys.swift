@@ -122,3 +122,27 @@ extension PurchaseStore {
         return (key, record)
     }
 }
+
+extension PurchaseStore {
+    /// Makes sure this process's master key is the one the database's secrets were sealed with: the first
+    /// process to run stores a sealed check value; any later one with another key (or none, once secrets
+    /// are sealed) refuses to start rather than read secrets as missing and overwrite them.
+    public func checkMasterKey() async throws {
+        let expected = "storekeeper master key check"
+        let stored = try await database.transaction { db in
+            try db.query("SELECT value FROM server_settings WHERE name = 'master_key_check'").first?.string("value")
+        }
+        guard let stored else {
+            guard let secrets else { return }
+            let sealed = try secrets.seal(expected)
+            _ = try await database.transaction { db in
+                try db.query("INSERT INTO server_settings (name, value) VALUES ('master_key_check', ?) ON CONFLICT DO NOTHING", [sealed])
+            }
+            return try await checkMasterKey()
+        }
+        guard let secrets, (try? secrets.open(stored)) == expected else {
+            throw ServerError(500, "master_key_mismatch",
+                              "The database's secrets are sealed with another master key: give this process the same STOREKEEPER_MASTER_KEY (or DIR/master-key).")
+        }
+    }
+}

@@ -143,5 +143,9 @@ enum Schema {
             "ALTER TABLE verification_jobs ADD COLUMN receipt_sha256 TEXT",
             "ALTER TABLE verification_jobs ADD COLUMN receipt_size BIGINT",
         ]),
+        // Server-wide values: a value sealed with the master key, so a process with another key refuses to start.
+        SQLMigration(version: 8, statements: [
+            "CREATE TABLE server_settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        ]),
     ]
 }

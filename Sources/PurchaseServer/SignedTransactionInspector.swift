@@ -89,20 +89,24 @@ public final class SignedTransactionInspector: Sendable {
             }
             return
         }
-        let leaf: Certificate
+        let chain: [Certificate]
         do {
-            leaf = try jws.verify(with: trust.verifier, at: date)
-        } catch let error as CryptoError where error.code == "signature_mismatch" {
-            throw ReceiptRejection(code: "invalid_signature", reason: "\(subject) signature is invalid")
+            chain = try jws.verifyChain(with: trust.verifier, at: date)
         } catch {
             throw ReceiptRejection(code: "untrusted_certificate", reason: "\(subject) certificate chain is not trusted: \(error)")
         }
-        let fields = ((try? jws.certificates()) ?? []).prefix(2).compactMap { try? $0.fields }
-        if let key = leaf.publicKey, let notBefore = fields.map(\.notBefore).max(), let notAfter = fields.map(\.notAfter).min() {
+        // The chain is remembered before the signature is judged: a flood of bad signatures under a real
+        // chain costs one ES256 check each, not a chain verification each.
+        let fields = chain.prefix(2).compactMap { try? $0.fields }
+        guard let key = chain[0].publicKey else { throw ReceiptRejection(code: "untrusted_certificate", reason: "\(subject) leaf has no key") }
+        if let notBefore = fields.map(\.notBefore).max(), let notAfter = fields.map(\.notAfter).min() {
             cache.withLock { cache in
                 if cache.count > 64 { cache.removeAll() }
                 cache[x5c] = (key, notBefore, notAfter)
             }
+        }
+        guard key.isValidES256(jws.signature, for: jws.signingInput) else {
+            throw ReceiptRejection(code: "invalid_signature", reason: "\(subject) signature is invalid")
         }
     }
 }

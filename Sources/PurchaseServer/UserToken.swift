@@ -59,8 +59,12 @@ public struct UserToken: Sendable, Equatable {
         if let nbf = number("nbf"), nbf > nowSeconds + Self.allowedSkew {
             throw refuse("invalid_user_token", "The user token is not valid yet (nbf).")
         }
-        if let audience = claims["aud"]?.text, audience != app.id {
-            throw refuse("invalid_user_token", "The user token is for another app (aud).")
+        switch claims["aud"] {
+        case nil: break
+        case .string(let audience)? where audience == app.id: break
+        case .array(let audiences)? where audiences.contains(.string(app.id)) && audiences.allSatisfy({ if case .string = $0 { true } else { false } }):
+            break
+        default: throw refuse("invalid_user_token", "The user token is for another app (aud must be, or list, \(app.id)).")
         }
         do { self.subject = try ClientIdentifier(subject, .appUserId).value } catch { throw refuse("invalid_user_token", "The user token's sub is not a valid user id.") }
         expiresAt = Date(timeIntervalSince1970: exp)

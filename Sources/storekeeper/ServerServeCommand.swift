@@ -44,7 +44,7 @@ struct ServerOptions {
       --reconcile-interval S  Seconds between passes over the App Store Server API (Notification History with
                             onlyFailures, Transaction History by revision) for apps with a Server API key (default 600).
       --upload-rate N       Uploads per second per app and process, bursts of twice that (default 5000; 0 unlimited).
-      --connections-per-ip N  Most connections from one address (default 0: unlimited; behind a proxy, set it there).
+      --connections-per-ip N  Most connections from one address (0: unlimited; default unlimited on loopback, 64 otherwise).
       --follow-emulator-clock  Keep this server's clock on the emulator's at --appstore-url (after `appstore time advance`),
                             so both judge expiry, grace and retry alike. For development and tests only.
     """
@@ -55,7 +55,11 @@ struct ServerOptions {
         appstoreURL = try arguments.option("appstore-url")
         trustFiles = try arguments.options("trust")
         trustEmulator = arguments.flag("trust-emulator")
-        adminKey = try arguments.option("admin-key") ?? ProcessInfo.processInfo.environment["STOREKEEPER_ADMIN_KEY"]
+        adminKey = try arguments.option("admin-key") ?? ProcessInfo.processInfo.environment["STOREKEEPER_ADMIN_KEY"].flatMap { $0.isEmpty ? nil : $0 }
+        // An empty or short admin key (an unset variable in a template) would be guessable: refuse to start.
+        if let adminKey, adminKey.utf8.count < 16 {
+            throw UsageError(description: "the admin key must be at least 16 characters (give none to have one generated)")
+        }
         func number(_ name: String, _ fallback: Double) throws -> Double {
             guard let text = try arguments.option(name) else { return fallback }
             // Finite and at most a year (in seconds, or units of concurrency): every value becomes an Int or a deadline.
@@ -79,7 +83,7 @@ struct ServerOptions {
         connectionsPerIP = try arguments.option("connections-per-ip").map { text in
             guard let value = UInt32(text) else { throw UsageError(description: "--connections-per-ip must be a count") }
             return value
-        } ?? 0
+        } ?? UInt32.max
     }
 
     /// Opens the database, the trust store and the server.
@@ -185,7 +189,8 @@ struct ServerServeCommand: Command {
         let reconciler = server.runReconciler(every: .milliseconds(Int(options.reconcileInterval * 1000)))
         var httpConfiguration = HTTPServer.Configuration(host: host, port: port, maxBodySize: 4 << 20, connectionTimeout: 15,
                                                          connectionLimit: FileLimits.connectionLimit(share: 0.25), accessLog: !quiet)
-        httpConfiguration.connectionsPerIP = options.connectionsPerIP
+        // Unset: unlimited on loopback (local tools and benchmarks are one address), 64 on any other address.
+        httpConfiguration.connectionsPerIP = options.connectionsPerIP != .max ? options.connectionsPerIP : (host.hasPrefix("127.") || host == "::1" ? 0 : 64)
         let http = HTTPServer(configuration: httpConfiguration, responder: PurchaseServerResponder(server: server))
         let bound = try http.start()
         say("storekeeper server listening on http://\(host):\(bound)")

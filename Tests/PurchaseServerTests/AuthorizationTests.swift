@@ -2,6 +2,7 @@ import AppStoreCrypto
 import Foundation
 import HTTP
 @testable import PurchaseServer
+import SQLiteStorage
 import Testing
 
 /// Keys and users as Stripe and RevenueCat have them: the public key ships in the app, the secret key stays
@@ -174,5 +175,73 @@ extension Response {
     /// The status and the JSON array answered.
     func jsonArray() throws -> (Int, [[String: Any]]) {
         (status.code, (try JSONSerialization.jsonObject(with: body)) as? [[String: Any]] ?? [])
+    }
+}
+
+@Suite("Review findings stay fixed")
+struct ReviewFindingTests {
+    @Test("Slashes cannot sidestep a prefix check: //admin, trailing slashes", arguments: [
+        ("//admin/v1/apps", "/admin/v1/apps"), ("/v1/receipts/", "/v1/receipts"), ("///v1//users//alice/", "/v1/users/alice"), ("/", "/"),
+        ("/health", "/health"),
+    ])
+    func canonicalPaths(raw: String, canonical: String) {
+        #expect(Request(method: .get, target: raw + "?a=b").path == canonical)
+        #expect(Request.canonical(raw) == canonical)
+    }
+
+    @Test("An upload spelled with extra slashes meets the same admission", arguments: Engine.available)
+    func admissionSeesCanonicalPaths(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        let (status, body) = try await world.client.json(.get, "//admin/v1/apps", headers: ["Authorization": "Bearer "])
+        #expect(status == 401 && AuthorizationTests.code(body) == "invalid_admin_key")
+        let (wrong, _) = try await world.client.json(.post, "/v1/receipts/", json: ["appUserId": "a", "receiptData": "AAAA"])
+        #expect(wrong == 401)
+    }
+
+    @Test("aud must be, or list only strings including, the app id")
+    func audience() throws {
+        let app = ServerApp(id: "com.example.a", userTokenSecret: AuthorizationTests.secret)
+        let now = Date()
+        func token(_ aud: String) -> String {
+            let header = Base64URL.encode(Array(#"{"alg":"HS256"}"#.utf8))
+            let claims = Base64URL.encode(Array(#"{"sub":"alice","exp":\#(Int(now.timeIntervalSince1970) + 600),"aud":\#(aud)}"#.utf8))
+            return header + "." + claims + "." + Base64URL.encode(HMAC.sha256(key: Array(AuthorizationTests.secret.utf8), message: Array((header + "." + claims).utf8)))
+        }
+        #expect(try UserToken(token(#""com.example.a""#), app: app, now: now).subject == "alice")
+        #expect(try UserToken(token(#"["com.example.b","com.example.a"]"#), app: app, now: now).subject == "alice")
+        for bad in [#""com.other""#, #"["com.other"]"#, #"{"x":1}"#, #"["com.example.a",1]"#, "7"] {
+            #expect(throws: ServerError.self) { try UserToken(token(bad), app: app, now: now) }
+        }
+    }
+
+    @Test("A process with another master key refuses to start; secrets are sealed at rest")
+    func masterKey() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("master-\(UUID().uuidString).sqlite").path
+        func open(_ key: [UInt8]?) async throws -> PurchaseServer {
+            var configuration = PurchaseServer.Configuration(trust: TrustStore(certificates: []), endpoints: .apple,
+                                                             transport: RefusingTransport(), adminKey: "sk_admin_test_key_0000")
+            configuration.secrets = try key.map { try SecretBox(key: $0) }
+            return try await PurchaseServer.open(database: try SQLiteSQLDatabase(path: path), configuration: configuration)
+        }
+        let key = SecretBox.generateKey()
+        let first = try await open(key)
+        try await first.store.createApp(ServerApp(id: "com.example.a", sharedSecret: "the-shared-secret-42"), now: Date())
+        let raw = try await first.store.database.transaction { db in try db.query("SELECT shared_secret FROM apps").first?.string("shared_secret") }
+        #expect(raw?.hasPrefix("v1:") == true)
+        #expect(try await first.store.app("com.example.a")?.sharedSecret == "the-shared-secret-42")
+        await first.store.database.close()
+        await #expect { _ = try await open(SecretBox.generateKey()) } throws: { ($0 as? ServerError)?.code == "master_key_mismatch" }
+        await #expect { _ = try await open(nil) } throws: { ($0 as? ServerError)?.code == "master_key_mismatch" }
+        let again = try await open(key)
+        #expect(try await again.store.app("com.example.a")?.sharedSecret == "the-shared-secret-42")
+        await again.store.database.close()
+    }
+}
+
+/// A transport that never reaches Apple.
+struct RefusingTransport: HTTPTransport {
+    func post(_ url: URL, body: Data, timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data) {
+        throw URLError(.cannotConnectToHost)
     }
 }

@@ -38,8 +38,9 @@ def fresh_postgres_url():
 class Server:
     """A running `storekeeper server serve` wired to an emulator."""
 
-    def __init__(self, emulator, data_dir, database=None, admin_key="sk_admin_acceptance", extra=()):
+    def __init__(self, emulator, data_dir, database=None, admin_key="sk_admin_acceptance", extra=(), master_key=None):
         self.emulator = emulator
+        self.master_key = master_key
         self.data_dir = data_dir
         self.database = database
         self.admin_key = admin_key
@@ -51,7 +52,8 @@ class Server:
                 "--trust-emulator", "--follow-emulator-clock", "--admin-key", self.admin_key, "--retry-base", "0.2", "--retry-cap", "2", *self.extra]
         if self.database:
             args += ["--database", self.database]
-        self.process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        environment = {**os.environ, **({"STOREKEEPER_MASTER_KEY": self.master_key} if self.master_key else {})}
+        self.process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
         line = self.process.stdout.readline()
         if "listening on" not in line:
             self.process.kill()

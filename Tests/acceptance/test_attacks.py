@@ -312,6 +312,27 @@ def test_emulator_admin_api_refuses_cross_site_requests(emulator):
     assert status == 403 and json.loads(body)["error"]["code"] == "foreign_host"
 
 
+def test_extra_slashes_do_not_sidestep_the_guards(world, emulator):
+    """//admin, ///admin and trailing slashes meet the same checks as the canonical path."""
+    status, body = emulator.request("POST", "//admin/v1/accounts", {"email": "slash@example.com"}, headers={"Origin": "https://evil.example"})
+    assert status == 403 and json.loads(body)["error"]["code"] == "foreign_origin"
+    status, body = emulator.request("GET", "///admin/v1/apps/com.example.coins", headers={"Host": "evil.example"})
+    assert status == 403
+    status, body = world.server.request("GET", "//admin/v1/apps", headers={"Authorization": "Bearer "})
+    assert status == 401
+    status, body = world.server.request("POST", "/v1/receipts/", {"appUserId": "a", "receiptData": "AAAA"})
+    assert status == 401 and code(body) == "missing_api_key"
+
+
+def test_an_empty_admin_key_is_refused_at_start(emulator):
+    import subprocess
+    from conftest import BIN, ROOT
+    with tempfile.TemporaryDirectory() as data_dir:
+        result = subprocess.run([BIN, "server", "serve", "--data", data_dir, "--port", "0", "--admin-key", "short"],
+                                cwd=ROOT, capture_output=True, text=True, timeout=30)
+        assert result.returncode != 0 and "at least 16" in result.stderr
+
+
 def test_poison_job_is_dead_after_three_crashes(emulator):
     """The server is killed three times while it holds a job (Apple never answers, so the job stays claimed):
     the fourth claim finds it poison, dead with the reason, and it is not run again until replayed."""
@@ -360,3 +381,12 @@ def test_after_every_attack_the_server_restarts_and_keeps_what_it_granted(world)
     world.server.start()
     world.alive()
     assert world.server.user(world.secret, "double")["balances"] == {"coins": 100}
+
+
+def test_a_process_with_another_master_key_refuses_to_start(emulator):
+    with tempfile.TemporaryDirectory() as first:
+        server = Server(emulator, first, master_key=os.urandom(32).hex())
+        server.stop()
+        server.master_key = os.urandom(32).hex()
+        with pytest.raises(RuntimeError, match="master_key_mismatch"):
+            server.start()

@@ -1,5 +1,6 @@
 """Apple's bad days: latency, outages, a crashed server, several servers sharing PostgreSQL.
 After each, every purchase is granted exactly once and nothing is lost."""
+import os
 import tempfile
 import time
 import uuid
@@ -120,9 +121,12 @@ def test_three_servers_share_postgres_and_survive_losing_one(emulator):
     database = fresh_postgres_url()
     directories = [tempfile.TemporaryDirectory() for _ in range(3)]
     servers = []
+    # Processes sharing one database share its master key (each data directory would make its own).
+    master_key = os.urandom(32).hex()
     try:
         for index, directory in enumerate(directories):
-            servers.append(Server(emulator, directory.name, database=database, extra=["--lease", "3", "--call-timeout", "1", "--concurrency", "16"]))
+            servers.append(Server(emulator, directory.name, database=database, master_key=master_key,
+                                  extra=["--lease", "3", "--call-timeout", "1", "--concurrency", "16"]))
         key = servers[0].setup_app("com.example.coins")
         uploads = buy_many(emulator, testers=30, per_tester=10)
         emulator.cli("appstore", "fault", "add", "--endpoint", "verifyReceipt", "--latency", "100ms-300ms")
