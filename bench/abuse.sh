@@ -9,12 +9,12 @@ RECEIPTS=${BENCH_ABUSE_RECEIPTS:-3000}
 
 APPSTORE=$(start appstore "$BIN" appstore serve --data "$WORK/appstore" --port 0 --quiet --catalog com.example.coins=examples/coins.storekit)
 [ -n "$APPSTORE" ] || { cat "$WORK/appstore.log"; exit 1; }
-"$PYTHON" bench/server_prepare.py "$APPSTORE" "$WORK" "$RECEIPTS" 0
+"$PYTHON" bench/server_prepare.py "$APPSTORE" "$WORK" "$RECEIPTS" "$RECEIPTS"
 SERVER=$(start server "$BIN" server serve --data "$WORK/server" --port 0 --quiet --appstore-url "$APPSTORE" --trust-emulator \
-  --admin-key sk_admin_bench --concurrency 2048)
+  --admin-key sk_admin_benchmark --concurrency 2048)
 [ -n "$SERVER" ] || { cat "$WORK/server.log"; exit 1; }
 STAMP=$(date -u +%Y-%m-%dT%H-%M-%SZ)
 OUT=bench/results/abuse-$STAMP.txt
 echo "# Purchase server under abuse, $STAMP ($(nproc) cores); emulator, server and abusers on this machine" > "$OUT"
-"$PYTHON" bench/abuse_load.py "$SERVER" "$APPSTORE" "$WORK/receipts-fast.txt" | tee -a "$OUT"
+"$PYTHON" bench/abuse_load.py "$SERVER" "$APPSTORE" "$WORK/receipts-fast.txt" "$WORK/receipts-slow.txt" | tee -a "$OUT"
 echo "written: $OUT"

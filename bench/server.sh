@@ -30,7 +30,7 @@ for engine in sqlite postgres; do
       DB_ARGS+=(--database "$PG_URL?options=-csearch_path%3D$schema")
     fi
     SERVER=$(start "server-$engine-$latency" "$BIN" server serve "${DB_ARGS[@]}" --port 0 --quiet --appstore-url "$APPSTORE" \
-      --trust-emulator --admin-key sk_admin_bench --concurrency 6000 --call-timeout 20)
+      --trust-emulator --admin-key sk_admin_benchmark --concurrency 6000 --call-timeout 20)
     [ -n "$SERVER" ] || { cat "$WORK/server-$engine-$latency.log"; exit 1; }
     "$BIN" appstore fault clear --url "$APPSTORE" >/dev/null
     count=$RECEIPTS

@@ -14,7 +14,7 @@ import urllib.parse
 
 server, appstore, bodies_file, engine, latency = sys.argv[1:6]
 parsed = urllib.parse.urlparse(server)
-admin = {"Authorization": "Bearer sk_admin_bench", "Content-Type": "application/json"}
+admin = {"Authorization": "Bearer sk_admin_benchmark", "Content-Type": "application/json"}
 
 
 def connection():

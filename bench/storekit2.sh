@@ -11,7 +11,7 @@ APPSTORE=$(start appstore "$BIN" appstore serve --data "$WORK/appstore" --port 0
   --catalog com.example.coins=examples/coins.storekit)
 [ -n "$APPSTORE" ] || { cat "$WORK/appstore.log"; exit 1; }
 SERVER=$(start server "$BIN" server serve --data "$WORK/server" --port 0 --quiet --appstore-url "$APPSTORE" --trust-emulator \
-  --admin-key sk_admin_bench)
+  --admin-key sk_admin_benchmark)
 [ -n "$SERVER" ] || { cat "$WORK/server.log"; exit 1; }
 
 "$BIN" appstore buy --url "$APPSTORE" --app com.example.coins --product Nada.JPYF02 --account bench@example.com > "$WORK/buy.json"

@@ -54,7 +54,7 @@ for _ in range(count):
     bodies.append(json.dumps({"signedPayload": sign(notification)}).encode())
 
 # The server knows the app and owns the transaction's buyer, so every notification queues a settlement.
-admin = {"Authorization": "Bearer sk_admin_bench", "Content-Type": "application/json"}
+admin = {"Authorization": "Bearer sk_admin_benchmark", "Content-Type": "application/json"}
 secret = json.loads(urllib.request.urlopen(appstore + "/admin/v1/apps/com.example.coins").read())["sharedSecret"]
 for method, path, body in [("POST", "/admin/v1/apps", {"id": "com.example.coins", "sharedSecret": secret}),
                            ("PUT", "/admin/v1/apps/com.example.coins/products/Nada.JPYF02", {"type": "consumable", "currency": "coins", "amount": 100})]:
