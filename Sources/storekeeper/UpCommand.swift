@@ -104,7 +104,8 @@ struct UpCommand: Command {
         for store in ExampleStores.all {
             let catalog = try await emulator.app(store.bundleId)
             if try await server.store.app(store.bundleId) == nil {
-                try await server.store.createApp(ServerApp(id: store.bundleId, name: catalog.name, sharedSecret: catalog.sharedSecret), now: Date())
+                try await server.store.createApp(ServerApp(id: store.bundleId, name: catalog.name, sharedSecret: catalog.sharedSecret,
+                                                                     userAuth: .optional), now: Date())
             }
             for product in store.products { try await server.store.setProduct(appId: store.bundleId, product) }
             if keys[store.bundleId] == nil {
@@ -134,6 +135,7 @@ struct UpCommand: Command {
         say("""
 
         App Store emulator: \(appstoreURL)    purchase server: \(serverURL)    sandbox tester: sandbox@example.com
+        The example apps keep userAuth optional (a playground: a public key may name any user); apps you add default to required.
         Try:
           R=$(storekeeper appstore buy --url \(appstoreURL) --app com.example.coins --product Nada.JPYF02 --account sandbox@example.com | python3 -c 'import json,sys; print(json.load(sys.stdin)["receipt"])')
           curl -s -X POST '\(serverURL)/v1/receipts?wait=10' -H 'Authorization: Bearer \(coins)' -d "{\\"appUserId\\":\\"alice\\",\\"receiptData\\":\\"$R\\"}"
