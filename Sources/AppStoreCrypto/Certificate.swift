@@ -62,10 +62,13 @@ public final class Certificate: @unchecked Sendable {
     }
 
     /// Whether an extension with this dotted OID is present.
-    public func hasExtension(_ oid: String) -> Bool {
+    public func hasExtension(_ oid: String) -> Bool { Self.hasExtension(pointer, oid) }
+
+    /// Whether an OpenSSL certificate (one of a built chain) carries the extension `oid`.
+    static func hasExtension(_ certificate: OpaquePointer, _ oid: String) -> Bool {
         guard let object = OBJ_txt2obj(oid, 1) else { return false }
         defer { ASN1_OBJECT_free(object) }
-        return X509_get_ext_by_OBJ(pointer, object, -1) >= 0
+        return X509_get_ext_by_OBJ(certificate, object, -1) >= 0
     }
 
     /// The TBS fields we need without OpenSSL: issuer name DER, serial, subject name DER and validity.

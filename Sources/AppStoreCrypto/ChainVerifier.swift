@@ -48,16 +48,22 @@ public struct ChainVerifier: Sendable {
             ERR_clear_error()
             throw CryptoError("invalid_certificate_chain", "certificate chain rejected: \(reason)")
         }
+        // The leaf must be allowed to sign, when it says what it may do (X509_get_key_usage: all bits when absent).
+        guard X509_get_key_usage(leaf.pointer) & UInt32(KU_DIGITAL_SIGNATURE) != 0 else {
+            throw CryptoError("invalid_key_usage", "the signing certificate's key usage does not allow digital signatures")
+        }
         if case .appleReceiptSigning = policy {
-            guard leaf.hasExtension(OID.appleReceiptSigner) else {
+            // Apple's markers are checked on the chain OpenSSL built, position by position: leaf, then the
+            // certificate that issued it, which must be an intermediate below a trusted root (not the root itself).
+            guard let built = X509_STORE_CTX_get0_chain(context) else { throw CryptoError.openSSL("chain_failed", "no chain was built") }
+            guard let builtLeaf = shim_sk_X509_value(built, 0), Certificate.hasExtension(builtLeaf, OID.appleReceiptSigner) else {
                 throw CryptoError("missing_receipt_signer_oid", "the signing certificate lacks 1.2.840.113635.100.6.11.1")
             }
-            let issuerSubject = try leaf.fields.issuer
-            if let intermediate = intermediates.first(where: { (try? $0.fields.subject) == issuerSubject }),
-               !roots.contains(where: { $0.der == intermediate.der }) {
-                guard intermediate.hasExtension(OID.appleWWDRIntermediate) else {
-                    throw CryptoError("missing_intermediate_oid", "the intermediate certificate lacks 1.2.840.113635.100.6.2.1")
-                }
+            guard shim_sk_X509_num(built) >= 3, let intermediate = shim_sk_X509_value(built, 1) else {
+                throw CryptoError("missing_intermediate_oid", "Apple's chains have an intermediate between the signing certificate and the root")
+            }
+            guard Certificate.hasExtension(intermediate, OID.appleWWDRIntermediate) else {
+                throw CryptoError("missing_intermediate_oid", "the intermediate certificate lacks 1.2.840.113635.100.6.2.1")
             }
         }
     }

@@ -106,3 +106,29 @@ struct SigningTests {
         #expect(throws: CryptoError.self) { try LegacyTransactionReceipt(bytes: Array(forged.utf8)).verify(with: ChainVerifier(roots: [chain.root]), intermediates: [chain.intermediate]) }
     }
 }
+
+@Suite("Apple's chain policy on the chain OpenSSL built")
+struct ChainPolicyTests {
+    @Test("An intermediate without the WWDR marker is refused even when another certificate with its subject carries it")
+    func markerOnTheBuiltChain() throws {
+        let start = Date(timeIntervalSince1970: 1_600_000_000), end = Date(timeIntervalSince1970: 1_900_000_000)
+        let rootKey = try PrivateKey.generateRSA(), intermediateKey = try PrivateKey.generateRSA(), leafKey = try PrivateKey.generateRSA()
+        let root = try CertificateBuilder(subject: [("CN", "Root")], serial: 1, notBefore: start, notAfter: end, isCertificateAuthority: true)
+            .issue(for: rootKey, issuer: nil, issuerKey: rootKey)
+        // The real issuer lacks the marker; a decoy with the same subject (signed by nobody we trust) has it.
+        let unmarked = try CertificateBuilder(subject: [("CN", "WWDR")], serial: 2, notBefore: start, notAfter: end, isCertificateAuthority: true)
+            .issue(for: intermediateKey, issuer: root, issuerKey: rootKey)
+        let decoyKey = try PrivateKey.generateRSA()
+        let decoy = try CertificateBuilder(subject: [("CN", "WWDR")], serial: 3, notBefore: start, notAfter: end, isCertificateAuthority: true,
+                                           markerExtensions: [OID.appleWWDRIntermediate])
+            .issue(for: decoyKey, issuer: nil, issuerKey: decoyKey)
+        let leaf = try CertificateBuilder(subject: [("CN", "Signer")], serial: 4, notBefore: start, notAfter: end, isCertificateAuthority: false,
+                                          markerExtensions: [OID.appleReceiptSigner])
+            .issue(for: leafKey, issuer: unmarked, issuerKey: intermediateKey)
+        let verifier = ChainVerifier(roots: [root])
+        let error = #expect(throws: CryptoError.self) {
+            try verifier.verify(leaf: leaf, intermediates: [decoy, unmarked], at: Date(timeIntervalSince1970: 1_700_000_000), policy: .appleReceiptSigning)
+        }
+        #expect(error?.code == "missing_intermediate_oid")
+    }
+}
