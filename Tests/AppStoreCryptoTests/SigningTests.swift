@@ -111,14 +111,15 @@ struct SigningTests {
 struct ChainPolicyTests {
     @Test("An intermediate without the WWDR marker is refused even when another certificate with its subject carries it")
     func markerOnTheBuiltChain() throws {
+        // P-256 keys: generated in microseconds (RSA key generation would hold a cooperative thread for seconds).
         let start = Date(timeIntervalSince1970: 1_600_000_000), end = Date(timeIntervalSince1970: 1_900_000_000)
-        let rootKey = try PrivateKey.generateRSA(), intermediateKey = try PrivateKey.generateRSA(), leafKey = try PrivateKey.generateRSA()
+        let rootKey = try PrivateKey.generateEC(), intermediateKey = try PrivateKey.generateEC(), leafKey = try PrivateKey.generateEC()
         let root = try CertificateBuilder(subject: [("CN", "Root")], serial: 1, notBefore: start, notAfter: end, isCertificateAuthority: true)
             .issue(for: rootKey, issuer: nil, issuerKey: rootKey)
         // The real issuer lacks the marker; a decoy with the same subject (signed by nobody we trust) has it.
         let unmarked = try CertificateBuilder(subject: [("CN", "WWDR")], serial: 2, notBefore: start, notAfter: end, isCertificateAuthority: true)
             .issue(for: intermediateKey, issuer: root, issuerKey: rootKey)
-        let decoyKey = try PrivateKey.generateRSA()
+        let decoyKey = try PrivateKey.generateEC()
         let decoy = try CertificateBuilder(subject: [("CN", "WWDR")], serial: 3, notBefore: start, notAfter: end, isCertificateAuthority: true,
                                            markerExtensions: [OID.appleWWDRIntermediate])
             .issue(for: decoyKey, issuer: nil, issuerKey: decoyKey)
