@@ -24,7 +24,7 @@ for target in "$@"; do
   echo "== $target: ${seconds}s"
   FUZZ_TARGET=$target "$binary" "$corpus" -max_total_time="$seconds" -max_len=262144 -rss_limit_mb=4096 -timeout=20 \
     -artifact_prefix="$artifacts" -print_final_stats=1 2>&1 | grep -E "^#[0-9]+.*(DONE|pulse)|stat::number_of_executed_units|ERROR|SUMMARY|Test unit written" | tail -6
-  for crash in "$artifacts"crash-* "$artifacts"timeout-* "$artifacts"oom-*; do
+  for crash in "$artifacts"crash-* "$artifacts"timeout-* "$artifacts"oom-* "$artifacts"leak-*; do
     [ -e "$crash" ] || continue
     name=$(basename "$crash")
     FUZZ_TARGET=$target "$binary" -minimize_crash=1 -runs=2000 -exact_artifact_path="Tests/fuzz/$target/$name" "$crash" >/dev/null 2>&1 \
