@@ -29,6 +29,12 @@ public struct ClientIdentifier: Sendable, Hashable, CustomStringConvertible {
 
     /// Validates and normalises `text`, or throws a 400 naming the rule.
     public init(_ text: String, _ kind: Kind) throws(ServerError) {
+        // Printable ASCII (nearly every id) is already NFC and has no control characters: no Unicode work.
+        let utf8 = text.utf8
+        if !utf8.isEmpty, utf8.count <= kind.maximumBytes, utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7f }) {
+            value = text
+            return
+        }
         if let problem = Self.problem(text, kind) {
             throw ServerError(400, kind.errorCode, "\(kind.field) must be 1–\(kind.maximumBytes) bytes of UTF-8 without control characters; \(problem).")
         }

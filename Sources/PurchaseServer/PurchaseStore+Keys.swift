@@ -55,7 +55,10 @@ extension PurchaseStore {
     public func liveKey(_ key: String, now: Date) -> APIKeyRecord? {
         guard key.utf8.count <= 128 else { return nil }
         let nowMs = now.milliseconds
-        return keyRing.withLock { $0[APIKey.hash(key)] }.flatMap { $0.isLive(at: nowMs) ? $0 : nil }
+        // Hashed outside the lock, which every request takes (on libmicrohttpd's threads and the pool alike):
+        // held for a dictionary lookup only.
+        let hash = APIKey.hash(key)
+        return keyRing.withLock { $0[hash] }.flatMap { $0.isLive(at: nowMs) ? $0 : nil }
     }
 
     /// The app an API key belongs to, or nil.
