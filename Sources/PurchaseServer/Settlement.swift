@@ -219,8 +219,9 @@ extension PurchaseStore {
         let summary = result.jsonText
         try db.query("""
             UPDATE verification_jobs SET state = ?, reason = ?, environment = ?, result = ?, lease_owner = NULL, lease_expires_at = NULL,
-            open_claims = 0, updated_at = ?, settled_at = ?\(state == .rejected ? ", receipt_data = ''" : "") WHERE id = ?
-            """, [state.rawValue, reason, env, summary, now, now, job.id])
+            open_claims = 0, updated_at = ?, settled_at = ?, receipt_sha256 = COALESCE(?, receipt_sha256)\(state == .rejected ? ", receipt_data = ''" : "")
+            WHERE id = ?
+            """, [state.rawValue, reason, env, summary, now, now, state == .rejected ? job.receiptSHA256 : nil, job.id])
         return (state, result)
     }
 

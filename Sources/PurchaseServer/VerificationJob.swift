@@ -43,6 +43,11 @@ public struct VerificationJob: Sendable, Codable, Equatable {
     }
 }
 
+extension VerificationJob {
+    /// The SHA-256 of the uploaded text, kept when the bytes are dropped.
+    var receiptSHA256: String { Digest.sha256.hash(Array(receiptData.utf8)).hexString }
+}
+
 extension PurchaseStore {
     /// Writes a new job durably and returns it.
     public func enqueue(appId: String, appUserId: String, kind: VerificationJob.Kind, receiptData: String, userAuthenticated: Bool = true,
@@ -61,10 +66,10 @@ extension PurchaseStore {
                 let now = job.createdAt.milliseconds
                 try db.query("""
                     INSERT INTO verification_jobs (id, app_id, app_user_id, kind, receipt_data, state, attempts, next_attempt_at, created_at, updated_at,
-                    user_authenticated, receipt_sha256, receipt_size)
-                    VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?, ?, ?)
+                    user_authenticated, receipt_size)
+                    VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?, ?)
                     """, [job.id, job.appId, job.appUserId, job.kind.rawValue, job.receiptData, now, now, now, job.userAuthenticated,
-                          Digest.sha256.hash(Array(job.receiptData.utf8)).hexString, Int64(job.receiptData.utf8.count)])
+                          Int64(job.receiptData.utf8.count)])
             }
         }
         if database.dialect == .postgres { await database.notify(Self.jobsChannel) }
@@ -134,12 +139,15 @@ extension PurchaseStore {
     }
 
     /// Settles a claimed job as rejected.
+    /// The bytes are dropped; their SHA-256 (computed here, off the upload path and outside the transaction) is kept.
     public func reject(_ job: VerificationJob, owner: String, code: String, reason: String, environment: AppStoreEnvironment?, now: Date) async throws {
+        let hash = job.receiptSHA256
         try await database.transaction { db in
             let rows = try db.query("""
                 UPDATE verification_jobs SET state = 'rejected', reason = ?, environment = ?, lease_owner = NULL, lease_expires_at = NULL,
-                open_claims = 0, receipt_data = '', updated_at = ?, settled_at = ? WHERE id = ? AND lease_owner = ? AND state = 'verifying' RETURNING id
-                """, [reason, environment?.rawValue, now.milliseconds, now.milliseconds, job.id, owner])
+                open_claims = 0, receipt_data = '', receipt_sha256 = ?, updated_at = ?, settled_at = ?
+                WHERE id = ? AND lease_owner = ? AND state = 'verifying' RETURNING id
+                """, [reason, environment?.rawValue, hash, now.milliseconds, now.milliseconds, job.id, owner])
             guard !rows.isEmpty else { return }
             try Self.audit(db, appId: job.appId, userId: job.appUserId, kind: "verification_rejected",
                            detail: ["verificationId": job.id, "code": code, "reason": reason], now: now)

@@ -1,3 +1,4 @@
+import AppStoreCrypto
 import Foundation
 @testable import PurchaseServer
 import Testing
@@ -92,5 +93,29 @@ struct ArithmeticBoundsTests {
         #expect(ProductMapping.credit(.max, times: 2) == .max)
         #expect(ProductMapping.credit(.max, times: -2) == .min)
         #expect(ProductMapping.credit(600, times: 3) == 1800)
+    }
+}
+
+@Suite("Junk fills nothing")
+struct JunkStorageTests {
+    @Test("A rejected upload keeps its hash, size and reason, not its bytes, and creates no user", arguments: Engine.available)
+    func rejectedKeepsHashNotBytes(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        let junk = Data((0..<3000).map { UInt8(truncatingIfNeeded: $0 &* 31) }).base64EncodedString()
+        let job = try await world.upload("com.example.coins", user: "junk-user", receipt: junk)
+        #expect(job.state == "rejected")
+        let id = job["verificationId"] as? String ?? ""
+        let row = try await world.server.store.database.transaction { db in
+            try db.query("SELECT receipt_data, receipt_sha256, receipt_size, reason FROM verification_jobs WHERE id = ?", [id]).first
+        }
+        #expect(row?.string("receipt_data") == "")
+        #expect(row?.string("receipt_sha256") == Digest.sha256.hash(Array(junk.utf8)).hexString)
+        #expect(row?.int("receipt_size") == Int64(junk.utf8.count))
+        #expect(row?.string("reason")?.isEmpty == false)
+        let users = try await world.server.store.database.transaction { db in
+            try db.query("SELECT app_user_id FROM users WHERE app_user_id = 'junk-user'")
+        }
+        #expect(users.isEmpty)
     }
 }
