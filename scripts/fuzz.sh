@@ -19,10 +19,13 @@ for target in "$@"; do
     json) cp -n "$fixtures"/*.json "$corpus"/ 2>/dev/null ;;
     catalog) cp -n examples/*.storekit "$corpus"/ 2>/dev/null ;;
   esac
+  # The request harness returns when the answer is ready, while the server's own tasks (long-poll timers,
+  # the notification queue) still hold memory: LeakSanitizer would call that a leak on random inputs.
+  leaks=1; [ "$target" = http-request ] && leaks=0
   artifacts=.build-fuzz/artifacts/$target/
   mkdir -p "$artifacts"
   echo "== $target: ${seconds}s"
-  FUZZ_TARGET=$target "$binary" "$corpus" -max_total_time="$seconds" -max_len=262144 -rss_limit_mb=4096 -timeout=20 \
+  FUZZ_TARGET=$target "$binary" "$corpus" -max_total_time="$seconds" -max_len=262144 -rss_limit_mb=4096 -timeout=20 -detect_leaks=$leaks \
     -artifact_prefix="$artifacts" -print_final_stats=1 2>&1 | grep -E "^#[0-9]+.*(DONE|pulse)|stat::number_of_executed_units|ERROR|SUMMARY|Test unit written" | tail -6
   for crash in "$artifacts"crash-* "$artifacts"timeout-* "$artifacts"oom-* "$artifacts"leak-*; do
     [ -e "$crash" ] || continue
