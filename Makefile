@@ -78,7 +78,7 @@ fuzz: deps
 
 sanitize: deps
 	@pg_url=$$(scripts/postgres.sh start) || exit 1; trap 'scripts/postgres.sh stop' EXIT; export STOREKEEPER_TEST_POSTGRES=$$pg_url; \
-	swift test --build-path .build-asan --sanitize=address && swift test --build-path .build-tsan --sanitize=thread
+	LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp swift test --build-path .build-asan --sanitize=address && swift test --build-path .build-tsan --sanitize=thread -Xswiftc -DSTOREKEEPER_TSAN
 
 clean:
 	rm -rf .build $(VENV) $(DATA)

@@ -23,22 +23,23 @@ let package = Package(
         .systemLibrary(name: "CSystem"),
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
 
+        .target(name: "Locking", swiftSettings: swiftSettings),
         .target(name: "AppStoreModels", swiftSettings: swiftSettings),
         .target(name: "HTTP", swiftSettings: swiftSettings),
-        .target(name: "HTTPServer", dependencies: ["HTTP", "CMicroHTTPD"], swiftSettings: swiftSettings),
-        .target(name: "HTTPClient", dependencies: ["COpenSSL", "CSystem"], swiftSettings: swiftSettings),
+        .target(name: "HTTPServer", dependencies: ["HTTP", "CMicroHTTPD", "Locking"], swiftSettings: swiftSettings),
+        .target(name: "HTTPClient", dependencies: ["COpenSSL", "CSystem", "Locking"], swiftSettings: swiftSettings),
         .target(name: "AppStoreCrypto", dependencies: ["AppStoreModels", "COpenSSL"], swiftSettings: swiftSettings),
-        .target(name: "Storage", swiftSettings: swiftSettings),
+        .target(name: "Storage", dependencies: ["Locking"], swiftSettings: swiftSettings),
         .target(name: "SQLiteStorage", dependencies: ["Storage", "CSQLite"], swiftSettings: swiftSettings),
-        .target(name: "PostgresStorage", dependencies: ["Storage", "CLibPQ"], swiftSettings: swiftSettings),
+        .target(name: "PostgresStorage", dependencies: ["Storage", "CLibPQ", "Locking"], swiftSettings: swiftSettings),
         .target(
             name: "AppStoreEmulator",
-            dependencies: ["AppStoreModels", "AppStoreCrypto", "HTTP", "HTTPClient", "Storage"],
+            dependencies: ["AppStoreModels", "AppStoreCrypto", "HTTP", "HTTPClient", "Storage", "Locking"],
             swiftSettings: swiftSettings
         ),
         .target(
             name: "PurchaseServer",
-            dependencies: ["AppStoreModels", "AppStoreCrypto", "HTTP", "HTTPClient", "Storage"],
+            dependencies: ["AppStoreModels", "AppStoreCrypto", "HTTP", "HTTPClient", "Storage", "Locking"],
             swiftSettings: swiftSettings
         ),
         .target(name: "StoreKitClient", dependencies: ["AppStoreModels", "AppStoreCrypto", "Storage", "SQLiteStorage"], swiftSettings: swiftSettings),
@@ -48,12 +49,12 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         // Harnesses for every parser an attacker reaches; `storekeeper-fuzz` runs them under libFuzzer (make fuzz).
-        .target(name: "FuzzTargets", dependencies: ["AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPClient", "PurchaseServer", "SQLiteStorage"],
+        .target(name: "FuzzTargets", dependencies: ["AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPClient", "PurchaseServer", "SQLiteStorage", "Locking"],
                 swiftSettings: swiftSettings),
         .executableTarget(name: "storekeeper-fuzz", dependencies: ["FuzzTargets"], swiftSettings: swiftSettings),
         .executableTarget(
             name: "storekeeper",
-            dependencies: ["AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPServer", "HTTPClient", "SQLiteStorage", "PostgresStorage", "PurchaseServer", "StoreKitClient"],
+            dependencies: ["AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPServer", "HTTPClient", "SQLiteStorage", "PostgresStorage", "PurchaseServer", "StoreKitClient", "Locking"],
             swiftSettings: swiftSettings
         ),
 
@@ -64,17 +65,17 @@ let package = Package(
             dependencies: ["AppStoreCrypto", "AppStoreModels"],
             swiftSettings: swiftSettings
         ),
-        .testTarget(name: "HTTPTests", dependencies: ["HTTP", "HTTPServer", "HTTPClient"], swiftSettings: swiftSettings),
+        .testTarget(name: "HTTPTests", dependencies: ["HTTP", "HTTPServer", "HTTPClient", "Locking"], swiftSettings: swiftSettings),
         .testTarget(name: "SQLiteStorageTests", dependencies: ["Storage", "SQLiteStorage"], swiftSettings: swiftSettings),
         .testTarget(
             name: "PurchaseServerTests",
             dependencies: ["PurchaseServer", "AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "Storage", "SQLiteStorage",
-                           "PostgresStorage", "StorekeeperTesting"],
+                           "PostgresStorage", "StorekeeperTesting", "Locking"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "StoreKitClientTests",
-            dependencies: ["StoreKitClient", "AppStoreEmulator", "AppStoreModels", "PurchaseServer", "HTTPServer", "SQLiteStorage", "StorekeeperTesting"],
+            dependencies: ["StoreKitClient", "AppStoreEmulator", "AppStoreModels", "PurchaseServer", "HTTPServer", "SQLiteStorage", "StorekeeperTesting", "Locking"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

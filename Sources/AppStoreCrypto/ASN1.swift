@@ -253,4 +253,6 @@ public enum OID {
     public static let appleWWDRIntermediate = "1.2.840.113635.100.6.2.1"
     /// Apple's marker on the receipt-signing leaf certificate.
     public static let appleReceiptSigner = "1.2.840.113635.100.6.11.1"
+    /// Apple's marker on the iTunes Store certificate that signed iOS 6 transaction receipts.
+    public static let appleTransactionReceiptSigner = "1.2.840.113635.100.6.5.1"
 }

@@ -20,6 +20,9 @@ public struct ChainVerifier: Sendable {
     public enum Policy: Sendable {
         /// Leaf needs 1.2.840.113635.100.6.11.1 and the first intermediate 1.2.840.113635.100.6.2.1.
         case appleReceiptSigning
+        /// iOS 6 transaction receipts: the leaf needs 1.2.840.113635.100.6.5.1 (Apple's iTunes Store
+        /// receipt certificate, issued by the iTunes Store CA), or the chain meets `appleReceiptSigning`.
+        case appleTransactionReceiptSigning
         /// Chain validity only.
         case none
     }
@@ -52,19 +55,37 @@ public struct ChainVerifier: Sendable {
         guard X509_get_key_usage(leaf.pointer) & UInt32(KU_DIGITAL_SIGNATURE) != 0 else {
             throw CryptoError("invalid_key_usage", "the signing certificate's key usage does not allow digital signatures")
         }
-        if case .appleReceiptSigning = policy {
-            // Apple's markers are checked on the chain OpenSSL built, position by position: leaf, then the
-            // certificate that issued it, which must be an intermediate below a trusted root (not the root itself).
-            guard let built = X509_STORE_CTX_get0_chain(context) else { throw CryptoError.openSSL("chain_failed", "no chain was built") }
-            guard let builtLeaf = shim_sk_X509_value(built, 0), Certificate.hasExtension(builtLeaf, OID.appleReceiptSigner) else {
-                throw CryptoError("missing_receipt_signer_oid", "the signing certificate lacks 1.2.840.113635.100.6.11.1")
+        // Apple's markers are checked on the chain OpenSSL built, position by position, never on a
+        // certificate that merely came along.
+        switch policy {
+        case .none:
+            return
+        case .appleReceiptSigning:
+            try Self.checkReceiptSigningMarkers(context)
+        case .appleTransactionReceiptSigning:
+            guard let built = X509_STORE_CTX_get0_chain(context), let builtLeaf = shim_sk_X509_value(built, 0) else {
+                throw CryptoError.openSSL("chain_failed", "no chain was built")
             }
-            guard shim_sk_X509_num(built) >= 3, let intermediate = shim_sk_X509_value(built, 1) else {
-                throw CryptoError("missing_intermediate_oid", "Apple's chains have an intermediate between the signing certificate and the root")
+            if Certificate.hasExtension(builtLeaf, OID.appleTransactionReceiptSigner) { return }
+            do { try Self.checkReceiptSigningMarkers(context) } catch {
+                throw CryptoError("missing_receipt_signer_oid",
+                                  "the transaction receipt's certificate lacks 1.2.840.113635.100.6.5.1 and is not an Apple receipt signer")
             }
-            guard Certificate.hasExtension(intermediate, OID.appleWWDRIntermediate) else {
-                throw CryptoError("missing_intermediate_oid", "the intermediate certificate lacks 1.2.840.113635.100.6.2.1")
-            }
+        }
+    }
+
+    /// The leaf carries 1.2.840.113635.100.6.11.1 and its issuer, an intermediate below a trusted root
+    /// (not the root itself), carries 1.2.840.113635.100.6.2.1.
+    private static func checkReceiptSigningMarkers(_ context: OpaquePointer) throws {
+        guard let built = X509_STORE_CTX_get0_chain(context) else { throw CryptoError.openSSL("chain_failed", "no chain was built") }
+        guard let builtLeaf = shim_sk_X509_value(built, 0), Certificate.hasExtension(builtLeaf, OID.appleReceiptSigner) else {
+            throw CryptoError("missing_receipt_signer_oid", "the signing certificate lacks 1.2.840.113635.100.6.11.1")
+        }
+        guard shim_sk_X509_num(built) >= 3, let intermediate = shim_sk_X509_value(built, 1) else {
+            throw CryptoError("missing_intermediate_oid", "Apple's chains have an intermediate between the signing certificate and the root")
+        }
+        guard Certificate.hasExtension(intermediate, OID.appleWWDRIntermediate) else {
+            throw CryptoError("missing_intermediate_oid", "the intermediate certificate lacks 1.2.840.113635.100.6.2.1")
         }
     }
 }

@@ -65,7 +65,7 @@ public struct LegacyTransactionReceipt: Sendable {
         guard key.isValidSignature(signature, for: signed, digest: .sha1) || key.isValidSignature(signature, for: signed, digest: .sha256) else {
             throw CryptoError("signature_mismatch", "the transaction receipt signature is invalid")
         }
-        try verifier.verify(leaf: leaf, intermediates: intermediates, at: purchaseDate ?? Date(), policy: .none)
+        try verifier.verify(leaf: leaf, intermediates: intermediates, at: purchaseDate ?? Date(), policy: .appleTransactionReceiptSigning)
     }
 
     /// verifyReceipt's JSON rendering: hyphens become underscores, values stay strings.

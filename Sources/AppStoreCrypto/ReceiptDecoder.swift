@@ -28,7 +28,7 @@ public enum ReceiptDecoder {
         return table
     }()
 
-    static func decode(base64 input: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
+    public static func decode(base64 input: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
         var output: [UInt8] = []
         output.reserveCapacity(input.count / 4 * 3 + 3)
         var accumulator: UInt32 = 0

@@ -1,6 +1,7 @@
 import AppStoreCrypto
 import AppStoreModels
 import Foundation
+import Locking
 import Storage
 import Synchronization
 
@@ -9,7 +10,7 @@ import Synchronization
 /// State lives in memory behind one lock; every operation runs synchronously under it and yields
 /// the documents it changed, which are then written to the store before the caller gets its answer.
 public final class AppStoreEmulator: Sendable {
-    let state: Mutex<EmulatorState>
+    let state: Locked<EmulatorState>
     let store: any DocumentStore
     /// The clock; `time advance`/`time set` move it.
     public let clock: AdjustableClock
@@ -86,7 +87,7 @@ public final class AppStoreEmulator: Sendable {
 
     private init(state: EmulatorState, store: any DocumentStore, authority: CertificateAuthority, jwsAuthority: CertificateAuthority,
                  clock: AdjustableClock) {
-        self.state = Mutex(state)
+        self.state = Locked(state)
         self.store = store
         self.authority = authority
         self.jwsAuthority = jwsAuthority
@@ -152,7 +153,7 @@ public final class AppStoreEmulator: Sendable {
 
 /// Serialises persistence so batches reach the store in the order their operations ran.
 final class PersistQueue: Sendable {
-    private let tail = Mutex<Task<Void, any Error>?>(nil)
+    private let tail = Locked<Task<Void, any Error>?>(nil)
 
     func enqueue(_ body: @escaping @Sendable () async throws -> Void) -> Task<Void, any Error> {
         tail.withLock { tail -> Task<Void, any Error> in

@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 import Synchronization
 
 /// Where the emulator reads "now"; injected so renewals and receipts are testable without sleeping.
@@ -9,12 +10,12 @@ public protocol EmulatorClock: Sendable {
 
 /// Wall-clock time shifted by a controllable offset (`time advance`, `time set`).
 public final class AdjustableClock: EmulatorClock {
-    private let offset: Mutex<TimeInterval>
+    private let offset: Locked<TimeInterval>
     private let base: @Sendable () -> Date
 
     /// Creates a clock over `base` (the system clock by default).
     public init(offset: TimeInterval = 0, base: @escaping @Sendable () -> Date = { Date() }) {
-        self.offset = Mutex(offset)
+        self.offset = Locked(offset)
         self.base = base
     }
 

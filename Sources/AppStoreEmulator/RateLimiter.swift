@@ -1,9 +1,10 @@
 import Foundation
+import Locking
 import Synchronization
 
 /// Fixed hourly windows of requests per key, as Apple enforces Server API limits ("per hour").
 final class RateLimiter: Sendable {
-    private let windows = Mutex<[String: (start: Date, count: Int)]>([:])
+    private let windows = Locked<[String: (start: Date, count: Int)]>([:])
 
     /// Counts one request; returns when the window reopens if `limit` is already used up.
     func take(_ key: String, limit: Int, now: Date = Date()) -> Date? {

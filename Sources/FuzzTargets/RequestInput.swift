@@ -1,5 +1,6 @@
 import Foundation
 import HTTP
+import Locking
 import PurchaseServer
 import SQLiteStorage
 import Synchronization
@@ -67,7 +68,7 @@ enum RequestInput {
     }
 
     static let world: World? = {
-        let box = Mutex<World?>(nil)
+        let box = Locked<World?>(nil)
         let done = DispatchSemaphore(value: 0)
         Task {
             defer { done.signal() }

@@ -1,5 +1,6 @@
 import CSystem
 import Foundation
+import Locking
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -118,7 +119,7 @@ final class EventLoop: @unchecked Sendable {
     private let tls: TLSContext
     private let epoll: Int32
     private let wakeFD: Int32
-    private let inbox = Mutex<(commands: [Command], stopping: Bool)>(([], false))
+    private let inbox = Locked<(commands: [Command], stopping: Bool)>(([], false))
     private let ids = Atomic<UInt64>(0)
 
     // Owned by the loop thread.

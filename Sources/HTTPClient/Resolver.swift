@@ -1,5 +1,6 @@
 import CSystem
 import Foundation
+import Locking
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -20,7 +21,7 @@ struct SocketAddress: Sendable {
 /// Host names to addresses: numeric hosts at once, names through getaddrinfo off the caller's
 /// thread, remembered for a minute.
 final class Resolver: Sendable {
-    private let cache = Mutex<[String: (address: SocketAddress, expires: UInt64)]>([:])
+    private let cache = Locked<[String: (address: SocketAddress, expires: UInt64)]>([:])
     private let ttl: UInt64 = 60_000_000_000
 
     func resolve(_ host: String, port: Int) async throws(HTTPClientError) -> SocketAddress {

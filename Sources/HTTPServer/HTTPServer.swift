@@ -1,6 +1,7 @@
 import CMicroHTTPD
 import Foundation
 import HTTP
+import Locking
 import Synchronization
 
 /// Serves a `Responder` over HTTP/1.1 with libmicrohttpd.
@@ -55,7 +56,7 @@ public final class HTTPServer: Sendable {
     let responder: any Responder
     /// Bodies up to this size are read and discarded before a refusal is sent; larger ones are answered at once.
     static let drainLimit = 16 << 20
-    private let state = Mutex<State>(State())
+    private let state = Locked<State>(State())
 
     private struct State {
         // The daemon pointer is only touched under this lock.
@@ -165,7 +166,7 @@ final class RequestContext: Sendable {
         var startedAt = ContinuousClock.now
         var request: Request?
     }
-    let fields = Mutex(Fields())
+    let fields = Locked(Fields())
 
     var isComplete: Bool { fields.withLock { $0.response != nil } }
 

@@ -1,5 +1,6 @@
 import CLibPQ
 import Foundation
+import Locking
 import Storage
 import Synchronization
 
@@ -8,7 +9,7 @@ import Synchronization
 public final class PostgresDatabase: SQLDatabase {
     public let dialect = SQLDialect.postgres
     let url: String
-    private let pool: Mutex<Pool>
+    private let pool: Locked<Pool>
     private let listener: PostgresListener
 
     private struct Pool {
@@ -24,7 +25,7 @@ public final class PostgresDatabase: SQLDatabase {
         for index in 0..<max(1, size) {
             connections.append(try PostgresConnection(url: url, label: "storekeeper.postgres.\(index)"))
         }
-        pool = Mutex(Pool(idle: connections))
+        pool = Locked(Pool(idle: connections))
         listener = try PostgresListener(url: url, channels: channels)
     }
 
@@ -91,7 +92,7 @@ public final class PostgresDatabase: SQLDatabase {
 // waiters are kept under a lock.
 final class PostgresListener: @unchecked Sendable {
     private let connection: PostgresConnection
-    private let state = Mutex<State>(State())
+    private let state = Locked<State>(State())
 
     private struct State {
         var channels: Set<String> = []

@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 import Synchronization
 
 /// Where the server reads "now"; injected so tests control time.
@@ -15,7 +16,7 @@ public struct SystemClock: ServerClock {
 /// The system clock shifted by an offset that something else keeps current — for a server that follows an
 /// App Store emulator whose clock was moved forward (`appstore time advance`), so both judge expiry alike.
 public final class OffsetClock: ServerClock {
-    private let offset = Mutex<TimeInterval>(0)
+    private let offset = Locked<TimeInterval>(0)
     public init() {}
     public func now() -> Date { Date().addingTimeInterval(offset.withLock { $0 }) }
     public func set(offset seconds: TimeInterval) { offset.withLock { $0 = seconds } }
@@ -30,15 +31,15 @@ public struct DelegatingClock: ServerClock {
 
 /// A settable clock for tests.
 public final class ManualClock: ServerClock {
-    private let current: Mutex<Date>
-    public init(_ date: Date) { current = Mutex(date) }
+    private let current: Locked<Date>
+    public init(_ date: Date) { current = Locked(date) }
     public func now() -> Date { current.withLock { $0 } }
     public func advance(by seconds: TimeInterval) { current.withLock { $0 = $0.addingTimeInterval(seconds) } }
 }
 
 /// A wake-up signal for a loop that otherwise sleeps: `wake()` ends the current or next `wait`.
 final class WakeSignal: Sendable {
-    private let state = Mutex<(pending: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
+    private let state = Locked<(pending: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
 
     func wake() {
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in

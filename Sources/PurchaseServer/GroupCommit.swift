@@ -1,3 +1,4 @@
+import Locking
 import Synchronization
 
 /// Collects items written concurrently and commits them in batches: while one batch commits, new
@@ -9,7 +10,7 @@ final class GroupCommit<Item: Sendable, Output: Sendable>: Sendable {
         var flushing = false
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
     private let maxBatch: Int
 
     init(maxBatch: Int = 512) {

@@ -107,9 +107,10 @@ public final class PurchaseServer: Sendable {
     /// Accepts a receipt durably and wakes the worker.
     public func submit(appId: String, appUserId: String, receiptData: String, kind: VerificationJob.Kind,
                        userAuthenticated: Bool = true) async throws -> VerificationJob {
+        let rejection = kind == .signedTransaction ? nil : ReceiptShape.rejection(of: receiptData)
         let job = try await store.enqueue(appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData,
-                                          userAuthenticated: userAuthenticated, now: clock.now())
-        worker.wake()
+                                          userAuthenticated: userAuthenticated, rejection: rejection, now: clock.now())
+        if rejection == nil { worker.wake() }
         return job
     }
 

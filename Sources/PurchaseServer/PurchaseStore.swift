@@ -1,6 +1,7 @@
 import AppStoreCrypto
 import AppStoreModels
 import Foundation
+import Locking
 import Storage
 import Synchronization
 
@@ -9,11 +10,11 @@ public final class PurchaseStore: Sendable {
     public let database: any SQLDatabase
     static let jobsChannel = "storekeeper_jobs"
     /// Every live API key by hash, loaded at start and refreshed every second (`refreshKeys`).
-    let keyRing = Mutex<[String: APIKeyRecord]>([:])
+    let keyRing = Locked<[String: APIKeyRecord]>([:])
     /// Seals shared secrets, Server API private keys and user-token secrets at rest (nil: stored as given).
     let secrets: SecretBox?
-    private let appCache = Mutex<[String: (app: ServerApp, expires: Date)]>([:])
-    private let appsCache = Mutex<(apps: [ServerApp], expires: Date)?>(nil)
+    private let appCache = Locked<[String: (app: ServerApp, expires: Date)]>([:])
+    private let appsCache = Locked<(apps: [ServerApp], expires: Date)?>(nil)
     let uploads = GroupCommit<VerificationJob, Void>()
     let settlements = GroupCommit<Settlement, (JobState, SettlementResult)?>(maxBatch: 256)
 

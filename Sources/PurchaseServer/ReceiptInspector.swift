@@ -1,6 +1,7 @@
 import AppStoreCrypto
 import AppStoreModels
 import Foundation
+import Locking
 import Synchronization
 
 /// What the local checks learnt from a receipt before anyone calls Apple.
@@ -25,7 +26,7 @@ public struct ReceiptRejection: Error, Sendable, Equatable {
 /// allow-list. Signers already verified are remembered with their key and validity window.
 public final class ReceiptInspector: Sendable {
     let trust: TrustStore
-    private let trustedSigners = Mutex<[SignerKey: TrustedSigner]>([:])
+    private let trustedSigners = Locked<[SignerKey: TrustedSigner]>([:])
 
     /// Identifies a receipt signer: the certificates the receipt embeds and which of them signed.
     private struct SignerKey: Hashable {

@@ -1,6 +1,7 @@
 import AppStoreCrypto
 import AppStoreModels
 import Foundation
+import Locking
 import Synchronization
 
 /// The local checks of a StoreKit 2 signed transaction — all of them, since no call to Apple is
@@ -10,9 +11,9 @@ public final class SignedTransactionInspector: Sendable {
     let trust: TrustStore
     /// Chains already verified (x5c as sent → the leaf's key and the window in which the chain is valid):
     /// afterwards only the leaf's signature is checked, with the key already parsed.
-    private let verifiedChains = Mutex<[[String]: (key: PublicKey, notBefore: Date, notAfter: Date)]>([:])
+    private let verifiedChains = Locked<[[String]: (key: PublicKey, notBefore: Date, notAfter: Date)]>([:])
     /// Header segments (Base64url, as sent) whose chain verified: the fast path skips decoding them.
-    private let verifiedHeaders = Mutex<[String: (key: PublicKey, notBefore: Date, notAfter: Date)]>([:])
+    private let verifiedHeaders = Locked<[String: (key: PublicKey, notBefore: Date, notAfter: Date)]>([:])
 
     public init(trust: TrustStore) { self.trust = trust }
 
@@ -80,7 +81,7 @@ public final class SignedTransactionInspector: Sendable {
     }
 
     /// Verifies `jws` (ES256, x5c chain to the trust store's roots at `date`, Apple's OIDs, signature), remembering chains.
-    static func check(_ jws: JWS, at date: Date, trust: TrustStore, cache: borrowing Mutex<[[String]: (key: PublicKey, notBefore: Date, notAfter: Date)]>,
+    static func check(_ jws: JWS, at date: Date, trust: TrustStore, cache: borrowing Locked<[[String]: (key: PublicKey, notBefore: Date, notAfter: Date)]>,
                       subject: String) throws(ReceiptRejection) {
         let x5c = (jws.header["x5c"]?.array ?? []).compactMap(\.text)
         if let known = cache.withLock({ $0[x5c] }), date >= known.notBefore, date <= known.notAfter {

@@ -1,10 +1,11 @@
 import Foundation
+import Locking
 import Synchronization
 
 /// Token buckets of uploads per app, in this process: `rate` per second with bursts of two
 /// seconds' worth. Protects storage from junk; verification's own queue absorbs honest bursts.
 final class UploadRateLimiter: Sendable {
-    private let buckets = Mutex<[String: (tokens: Double, updated: ContinuousClock.Instant)]>([:])
+    private let buckets = Locked<[String: (tokens: Double, updated: ContinuousClock.Instant)]>([:])
     /// Uploads per second and app (0: unlimited).
     let rate: Double
 

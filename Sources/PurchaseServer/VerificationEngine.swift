@@ -117,8 +117,9 @@ public struct VerificationEngine: Sendable {
         do throws(ReceiptRejection) {
             (transaction, environment) = try transactionInspector.inspect(job.receiptData, bundleIds: app.bundleIds)
             try Self.checkSandboxPolicy(app, environment: environment, user: job.appUserId, authenticated: job.userAuthenticated)
-            // An appAccountToken binds the purchase to the app's user it was made for (apps whose user ids are UUIDs).
-            if let token = transaction.appAccountToken, let user = UUID(uuidString: job.appUserId), UUID(uuidString: token) != user {
+            // An appAccountToken binds the purchase to the app's user it was made for: the user's own UUID,
+            // or the version-5 token of any other user id (AppAccountToken). Present and not this user's: refused.
+            if let token = transaction.appAccountToken, !AppAccountToken.matches(token, user: job.appUserId) {
                 throw ReceiptRejection(code: "app_account_token_mismatch",
                                        reason: "the transaction was bought for app account \(token), not for user \(job.appUserId)")
             }

@@ -50,11 +50,19 @@ extension VerificationJob {
 
 extension PurchaseStore {
     /// Writes a new job durably and returns it.
+    /// A job refused by the look before storage (`rejection`) is written already rejected, with the
+    /// upload's hash and size but not its bytes, and never reaches the queue.
     public func enqueue(appId: String, appUserId: String, kind: VerificationJob.Kind, receiptData: String, userAuthenticated: Bool = true,
-                        now: Date) async throws -> VerificationJob {
-        let job = VerificationJob(id: UUID().uuidString.lowercased(), appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData,
+                        rejection: ReceiptRejection? = nil, now: Date) async throws -> VerificationJob {
+        var job = VerificationJob(id: UUID().uuidString.lowercased(), appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData,
                                   state: .pending, attempts: 0, nextAttemptAt: now, createdAt: now, updatedAt: now, userAuthenticated: userAuthenticated)
+        if let rejection {
+            job.state = .rejected
+            job.reason = rejection.reason
+            job.settledAt = now
+        }
         try await uploads.write(job, all: { [self] jobs in try await self.insert(jobs) })
+        if rejection != nil { job.receiptData = "" }
         return job
     }
 
@@ -64,6 +72,17 @@ extension PurchaseStore {
         try await database.transaction { db in
             for job in jobs {
                 let now = job.createdAt.milliseconds
+                if job.state == .rejected {
+                    try db.query("""
+                        INSERT INTO verification_jobs (id, app_id, app_user_id, kind, receipt_data, state, attempts, next_attempt_at, created_at, updated_at,
+                        user_authenticated, receipt_size, receipt_sha256, reason, settled_at)
+                        VALUES (?, ?, ?, ?, '', 'rejected', 0, ?, ?, ?, ?, ?, ?, ?, ?)
+                        """, [job.id, job.appId, job.appUserId, job.kind.rawValue, now, now, now, job.userAuthenticated,
+                              Int64(job.receiptData.utf8.count), job.receiptSHA256, job.reason, now])
+                    try Self.audit(db, appId: job.appId, userId: job.appUserId, kind: "verification_rejected",
+                                   detail: ["verificationId": job.id, "code": "malformed_receipt", "reason": job.reason ?? ""], now: job.createdAt)
+                    continue
+                }
                 try db.query("""
                     INSERT INTO verification_jobs (id, app_id, app_user_id, kind, receipt_data, state, attempts, next_attempt_at, created_at, updated_at,
                     user_authenticated, receipt_size)

@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 import Synchronization
 
 /// Runs verification jobs: claims due jobs in batches and keeps up to `concurrency` of them in
@@ -28,7 +29,7 @@ public final class VerificationWorker: Sendable {
     /// This worker's lease owner id.
     public let owner: String
     let signal = WakeSignal()
-    private let state = Mutex<(inFlight: Int, running: Bool)>((0, false))
+    private let state = Locked<(inFlight: Int, running: Bool)>((0, false))
     private let settled: @Sendable (String) -> Void
 
     /// Creates a worker; `settled` is told the id of every job it settles.
@@ -89,7 +90,7 @@ public final class VerificationWorker: Sendable {
 
 /// Lets HTTP handlers wait for a job to settle (`?wait=`), woken by this process's worker.
 public final class SettlementWaiters: Sendable {
-    private let waiters = Mutex<[String: [CheckedContinuation<Void, Never>]]>([:])
+    private let waiters = Locked<[String: [CheckedContinuation<Void, Never>]]>([:])
 
     public init() {}
 

@@ -1,6 +1,7 @@
 import AppStoreModels
 import Foundation
 import HTTPClient
+import Locking
 import Synchronization
 
 /// Where verifyReceipt lives: Apple's hosts by default, the emulator's URLs in tests.
@@ -132,7 +133,7 @@ public struct VerifyReceiptClient: Sendable {
 
 /// The first of several results; later ones are ignored.
 final class FirstResult<T: Sendable>: Sendable {
-    private let state = Mutex<(result: Result<T, any Error>?, waiter: CheckedContinuation<Result<T, any Error>, Never>?)>((nil, nil))
+    private let state = Locked<(result: Result<T, any Error>?, waiter: CheckedContinuation<Result<T, any Error>, Never>?)>((nil, nil))
 
     func finish(with result: Result<T, any Error>) {
         let waiter = state.withLock { state -> CheckedContinuation<Result<T, any Error>, Never>? in

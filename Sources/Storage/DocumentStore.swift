@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 import Synchronization
 
 /// One change to a document store.
@@ -44,7 +45,7 @@ public protocol DocumentStore: Sendable {
 
 /// A store in memory, for tests and `--data :memory:`.
 public final class InMemoryDocumentStore: DocumentStore {
-    private let collections = Mutex<[String: [String: Data]]>([:])
+    private let collections = Locked<[String: [String: Data]]>([:])
 
     /// Creates an empty store.
     public init() {}

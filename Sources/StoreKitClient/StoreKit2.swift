@@ -53,6 +53,12 @@ public struct StoreKit2: Sendable {
         try await connection.products(identifiers).products
     }
 
+    /// `product.purchase(options: [.appAccountToken(token)])` with the token the purchase server expects
+    /// for `appUserId` (`AppAccountToken.token(for:)`): a purchase bound so cannot be delivered to anyone else.
+    public func purchase(_ productIdentifier: String, for appUserId: String, quantity: Int = 1) async throws -> PurchaseResult {
+        try await purchase(productIdentifier, appAccountToken: AppAccountToken.token(for: appUserId), quantity: quantity)
+    }
+
     /// `product.purchase(options: [.appAccountToken(token)])`.
     public func purchase(_ productIdentifier: String, appAccountToken: UUID? = nil, quantity: Int = 1) async throws -> PurchaseResult {
         var body: [String: Any] = ["app": connection.bundleId, "device": connection.deviceId, "productId": productIdentifier, "quantity": quantity]

@@ -1,6 +1,7 @@
 import AppStoreCrypto
 import AppStoreModels
 import Foundation
+import Locking
 import PurchaseServer
 import Synchronization
 
@@ -106,7 +107,7 @@ struct JWSBenchCommand: Command {
         guard let bundle = try JWS(compact: compact).payloadJSON()["bundleId"]?.text else { throw CommandFailure(description: "not a signed transaction") }
         _ = try inspector.inspect(compact, bundleIds: [bundle])  // fails loudly here if the JWS does not verify
         let threads = ProcessInfo.processInfo.activeProcessorCount
-        let counts = Mutex([Int](repeating: 0, count: threads))
+        let counts = Locked([Int](repeating: 0, count: threads))
         let deadline = Date().addingTimeInterval(seconds)
         let started = Date()
         DispatchQueue.concurrentPerform(iterations: threads) { thread in

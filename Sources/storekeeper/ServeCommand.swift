@@ -4,6 +4,7 @@ import AppStoreModels
 import Foundation
 import HTTP
 import HTTPServer
+import Locking
 import SQLiteStorage
 
 /// `storekeeper appstore serve`
@@ -118,8 +119,8 @@ enum ShutdownSignal {
 
 /// Resumes a continuation at most once.
 final class ResumeOnce: Sendable {
-    private let continuation: Mutex<CheckedContinuation<Void, Never>?>
-    init(_ continuation: CheckedContinuation<Void, Never>) { self.continuation = Mutex(continuation) }
+    private let continuation: Locked<CheckedContinuation<Void, Never>?>
+    init(_ continuation: CheckedContinuation<Void, Never>) { self.continuation = Locked(continuation) }
     func resume() { continuation.withLock { $0?.resume(); $0 = nil } }
 }
 

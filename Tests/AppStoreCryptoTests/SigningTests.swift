@@ -132,4 +132,28 @@ struct ChainPolicyTests {
         }
         #expect(error?.code == "missing_intermediate_oid")
     }
+
+    @Test("iOS 6 receipts get Apple's policy too: the iTunes Store marker, or the receipt-signing chain")
+    func transactionReceiptPolicy() throws {
+        let start = Date(timeIntervalSince1970: 1_600_000_000), end = Date(timeIntervalSince1970: 1_900_000_000), at = Date(timeIntervalSince1970: 1_700_000_000)
+        let rootKey = try PrivateKey.generateEC(), leafKey = try PrivateKey.generateEC()
+        let root = try CertificateBuilder(subject: [("CN", "iTunes Store CA")], serial: 1, notBefore: start, notAfter: end, isCertificateAuthority: true)
+            .issue(for: rootKey, issuer: nil, issuerKey: rootKey)
+        func leaf(_ markers: [String], serial: UInt64) throws -> Certificate {
+            try CertificateBuilder(subject: [("CN", "PurchaseReceiptCertificate")], serial: serial, notBefore: start, notAfter: end,
+                                   isCertificateAuthority: false, markerExtensions: markers)
+                .issue(for: leafKey, issuer: root, issuerKey: rootKey)
+        }
+        let verifier = ChainVerifier(roots: [root])
+        let marked = try leaf([OID.appleTransactionReceiptSigner], serial: 2)
+        try verifier.verify(leaf: marked, intermediates: [], at: at, policy: .appleTransactionReceiptSigning)
+        #expect(throws: CryptoError.self) { try verifier.verify(leaf: marked, intermediates: [], at: at, policy: .appleReceiptSigning) }
+        let plain = try leaf([], serial: 3)
+        try verifier.verify(leaf: plain, intermediates: [], at: at, policy: .none)
+        let error = #expect(throws: CryptoError.self) { try verifier.verify(leaf: plain, intermediates: [], at: at, policy: .appleTransactionReceiptSigning) }
+        #expect(error?.code == "missing_receipt_signer_oid")
+        // The app-receipt chain (what the emulator signs iOS 6 receipts with) passes as well.
+        let chain = SigningTests.chain
+        try ChainVerifier(roots: [chain.root]).verify(leaf: chain.leaf, intermediates: [chain.intermediate], at: at, policy: .appleTransactionReceiptSigning)
+    }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -10,7 +11,7 @@ import Testing
 /// A one-way switch shared by handlers of the concurrency test.
 final class Gate: Sendable {
     static let shared = Gate()
-    private let flag = Mutex(false)
+    private let flag = Locked(false)
     var isOpen: Bool { flag.withLock { $0 } }
     func open() { flag.withLock { $0 = true } }
 }

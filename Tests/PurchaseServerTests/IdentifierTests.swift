@@ -1,6 +1,7 @@
 import AppStoreCrypto
 import Foundation
 @testable import PurchaseServer
+import StorekeeperTesting
 import Testing
 
 @Suite("Client-chosen identifiers")
@@ -117,5 +118,42 @@ struct JunkStorageTests {
             try db.query("SELECT app_user_id FROM users WHERE app_user_id = 'junk-user'")
         }
         #expect(users.isEmpty)
+    }
+}
+
+@Suite("The look before storage")
+struct ReceiptShapeTests {
+    @Test("Every real Apple receipt passes the look before storage", arguments: ["r01", "r04", "r12"])
+    func realReceiptsPass(prefix: String) throws {
+        let text = String(decoding: try TestSupport.fixtureNamed(prefix: prefix, suffix: ".receipt.b64"), as: UTF8.self)
+        #expect(ReceiptShape.rejection(of: text) == nil)
+        #expect(ReceiptShape.rejection(of: "\n " + text) == nil)
+    }
+
+    @Test("The Xcode receipt passes too")
+    func xcodeReceiptPasses() throws {
+        let text = String(decoding: try TestSupport.fixtureNamed(prefix: "xcode", suffix: ".b64", in: "xcode"), as: UTF8.self)
+        #expect(ReceiptShape.rejection(of: text) == nil)
+    }
+
+    @Test("Junk is refused before it is queued", arguments: [
+        "", "=", "a", "not base64 at all!!", Data(repeating: 0, count: 300).base64EncodedString(),
+        Data([0x30, 0x82, 0x01, 0x00] + Array(repeating: 0x41, count: 60)).base64EncodedString(),
+        Data([0x30, 0x85, 0x06, 0x09, 0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x07, 0x02]).base64EncodedString(),
+        Data([0x31, 0x80, 0x06, 0x09, 0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x07, 0x01]).base64EncodedString(),
+    ])
+    func junkIsRefused(text: String) {
+        #expect(ReceiptShape.rejection(of: text)?.code == "malformed_receipt")
+    }
+
+    @Test("A refused upload is answered rejected at once and never claimed", arguments: Engine.available)
+    func refusedIsNeverQueued(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        let job = try await world.server.submit(appId: "com.example.coins", appUserId: "junk", receiptData: "AAAA", kind: .purchase)
+        #expect(job.state == .rejected && job.receiptData.isEmpty)
+        let claimed = try await world.server.store.claim(owner: "test", limit: 10, lease: 30, now: world.server.clock.now())
+        #expect(!claimed.contains { $0.id == job.id })
+        #expect(try await world.server.store.job(job.id)?.state == .rejected)
     }
 }

@@ -3,6 +3,7 @@ import AppStoreCrypto
 import AppStoreModels
 import Foundation
 import HTTP
+import Locking
 import PostgresStorage
 @testable import PurchaseServer
 import SQLiteStorage
@@ -40,8 +41,8 @@ enum Engine: String, CaseIterable, CustomStringConvertible {
 final class EmulatorTransport: HTTPTransport {
     let responder: AppStoreResponder
     /// Failures to serve before answering normally (e.g. `.http(503)`, `.html`, `.timeout`).
-    let failures = Mutex<[Failure]>([])
-    let calls = Mutex(0)
+    let failures = Locked<[Failure]>([])
+    let calls = Locked(0)
 
     enum Failure { case http(Int), html, timeout, connection }
 

@@ -81,6 +81,19 @@ struct SignedTransactionTests {
         let (_, matching) = try await world.postTransaction("com.example.coins", user: "5B4E7A1C-0D8E-4C43-9A4E-2F2B6F3F6C11", signed: tokened)
         #expect(matching.state == "verified")
 
+        // A user id that is not a UUID: its token is the version-5 UUID of the id; anyone else's is refused.
+        var named = payload
+        named.transactionId = "2000000000000777"
+        named.originalTransactionId = "2000000000000777"
+        named.appAccountToken = AppAccountToken.token(for: "bob").uuidString.lowercased()
+        let forBob = try JWS.sign(payload: named.jsonBytes(), key: TestSupport.jwsAuthority.leafKey, chain: TestSupport.jwsAuthority.chain)
+        let (_, stolen) = try await world.postTransaction("com.example.coins", user: "mallory", signed: forBob)
+        #expect(stolen.state == "rejected")
+        #expect(stolen["reason"] as? String == "the transaction was bought for app account \(named.appAccountToken!), not for user mallory")
+        #expect(try await world.user("com.example.coins", "mallory").balances.isEmpty)
+        let (_, delivered) = try await world.postTransaction("com.example.coins", user: "bob", signed: forBob)
+        #expect(delivered.state == "verified")
+
         let (status, missing) = try await world.client.json(.post, "/v1/transactions", json: ["appUserId": "alice"],
                                                              headers: ["Authorization": "Bearer \(world.keys["com.example.coins"]!)"])
         #expect(status == 400)

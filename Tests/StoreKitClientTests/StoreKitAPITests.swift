@@ -1,5 +1,6 @@
 import AppStoreEmulator
 import Foundation
+import Locking
 import StoreKitClient
 import StorekeeperTesting
 import Synchronization
@@ -7,8 +8,8 @@ import Testing
 
 /// Records what a StoreKit 1 observer sees.
 final class Recorder: PaymentTransactionObserver {
-    let updates = Mutex<[(String, StoreKitClient.TransactionState)]>([])
-    let restoreFinished = Mutex(false)
+    let updates = Locked<[(String, StoreKitClient.TransactionState)]>([])
+    let restoreFinished = Locked(false)
 
     func paymentQueue(_ queue: PaymentQueue, updated transactions: [PaymentTransaction]) async {
         updates.withLock { $0 += transactions.map { ($0.productIdentifier, $0.transactionState) } }

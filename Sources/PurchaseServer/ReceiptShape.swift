@@ -1,0 +1,40 @@
+import AppStoreCrypto
+
+/// The look an upload gets before it is stored: its first bytes must be Base64 of a PKCS#7
+/// ContentInfo naming signed data (an app receipt) or of an iOS 6 transaction receipt (`{`).
+/// Anything else is refused at once and stored only as a rejection (hash, size, reason), so junk
+/// never waits in the verification queue ahead of real purchases. It reads at most 64 characters;
+/// the full checks stay with the worker.
+enum ReceiptShape {
+    /// DER of the PKCS#7 signedData object identifier, 1.2.840.113549.1.7.2.
+    private static let signedDataOID: [UInt8] = [0x06, 0x09, 0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x07, 0x02]
+
+    /// Why `receiptData` cannot be an App Store receipt, or nil when it may be one.
+    static func rejection(of receiptData: String) -> ReceiptRejection? {
+        var prefix: [UInt8] = []
+        prefix.reserveCapacity(64)
+        for byte in receiptData.utf8 where !(byte == 9 || byte == 10 || byte == 13 || byte == 32) {
+            prefix.append(byte)
+            if prefix.count == 64 { break }
+        }
+        prefix.removeLast(prefix.count % 4)
+        guard let bytes = prefix.withUnsafeBufferPointer({ ReceiptDecoder.decode(base64: $0) }), !bytes.isEmpty else {
+            return ReceiptRejection(code: "malformed_receipt", reason: "receipt-data is not Base64")
+        }
+        if isTransactionReceipt(bytes) || isSignedData(bytes) { return nil }
+        return ReceiptRejection(code: "malformed_receipt", reason: "receipt-data is not an App Store receipt")
+    }
+
+    private static func isTransactionReceipt(_ bytes: [UInt8]) -> Bool {
+        bytes.first(where: { !($0 == 9 || $0 == 10 || $0 == 13 || $0 == 32) }) == UInt8(ascii: "{")
+    }
+
+    /// A SEQUENCE (definite or indefinite length) whose first element is the signedData OID.
+    private static func isSignedData(_ bytes: [UInt8]) -> Bool {
+        guard bytes.count >= 2, bytes[0] == 0x30 else { return false }
+        let lengthBytes = bytes[1] < 0x80 ? 0 : bytes[1] == 0x80 ? 0 : Int(bytes[1] & 0x7f)
+        guard lengthBytes <= 4 else { return false }
+        let start = 2 + lengthBytes
+        return bytes.count >= start + signedDataOID.count && Array(bytes[start..<start + signedDataOID.count]) == signedDataOID
+    }
+}
