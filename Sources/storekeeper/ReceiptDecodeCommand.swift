@@ -63,7 +63,12 @@ struct ReceiptDecodeCommand: Command {
                                     "signer": (try? signer.fields.subjectCommonName) as Any? ?? NSNull(),
                                     "digest": signedData.digest == .sha1 ? "sha1" : "sha256"]
                 case .transaction(let legacy):
-                    try legacy.verify(with: verifier)
+                    // An iOS 6 receipt embeds only its leaf: self-issued certificates of the file are the anchors,
+                    // the others the intermediates, so the chain (and Apple's markers on it) is built whole.
+                    let selfIssued = roots.filter { (try? $0.fields).map { $0.subject == $0.issuer } ?? false }
+                    let anchors = selfIssued.isEmpty ? roots : selfIssued
+                    try legacy.verify(with: ChainVerifier(roots: anchors, allowPartialChain: true),
+                                      intermediates: roots.filter { certificate in !anchors.contains { $0.der == certificate.der } })
                     verification = ["valid": true, "validatedAt": ReceiptDate.rfc3339(legacy.purchaseDate ?? Date())]
                 }
             } catch {
