@@ -95,20 +95,12 @@ extension PurchaseServer {
                       transaction?.originalTransactionId, signed])
             guard !inserted.isEmpty else { return (false, nil) }
             if let renewal, let original = renewal["originalTransactionId"]?.text ?? transaction?.originalTransactionId {
-                try db.query("""
-                    INSERT INTO subscriptions (app_id, environment, original_transaction_id, product_id, auto_renew_product_id, auto_renew_status,
-                    expires_date, expiration_intent, is_in_billing_retry, grace_period_expires_date, revoked_at, updated_at)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    ON CONFLICT (app_id, environment, original_transaction_id) DO UPDATE SET
-                    product_id = excluded.product_id, auto_renew_product_id = excluded.auto_renew_product_id,
-                    auto_renew_status = excluded.auto_renew_status, expires_date = COALESCE(excluded.expires_date, subscriptions.expires_date),
-                    expiration_intent = excluded.expiration_intent, is_in_billing_retry = excluded.is_in_billing_retry,
-                    grace_period_expires_date = excluded.grace_period_expires_date, revoked_at = excluded.revoked_at, updated_at = excluded.updated_at
-                    WHERE subscriptions.updated_at <= excluded.updated_at
-                    """, [app.id, env, original, renewal["productId"]?.text ?? transaction?.productId ?? "", renewal["autoRenewProductId"]?.text,
-                          renewal["autoRenewStatus"]?.int64, transaction?.expiresDate, renewal["expirationIntent"]?.int64.map(String.init),
-                          renewal["isInBillingRetryPeriod"]?.bool ?? false, renewal["gracePeriodExpiresDate"]?.int64,
-                          transaction?.revocationDate, signedDate])
+                try SubscriptionRepository(db: db, appId: app.id, environment: env).record(SubscriptionState(
+                    originalTransactionId: original, productId: renewal["productId"]?.text ?? transaction?.productId ?? "",
+                    autoRenewProductId: renewal["autoRenewProductId"]?.text, autoRenewStatus: renewal["autoRenewStatus"]?.int64.map { $0 != 0 },
+                    expiresDate: transaction?.expiresDate, expirationIntent: renewal["expirationIntent"]?.int64.map(String.init),
+                    isInBillingRetry: renewal["isInBillingRetryPeriod"]?.bool ?? false, gracePeriodExpiresDate: renewal["gracePeriodExpiresDate"]?.int64,
+                    revokedAt: transaction?.revocationDate, signedDate: signedDate))
             }
             guard let transaction else { return (true, nil) }
             let owner = try db.query("""

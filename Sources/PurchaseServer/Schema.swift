@@ -147,5 +147,12 @@ enum Schema {
         SQLMigration(version: 8, statements: [
             "CREATE TABLE server_settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
         ]),
+        // When a ledger row's cancellation and expiry were last known true (SettlementPlan): newer
+        // information reinstates a reversed refund or moves an extended expiry; older changes nothing.
+        // Existing refunds are dated by their cancellation, so a transaction signed before a refund cannot undo it.
+        SQLMigration(version: 9, statements: [
+            "ALTER TABLE ledger ADD COLUMN state_date BIGINT NOT NULL DEFAULT 0",
+            "UPDATE ledger SET state_date = cancellation_date WHERE cancellation_date IS NOT NULL",
+        ]),
     ]
 }

@@ -15,8 +15,28 @@ public struct ConfirmedTransaction: Sendable, Equatable {
     public var cancellationDate: Date?
     public var cancellationReason: String?
     public var isTrial: Bool
-    /// `receipt`, `latest_receipt_info` or `transaction_receipt`.
+    /// `receipt`, `latest_receipt_info`, `transaction_receipt` or `signed_transaction`.
     public var source: String
+    /// When this information was current, for a current source: a JWS's `signedDate`, or the time
+    /// Apple answered for `latest_receipt_info`. Nil for history (a receipt's own purchase list),
+    /// which can add a refund but never undo one (`SettlementPlan`).
+    public var observedAt: Date?
+
+    public init(transactionId: String, originalTransactionId: String? = nil, productId: String, quantity: Int64 = 1, purchaseDate: Date,
+                expiresDate: Date? = nil, cancellationDate: Date? = nil, cancellationReason: String? = nil, isTrial: Bool = false,
+                source: String, observedAt: Date? = nil) {
+        self.transactionId = transactionId
+        self.originalTransactionId = originalTransactionId ?? transactionId
+        self.productId = productId
+        self.quantity = quantity
+        self.purchaseDate = purchaseDate
+        self.expiresDate = expiresDate
+        self.cancellationDate = cancellationDate
+        self.cancellationReason = cancellationReason
+        self.isTrial = isTrial
+        self.source = source
+        self.observedAt = observedAt
+    }
 
     /// From a verifyReceipt entry.
     init?(_ info: ReceiptTransactionInfo, source: String) {
@@ -93,6 +113,22 @@ public struct SettlementResult: Codable, Sendable, Equatable {
     public var unknownProducts: [String] = []
     /// Refunds found, with the credit taken back.
     public var revoked: [String] = []
+    /// Refunds reversed, with the credit given back.
+    public var reinstated: [String] = []
+
+    enum CodingKeys: String, CodingKey { case granted, alreadyOwned, refused, unknownProducts, revoked, reinstated }
+
+    public init() {}
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        granted = try container.decodeIfPresent([String].self, forKey: .granted) ?? []
+        alreadyOwned = try container.decodeIfPresent([String].self, forKey: .alreadyOwned) ?? []
+        refused = try container.decodeIfPresent([Refusal].self, forKey: .refused) ?? []
+        unknownProducts = try container.decodeIfPresent([String].self, forKey: .unknownProducts) ?? []
+        revoked = try container.decodeIfPresent([String].self, forKey: .revoked) ?? []
+        reinstated = try container.decodeIfPresent([String].self, forKey: .reinstated) ?? []
+    }
 
     /// The JSON stored with the job (the same keys `Codable` reads back), written without JSONEncoder: once per settlement.
     var jsonText: String {
@@ -111,7 +147,7 @@ public struct SettlementResult: Codable, Sendable, Equatable {
                     json.field("reason", refusal.reason)
                 }
             }
-            for (name, list) in [("unknownProducts", unknownProducts), ("revoked", revoked)] {
+            for (name, list) in [("unknownProducts", unknownProducts), ("revoked", revoked), ("reinstated", reinstated)] {
                 json.key(name)
                 json.array(list) { json, id in json.string(id) }
             }
@@ -171,7 +207,7 @@ extension PurchaseStore {
         }
     }
 
-    /// One settlement inside the caller's transaction.
+    /// One settlement inside the caller's transaction: read what the plan needs, plan, write.
     func apply(_ settlement: Settlement, _ db: any SQLConnection, catalog: inout SettlementCatalog) throws -> (JobState, SettlementResult)? {
         let job = settlement.job
         let now = settlement.now.milliseconds
@@ -181,36 +217,34 @@ extension PurchaseStore {
         guard !held.isEmpty else { return nil }
         let app = try catalog.app(job.appId, db)
         let mappings = try catalog.mappings(job.appId, db)
-        var result = SettlementResult()
-        var seen: Set<String> = []
-        for transaction in settlement.transactions where seen.insert(transaction.transactionId).inserted {
-            guard let mapping = mappings[transaction.productId] else {
-                if !result.unknownProducts.contains(transaction.productId) { result.unknownProducts.append(transaction.productId) }
-                continue
-            }
-            try Self.record(db, transaction, mapping: mapping, app: app, settlement: settlement, result: &result)
-        }
+        let ledger = LedgerRepository(db: db, appId: job.appId, environment: env)
+        let known = settlement.transactions.filter { mappings[$0.productId] != nil }
+        let plan = SettlementPlan.make(.init(appId: job.appId, appUserId: job.appUserId, verificationId: job.id, replayPolicy: app.replayPolicy,
+                                             mappings: mappings, transactions: settlement.transactions,
+                                             ledger: try ledger.entries(known.map(\.transactionId)),
+                                             owners: try ledger.owners(known.map(\.originalTransactionId))))
+        try ledger.write(plan.actions, user: job.appUserId, verificationId: job.id, now: settlement.now)
+        let result = plan.result
+        let subscriptions = SubscriptionRepository(db: db, appId: job.appId, environment: env)
         for subscription in settlement.subscriptions {
             let expires = settlement.transactions.filter { $0.originalTransactionId == subscription.originalTransactionId && $0.cancellationDate == nil }
                 .compactMap(\.expiresDate).max()
             let revoked = settlement.transactions.filter { $0.originalTransactionId == subscription.originalTransactionId }
                 .max { $0.purchaseDate < $1.purchaseDate }?.cancellationDate
-            try db.query("DELETE FROM subscriptions WHERE app_id = ? AND environment = ? AND original_transaction_id = ?",
-                         [job.appId, env, subscription.originalTransactionId])
-            try db.query("""
-                INSERT INTO subscriptions (app_id, environment, original_transaction_id, product_id, auto_renew_product_id, auto_renew_status,
-                expires_date, expiration_intent, is_in_billing_retry, grace_period_expires_date, revoked_at, updated_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """, [job.appId, env, subscription.originalTransactionId, subscription.productId, subscription.autoRenewProductId,
-                      subscription.autoRenewStatus.map { $0 ? 1 : 0 }, expires?.milliseconds, subscription.expirationIntent,
-                      subscription.isInBillingRetry, subscription.gracePeriodExpiresDate?.milliseconds, revoked?.milliseconds, now])
+            // Apple's answer is the state at the time it answered.
+            try subscriptions.record(SubscriptionState(originalTransactionId: subscription.originalTransactionId, productId: subscription.productId,
+                                                       autoRenewProductId: subscription.autoRenewProductId, autoRenewStatus: subscription.autoRenewStatus,
+                                                       expiresDate: expires?.milliseconds, expirationIntent: subscription.expirationIntent,
+                                                       isInBillingRetry: subscription.isInBillingRetry,
+                                                       gracePeriodExpiresDate: subscription.gracePeriodExpiresDate?.milliseconds,
+                                                       revokedAt: revoked?.milliseconds, signedDate: now))
         }
         let state: JobState
         var reason: String?
         if result.granted.isEmpty && result.alreadyOwned.isEmpty && !result.refused.isEmpty {
             state = .rejected
             reason = result.refused[0].reason
-        } else if result.granted.isEmpty && result.alreadyOwned.isEmpty && result.revoked.isEmpty {
+        } else if result.granted.isEmpty && result.alreadyOwned.isEmpty && result.revoked.isEmpty && result.reinstated.isEmpty {
             state = .rejected
             reason = result.unknownProducts.isEmpty ? "the receipt contains no purchases" : "the receipt contains only products this app does not sell: \(result.unknownProducts.joined(separator: ", "))"
         } else {
@@ -223,126 +257,5 @@ extension PurchaseStore {
             WHERE id = ?
             """, [state.rawValue, reason, env, summary, now, now, state == .rejected ? job.receiptSHA256 : nil, job.id])
         return (state, result)
-    }
-
-    static func record(_ db: any SQLConnection, _ transaction: ConfirmedTransaction, mapping: ProductMapping, app: ServerApp,
-                       settlement: Settlement, result: inout SettlementResult) throws {
-        let job = settlement.job
-        let env = settlement.environment.rawValue
-        let now = settlement.now.milliseconds
-        // Apple sells 1…10 units per transaction; anything else is refused before it can multiply a credit.
-        guard ProductMapping.acceptedQuantities.contains(transaction.quantity) else {
-            result.refused.append(.init(transactionId: transaction.transactionId, productId: transaction.productId, code: "invalid_quantity",
-                                        reason: "transaction \(transaction.transactionId) has quantity \(transaction.quantity)"))
-            return
-        }
-        let inserted = !(try db.query("""
-            INSERT INTO ledger (environment, transaction_id, app_id, app_user_id, product_id, product_type, quantity, purchase_date,
-            original_purchase_date, original_transaction_id, web_order_line_item_id, expires_date, price, currency, source, verification_id,
-            cancellation_date, cancellation_reason, is_trial, recorded_at)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING transaction_id
-            """, [env, transaction.transactionId, job.appId, job.appUserId, transaction.productId, mapping.type.rawValue, transaction.quantity,
-                  transaction.purchaseDate.milliseconds, transaction.originalPurchaseDate?.milliseconds, transaction.originalTransactionId,
-                  transaction.webOrderLineItemId, transaction.expiresDate?.milliseconds, mapping.price, mapping.priceCurrency,
-                  transaction.source, job.id, transaction.cancellationDate?.milliseconds, transaction.cancellationReason, transaction.isTrial,
-                  now]).isEmpty)
-        // A row just inserted is ours; one seen before is read back (another app's, a refund to apply).
-        let ledgerRow = inserted ? nil : try db.query("SELECT * FROM ledger WHERE environment = ? AND transaction_id = ?", [env, transaction.transactionId]).first
-        guard inserted || ledgerRow?.string("app_id") == job.appId else {
-            result.refused.append(.init(transactionId: transaction.transactionId, productId: transaction.productId, code: "other_app",
-                                        reason: "transaction \(transaction.transactionId) belongs to another app"))
-            return
-        }
-
-        // Ownership, bound to the original transaction under the app's replay policy.
-        let owners = try db.query("SELECT app_user_id FROM ownership WHERE app_id = ? AND environment = ? AND original_transaction_id = ?",
-                                  [job.appId, env, transaction.originalTransactionId]).compactMap { $0.string("app_user_id") }
-        var owns = owners.contains(job.appUserId)
-        if owners.isEmpty {
-            try grant(db, transaction, job: job, env: env, now: now)
-            owns = true
-        } else if !owns {
-            let policy = mapping.type == .consumable ? ReplayPolicy.reject : app.replayPolicy
-            switch policy {
-            case .reject:
-                result.refused.append(.init(transactionId: transaction.transactionId, productId: transaction.productId, code: "replay_refused",
-                                            reason: "transaction \(transaction.originalTransactionId) is bound to another user"))
-                try audit(db, appId: job.appId, userId: job.appUserId, kind: "replay_refused",
-                          detail: ["originalTransactionId": transaction.originalTransactionId, "owner": owners.joined(separator: ","),
-                                   "verificationId": job.id], now: settlement.now)
-                return
-            case .transfer:
-                try db.query("DELETE FROM ownership WHERE app_id = ? AND environment = ? AND original_transaction_id = ?",
-                             [job.appId, env, transaction.originalTransactionId])
-                try grant(db, transaction, job: job, env: env, now: now)
-                try audit(db, appId: job.appId, userId: job.appUserId, kind: "ownership_transferred",
-                          detail: ["originalTransactionId": transaction.originalTransactionId, "from": owners.joined(separator: ","),
-                                   "verificationId": job.id], now: settlement.now)
-                owns = true
-            case .share:
-                try grant(db, transaction, job: job, env: env, now: now)
-                try audit(db, appId: job.appId, userId: job.appUserId, kind: "ownership_shared",
-                          detail: ["originalTransactionId": transaction.originalTransactionId, "with": owners.joined(separator: ","),
-                                   "verificationId": job.id], now: settlement.now)
-                owns = true
-            }
-        }
-
-        if inserted {
-            result.granted.append(transaction.transactionId)
-        } else {
-            result.alreadyOwned.append(transaction.transactionId)
-        }
-
-        // Consumables credit their balance once, when first recorded (never when already refunded).
-        if inserted, owns, mapping.type == .consumable, transaction.cancellationDate == nil, let currency = mapping.currency, let amount = mapping.amount {
-            let credit = ProductMapping.credit(amount, times: transaction.quantity)
-            try adjustBalance(db, appId: job.appId, userId: job.appUserId, currency: currency, by: credit)
-            try db.query("UPDATE ledger SET credited_currency = ?, credited_amount = ? WHERE environment = ? AND transaction_id = ?",
-                         [currency, credit, env, transaction.transactionId])
-            try audit(db, appId: job.appId, userId: job.appUserId, kind: "balance_credited",
-                      detail: ["transactionId": transaction.transactionId, "currency": currency, "amount": String(credit)], now: settlement.now)
-        }
-
-        // A refund seen now: mark it, revoke, and claw back credit (the balance may go negative).
-        if !inserted, let ledgerRow, let cancelled = transaction.cancellationDate, ledgerRow.int("cancellation_date") == nil {
-            try db.query("UPDATE ledger SET cancellation_date = ?, cancellation_reason = ? WHERE environment = ? AND transaction_id = ?",
-                         [cancelled.milliseconds, transaction.cancellationReason, env, transaction.transactionId])
-            result.revoked.append(transaction.transactionId)
-            try audit(db, appId: job.appId, userId: ledgerRow.string("app_user_id"), kind: "transaction_revoked",
-                      detail: ["transactionId": transaction.transactionId, "verificationId": job.id], now: settlement.now)
-            if let currency = ledgerRow.string("credited_currency"), let credited = ledgerRow.int("credited_amount"), ledgerRow.int("clawed_back_at") == nil,
-               let creditedUser = ledgerRow.string("app_user_id") {
-                let balance = try adjustBalance(db, appId: job.appId, userId: creditedUser, currency: currency, by: -credited)
-                try db.query("UPDATE ledger SET clawed_back_at = ? WHERE environment = ? AND transaction_id = ?", [now, env, transaction.transactionId])
-                try audit(db, appId: job.appId, userId: creditedUser, kind: "balance_clawed_back",
-                          detail: ["transactionId": transaction.transactionId, "currency": currency, "amount": String(credited),
-                                   "balanceAfter": String(balance)], now: settlement.now)
-                if balance < 0 {
-                    try db.query("UPDATE users SET flagged = 1, flag_reason = ? WHERE app_id = ? AND app_user_id = ?",
-                                 ["negative \(currency) balance after a refund", job.appId, creditedUser])
-                }
-            }
-        }
-    }
-
-    static func grant(_ db: any SQLConnection, _ transaction: ConfirmedTransaction, job: VerificationJob, env: String, now: Int64) throws {
-        // A user exists from the first thing granted (an upload alone creates none: junk fills nothing).
-        try db.query("INSERT INTO users (app_id, app_user_id, flagged, created_at) VALUES (?, ?, 0, ?) ON CONFLICT DO NOTHING",
-                     [job.appId, job.appUserId, now])
-        try db.query("""
-            INSERT INTO ownership (app_id, environment, original_transaction_id, app_user_id, product_id, granted_at)
-            VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
-            """, [job.appId, env, transaction.originalTransactionId, job.appUserId, transaction.productId, now])
-    }
-
-    /// Adds `delta` to a balance and returns the new amount.
-    @discardableResult
-    static func adjustBalance(_ db: any SQLConnection, appId: String, userId: String, currency: String, by delta: Int64) throws -> Int64 {
-        let rows = try db.query("""
-            INSERT INTO balances (app_id, app_user_id, currency, amount) VALUES (?, ?, ?, ?)
-            ON CONFLICT (app_id, app_user_id, currency) DO UPDATE SET amount = balances.amount + excluded.amount RETURNING amount
-            """, [appId, userId, currency, delta])
-        return rows.first?.int("amount") ?? delta
     }
 }

@@ -127,5 +127,6 @@ extension ConfirmedTransaction {
         cancellationReason = jws.revocationReason.map(String.init)
         isTrial = jws.offerType == 1
         self.source = source
+        observedAt = ReceiptDate.date(milliseconds: jws.signedDate)
     }
 }

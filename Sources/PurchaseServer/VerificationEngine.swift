@@ -103,7 +103,7 @@ public struct VerificationEngine: Sendable {
                                    reason: "the App Store confirmed the receipt only in the sandbox", environment: environment, now: clock.now())
             return .rejected
         }
-        let confirmed = try Self.confirmed(response, raw: raw, legacy: inspected.isTransactionReceipt, bundleIds: app.bundleIds)
+        let confirmed = try Self.confirmed(response, raw: raw, legacy: inspected.isTransactionReceipt, bundleIds: app.bundleIds, answeredAt: clock.now())
         let settlement = Settlement(job: job, owner: owner, environment: environment, transactions: confirmed.transactions,
                                     subscriptions: confirmed.subscriptions, now: clock.now())
         return try await store.settle(settlement)?.0
@@ -168,7 +168,8 @@ public struct VerificationEngine: Sendable {
     }
 
     /// The transactions and subscription states of a successful answer.
-    static func confirmed(_ response: VerifyReceiptResponse, raw: Data, legacy: Bool, bundleIds: [String]) throws -> (transactions: [ConfirmedTransaction], subscriptions: [ConfirmedSubscription]) {
+    static func confirmed(_ response: VerifyReceiptResponse, raw: Data, legacy: Bool, bundleIds: [String], answeredAt: Date) throws
+        -> (transactions: [ConfirmedTransaction], subscriptions: [ConfirmedSubscription]) {
         if legacy {
             let object = (try? JSONSerialization.jsonObject(with: raw)) as? [String: Any] ?? [:]
             var transactions: [ConfirmedTransaction] = []
@@ -184,7 +185,12 @@ public struct VerificationEngine: Sendable {
             throw ServerError(502, "apple_answer_mismatch", "the App Store's answer is for another bundle id")
         }
         var transactions = receipt.inApp.compactMap { ConfirmedTransaction($0, source: "receipt") }
-        transactions += (response.latestReceiptInfo ?? []).compactMap { ConfirmedTransaction($0, source: "latest_receipt_info") }
+        // latest_receipt_info is Apple's state at the time of the answer; the receipt's own list is history.
+        transactions += (response.latestReceiptInfo ?? []).compactMap { info in
+            var transaction = ConfirmedTransaction(info, source: "latest_receipt_info")
+            transaction?.observedAt = answeredAt
+            return transaction
+        }
         let subscriptions = (response.pendingRenewalInfo ?? []).map { info in
             ConfirmedSubscription(originalTransactionId: info.originalTransactionId, productId: info.productId,
                                   autoRenewProductId: info.autoRenewProductId, autoRenewStatus: info.autoRenewStatus == "1",

@@ -14,6 +14,11 @@ struct NotificationTests {
             .filter { $0.notificationType == type }
     }
 
+    /// The `signedTransactionInfo` inside a notification.
+    static func nestedTransaction(_ signedPayload: String) throws -> String {
+        try #require(try JWS(compact: signedPayload).payloadJSON()["data"]?["signedTransactionInfo"]?.text)
+    }
+
     static func post(_ world: ServerWorld, _ signedPayload: String) async throws -> (Int, [String: Any]) {
         try await world.client.json(.post, "/v1/notifications/apple", json: ["signedPayload": signedPayload])
     }
@@ -71,6 +76,77 @@ struct NotificationTests {
         let charge = try #require(try await Self.notifications(world, "com.example.coins", type: "ONE_TIME_CHARGE").first { $0.transactionId == stranger.id })
         let (_, unmatched) = try await Self.post(world, charge.signedPayload)
         #expect(unmatched["outcome"] as? String == "unmatched")
+    }
+
+    @Test("REFUND_REVERSED reinstates the entitlement and gives the clawed-back credit back; old receipts and old JWS undo nothing",
+          arguments: Engine.available)
+    func refundReversed(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        try await Self.prepare(world, ["com.example.coins", "com.example.football"])
+        let (coin, coinReceipt) = try await world.buy("com.example.coins", "Nada.JPYF02")
+        _ = try await world.upload("com.example.coins", user: "alice", receipt: coinReceipt)
+        let signedBeforeRefund = try await world.emulator.signedTransaction(transactionId: coin.id)
+        _ = try await world.emulator.refund(transactionId: coin.id)
+        let refund = try #require(try await Self.notifications(world, "com.example.coins", type: "REFUND").first)
+        try await Self.settle(world, try await Self.post(world, refund.signedPayload).1, bundle: "com.example.coins")
+        #expect(try await world.user("com.example.coins", "alice").balances == ["coins": 0])
+
+        // History cannot undo the refund: the receipt uploaded again, the transaction signed before it.
+        _ = try await world.upload("com.example.coins", user: "alice", receipt: coinReceipt)
+        _ = try await world.postTransaction("com.example.coins", user: "alice", signed: signedBeforeRefund)
+        #expect(try await world.user("com.example.coins", "alice").balances == ["coins": 0])
+
+        try await world.emulator.advanceTime(by: 1)
+        _ = try await world.emulator.reverseRefund(transactionId: coin.id)
+        let reversed = try #require(try await Self.notifications(world, "com.example.coins", type: "REFUND_REVERSED").first)
+        try await Self.settle(world, try await Self.post(world, reversed.signedPayload).1, bundle: "com.example.coins")
+        let alice = try await world.user("com.example.coins", "alice")
+        #expect(alice.balances == ["coins": 100])
+        #expect((alice["transactions"] as? [[String: Any]])?.first?["cancellationDate"] == nil)
+        // The refund again, late (a retry of the older notification under a new delivery): older than the reversal, it changes nothing.
+        _ = try await world.postTransaction("com.example.coins", user: "alice",
+                                            signed: try Self.nestedTransaction(refund.signedPayload))
+        #expect(try await world.user("com.example.coins", "alice").balances == ["coins": 100])
+
+        // A non-consumable: the entitlement comes back.
+        let (gloves, glovesReceipt) = try await world.buy("com.example.football", "ProtectiveGloves")
+        _ = try await world.upload("com.example.football", user: "bob", receipt: glovesReceipt)
+        _ = try await world.emulator.refund(transactionId: gloves.id)
+        let glovesRefund = try #require(try await Self.notifications(world, "com.example.football", type: "REFUND").first)
+        try await Self.settle(world, try await Self.post(world, glovesRefund.signedPayload).1, bundle: "com.example.football")
+        #expect(try await world.user("com.example.football", "bob").entitlementIds == [])
+        try await world.emulator.advanceTime(by: 1)
+        _ = try await world.emulator.reverseRefund(transactionId: gloves.id)
+        let glovesBack = try #require(try await Self.notifications(world, "com.example.football", type: "REFUND_REVERSED").first)
+        try await Self.settle(world, try await Self.post(world, glovesBack.signedPayload).1, bundle: "com.example.football")
+        #expect(try await world.user("com.example.football", "bob").entitlementIds == ["protective_gloves"])
+    }
+
+    @Test("RENEWAL_EXTENDED moves the expiry the user sees to the extended date", arguments: Engine.available)
+    func renewalExtended(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        try await Self.prepare(world, ["com.example.magazine"])
+        let (bought, receipt) = try await world.buy("com.example.magazine", "com.example.magazine.monthly")
+        _ = try await world.upload("com.example.magazine", user: "reader", receipt: receipt)
+        // The first month is a free trial, which Apple does not extend: renew once into a paid month.
+        try await world.emulator.advanceTime(by: 200)
+        _ = try await world.emulator.accounts()
+        let renewal = try #require(try await Self.notifications(world, "com.example.magazine", type: "DID_RENEW").first)
+        try await Self.settle(world, try await Self.post(world, renewal.signedPayload).1, bundle: "com.example.magazine")
+        let before = try #require((try await world.user("com.example.magazine", "reader")["entitlements"] as? [[String: Any]])?.first?["expiresDate"] as? Int64)
+        try await world.emulator.advanceTime(by: 1)
+        let (_, effective) = try await world.emulator.serverAPIExtend(
+            bundleId: "com.example.magazine", environment: .sandbox, originalTransactionId: bought.originalId,
+            body: try JSONValue.parse(Data(#"{"extendByDays": 30, "extendReasonCode": 1, "requestIdentifier": "goodwill-1"}"#.utf8)))
+        let extended = try #require(try await Self.notifications(world, "com.example.magazine", type: "RENEWAL_EXTENDED").first)
+        try await Self.settle(world, try await Self.post(world, extended.signedPayload).1, bundle: "com.example.magazine")
+        let reader = try await world.user("com.example.magazine", "reader")
+        let after = try #require((reader["entitlements"] as? [[String: Any]])?.first?["expiresDate"] as? Int64)
+        #expect(after == effective.milliseconds)
+        #expect(after > before)
+        #expect((reader["subscriptions"] as? [[String: Any]])?.first?["expiresDate"] as? Int64 == effective.milliseconds)
     }
 
     @Test("Renewal state follows the newest signedDate, whatever order notifications arrive in", arguments: Engine.available)

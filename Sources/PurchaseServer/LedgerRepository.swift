@@ -1,0 +1,134 @@
+import AppStoreModels
+import Foundation
+import Storage
+
+/// The SQL of the ledger, ownership and balances tables: reads the rows a settlement plan needs,
+/// and writes its actions. No rules here; they are in `SettlementPlan`.
+struct LedgerRepository {
+    let db: any SQLConnection
+    let appId: String
+    let environment: String
+
+    /// Two processes recorded the same transaction at once (PostgreSQL): the settlement is retried,
+    /// and then sees the other's row.
+    struct Conflict: Error, Equatable {
+        let transactionId: String
+    }
+
+    /// Placeholders for an `IN` list of `count` values.
+    private static func placeholders(_ count: Int) -> String { Array(repeating: "?", count: count).joined(separator: ", ") }
+
+    /// The existing rows of these transactions, by transaction id (any app: the plan refuses another app's).
+    func entries(_ transactionIds: [String]) throws -> [String: LedgerEntry] {
+        var entries: [String: LedgerEntry] = [:]
+        for chunk in Self.chunks(Array(Set(transactionIds))) {
+            for row in try db.query("""
+                SELECT transaction_id, app_id, app_user_id, product_id, expires_date, cancellation_date, credited_currency, credited_amount,
+                clawed_back_at, state_date FROM ledger WHERE environment = ? AND transaction_id IN (\(Self.placeholders(chunk.count)))
+                """, [environment] + chunk) {
+                let id = row.string("transaction_id") ?? ""
+                entries[id] = LedgerEntry(transactionId: id, appId: row.string("app_id") ?? "", appUserId: row.string("app_user_id") ?? "",
+                                          productId: row.string("product_id") ?? "", expiresDate: row.int("expires_date"),
+                                          cancellationDate: row.int("cancellation_date"), creditedCurrency: row.string("credited_currency"),
+                                          creditedAmount: row.int("credited_amount"), clawedBack: row.int("clawed_back_at") != nil,
+                                          stateDate: row.int("state_date") ?? 0)
+            }
+        }
+        return entries
+    }
+
+    /// The owners of these original transactions, in the order they were granted.
+    func owners(_ originalTransactionIds: [String]) throws -> [String: [String]] {
+        var owners: [String: [String]] = [:]
+        for chunk in Self.chunks(Array(Set(originalTransactionIds))) {
+            for row in try db.query("""
+                SELECT original_transaction_id, app_user_id FROM ownership WHERE app_id = ? AND environment = ?
+                AND original_transaction_id IN (\(Self.placeholders(chunk.count))) ORDER BY granted_at, app_user_id
+                """, [appId, environment] + chunk) {
+                owners[row.string("original_transaction_id") ?? "", default: []].append(row.string("app_user_id") ?? "")
+            }
+        }
+        return owners
+    }
+
+    private static func chunks(_ values: [String]) -> [[String]] {
+        stride(from: 0, to: values.count, by: 400).map { Array(values[$0..<min($0 + 400, values.count)]) }
+    }
+
+    /// Writes a plan's actions for the settling user and job.
+    func write(_ actions: [SettlementPlan.Action], user: String, verificationId: String, now: Date) throws {
+        let nowMs = now.milliseconds
+        for action in actions {
+            switch action {
+            case .record(let transaction, let mapping, let stateDate):
+                let inserted = try db.query("""
+                    INSERT INTO ledger (environment, transaction_id, app_id, app_user_id, product_id, product_type, quantity, purchase_date,
+                    original_purchase_date, original_transaction_id, web_order_line_item_id, expires_date, price, currency, source, verification_id,
+                    cancellation_date, cancellation_reason, is_trial, recorded_at, state_date)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING transaction_id
+                    """, [environment, transaction.transactionId, appId, user, transaction.productId, mapping.type.rawValue, transaction.quantity,
+                          transaction.purchaseDate.milliseconds, transaction.originalPurchaseDate?.milliseconds, transaction.originalTransactionId,
+                          transaction.webOrderLineItemId, transaction.expiresDate?.milliseconds, mapping.price, mapping.priceCurrency,
+                          transaction.source, verificationId, transaction.cancellationDate?.milliseconds, transaction.cancellationReason,
+                          transaction.isTrial, nowMs, stateDate])
+                if inserted.isEmpty { throw Conflict(transactionId: transaction.transactionId) }
+            case .bind(let original, let productId):
+                // A user exists from the first thing granted (an upload alone creates none: junk fills nothing).
+                try db.query("INSERT INTO users (app_id, app_user_id, flagged, created_at) VALUES (?, ?, 0, ?) ON CONFLICT DO NOTHING",
+                             [appId, user, nowMs])
+                try db.query("""
+                    INSERT INTO ownership (app_id, environment, original_transaction_id, app_user_id, product_id, granted_at)
+                    VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
+                    """, [appId, environment, original, user, productId, nowMs])
+            case .unbindAll(let original):
+                try db.query("DELETE FROM ownership WHERE app_id = ? AND environment = ? AND original_transaction_id = ?", [appId, environment, original])
+            case .credit(let transactionId, let currency, let amount):
+                try Self.adjustBalance(db, appId: appId, userId: user, currency: currency, by: amount)
+                try db.query("UPDATE ledger SET credited_currency = ?, credited_amount = ? WHERE environment = ? AND transaction_id = ?",
+                             [currency, amount, environment, transactionId])
+                try PurchaseStore.audit(db, appId: appId, userId: user, kind: "balance_credited",
+                                        detail: ["transactionId": transactionId, "currency": currency, "amount": String(amount)], now: now)
+            case .cancel(let transactionId, let date, let reason, let stateDate):
+                try db.query("UPDATE ledger SET cancellation_date = ?, cancellation_reason = ?, state_date = ? WHERE environment = ? AND transaction_id = ?",
+                             [date, reason, stateDate, environment, transactionId])
+            case .reinstate(let transactionId, let stateDate):
+                try db.query("UPDATE ledger SET cancellation_date = NULL, cancellation_reason = NULL, state_date = ? WHERE environment = ? AND transaction_id = ?",
+                             [stateDate, environment, transactionId])
+            case .clawBack(let transactionId, let owner, let currency, let amount):
+                let balance = try Self.adjustBalance(db, appId: appId, userId: owner, currency: currency, by: -amount)
+                try db.query("UPDATE ledger SET clawed_back_at = ? WHERE environment = ? AND transaction_id = ?", [nowMs, environment, transactionId])
+                try PurchaseStore.audit(db, appId: appId, userId: owner, kind: "balance_clawed_back",
+                                        detail: ["transactionId": transactionId, "currency": currency, "amount": String(amount),
+                                                 "balanceAfter": String(balance)], now: now)
+                if balance < 0 {
+                    try db.query("UPDATE users SET flagged = 1, flag_reason = ? WHERE app_id = ? AND app_user_id = ?",
+                                 ["negative \(currency) balance after a refund", appId, owner])
+                }
+            case .restoreCredit(let transactionId, let owner, let currency, let amount):
+                let balance = try Self.adjustBalance(db, appId: appId, userId: owner, currency: currency, by: amount)
+                try db.query("UPDATE ledger SET clawed_back_at = NULL WHERE environment = ? AND transaction_id = ?", [environment, transactionId])
+                try PurchaseStore.audit(db, appId: appId, userId: owner, kind: "balance_restored",
+                                        detail: ["transactionId": transactionId, "currency": currency, "amount": String(amount),
+                                                 "balanceAfter": String(balance)], now: now)
+            case .updateExpiry(let transactionId, let expires, let stateDate):
+                try db.query("UPDATE ledger SET expires_date = ?, state_date = ? WHERE environment = ? AND transaction_id = ?",
+                             [expires, stateDate, environment, transactionId])
+            case .observe(let transactionId, let stateDate):
+                try db.query("UPDATE ledger SET state_date = ? WHERE environment = ? AND transaction_id = ? AND state_date < ?",
+                             [stateDate, environment, transactionId, stateDate])
+            case .audit(let kind, let auditUser, let detail):
+                try PurchaseStore.audit(db, appId: appId, userId: auditUser, kind: kind, detail: detail, now: now)
+            }
+        }
+    }
+
+    /// Adds `delta` to a balance and returns the new amount.
+    @discardableResult
+    static func adjustBalance(_ db: any SQLConnection, appId: String, userId: String, currency: String, by delta: Int64) throws -> Int64 {
+        let rows = try db.query("""
+            INSERT INTO balances (app_id, app_user_id, currency, amount) VALUES (?, ?, ?, ?)
+            ON CONFLICT (app_id, app_user_id, currency) DO UPDATE SET amount = balances.amount + excluded.amount RETURNING amount
+            """, [appId, userId, currency, delta])
+        return rows.first?.int("amount") ?? delta
+    }
+}

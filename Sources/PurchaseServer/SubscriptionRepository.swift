@@ -1,0 +1,43 @@
+import Foundation
+import Storage
+
+/// The renewal state of one subscription, from either source: verifyReceipt's `pending_renewal_info`
+/// (true when Apple answered) or a notification's renewal info and transaction (true at its `signedDate`).
+struct SubscriptionState: Sendable, Equatable {
+    var originalTransactionId: String
+    var productId: String
+    var autoRenewProductId: String?
+    var autoRenewStatus: Bool?
+    var expiresDate: Int64?
+    var expirationIntent: String?
+    var isInBillingRetry: Bool
+    var gracePeriodExpiresDate: Int64?
+    var revokedAt: Int64?
+    /// When this state was true (ms); the newest wins.
+    var signedDate: Int64
+}
+
+/// The one writer of the `subscriptions` table. One rule: the state with the newest `signedDate`
+/// wins, whether it came from a receipt or a notification, in whatever order they arrive. A state
+/// that does not know the expiry keeps the one recorded.
+struct SubscriptionRepository {
+    let db: any SQLConnection
+    let appId: String
+    let environment: String
+
+    func record(_ state: SubscriptionState) throws {
+        try db.query("""
+            INSERT INTO subscriptions (app_id, environment, original_transaction_id, product_id, auto_renew_product_id, auto_renew_status,
+            expires_date, expiration_intent, is_in_billing_retry, grace_period_expires_date, revoked_at, updated_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (app_id, environment, original_transaction_id) DO UPDATE SET
+            product_id = excluded.product_id, auto_renew_product_id = excluded.auto_renew_product_id,
+            auto_renew_status = excluded.auto_renew_status, expires_date = COALESCE(excluded.expires_date, subscriptions.expires_date),
+            expiration_intent = excluded.expiration_intent, is_in_billing_retry = excluded.is_in_billing_retry,
+            grace_period_expires_date = excluded.grace_period_expires_date, revoked_at = excluded.revoked_at, updated_at = excluded.updated_at
+            WHERE subscriptions.updated_at <= excluded.updated_at
+            """, [appId, environment, state.originalTransactionId, state.productId, state.autoRenewProductId,
+                  state.autoRenewStatus.map { $0 ? 1 : 0 }, state.expiresDate, state.expirationIntent, state.isInBillingRetry,
+                  state.gracePeriodExpiresDate, state.revokedAt, state.signedDate])
+    }
+}
