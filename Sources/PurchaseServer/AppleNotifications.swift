@@ -12,22 +12,69 @@ public struct NotificationReceipt: Sendable, Equatable {
         case duplicate
         /// Recorded; its transaction belongs to no user yet (granted when the user's receipt or transaction arrives).
         case unmatched
-        /// Recorded only (TEST, or nothing to settle).
+        /// Recorded only (TEST, types that change nothing a user owns, types not yet known).
         case recorded
+        /// Signed by Apple but not for this server to act on (no app here accepts its bundle id, another
+        /// app's Apple id, a nested JWS that does not verify): recorded with the reason, answered 200 so
+        /// Apple does not retry it for days.
+        case ignored
     }
 
     public var notificationUUID: String
     public var notificationType: String
     public var outcome: Outcome
     public var verificationId: String?
+    /// Why an ignored notification was not acted on.
+    public var reason: String?
+}
+
+/// What the purchase server does with each notification type (the README's table, as a value).
+public enum NotificationEffect: String, Sendable {
+    /// The nested transaction is settled for its owner (renewals, refunds and their reversals,
+    /// extensions, revocations, purchases, offers, expiries): the signed transaction is Apple's
+    /// current truth and the ledger's rules (SettlementPlan) decide what changes.
+    case settle
+    /// Apple asks for consumption data: answered in the background when the app opted in.
+    case consumption
+    /// Recorded and visible (`GET /admin/v1/notifications`); nothing a user owns changes.
+    case record
+
+    /// The effect of `type` for a notification that does or does not carry a transaction.
+    /// Renewal info, when present, always updates the subscription state (newest signedDate wins).
+    public static func of(_ type: NotificationType, hasTransaction: Bool) -> NotificationEffect {
+        switch type {
+        case .consumptionRequest: return hasTransaction ? .consumption : .record
+        case .test, .externalPurchaseToken, .rescindConsent, .renewalExtension: return .record
+        default: return hasTransaction ? .settle : .record
+        }
+    }
+}
+
+/// The environment and bundle a notification names, read from whichever section it has.
+struct NotificationAddress: Equatable {
+    var bundleId: String?
+    var environment: AppStoreEnvironment?
+    var appAppleId: Int64?
+
+    /// `data`, else `summary`, else `externalPurchaseToken`, else `appData` (reference §3.8: exactly one is present).
+    init(_ payload: JSONValue) {
+        let section = payload["data"] ?? payload["summary"] ?? payload["externalPurchaseToken"] ?? payload["appData"] ?? .null
+        bundleId = section["bundleId"]?.text
+        appAppleId = section["appAppleId"]?.int64
+        if let text = section["environment"]?.text {
+            environment = AppStoreEnvironment(rawValue: text)  // exactly Apple's two spellings
+        } else if let purchase = section["externalPurchaseId"]?.text {
+            environment = purchase.hasPrefix("SANDBOX") ? .sandbox : .production
+        }
+    }
 }
 
 extension PurchaseServer {
-    /// Receives `{"signedPayload"}`: verifies the envelope and every nested JWS against the trusted
-    /// roots, refuses anything else (ServerError 400), de-duplicates on notificationUUID, records the
-    /// notification durably, updates the subscription's renewal state (newest signedDate wins, so
-    /// notifications arriving out of order settle the same way), and queues its transaction for
-    /// the user who owns it: renewals extend, refunds and revocations revoke and claw back.
+    /// Receives `{"signedPayload"}`: verifies the envelope against the trusted roots (400 when it is not
+    /// Apple's), de-duplicates on notificationUUID, records the notification durably, updates the
+    /// subscription's renewal state (newest signedDate wins), and queues its transaction for the user
+    /// who owns it. A validly signed notification is never answered 4xx: one this server cannot act on
+    /// is recorded as `ignored` with the reason, and a type it does not know is recorded.
     public func receiveNotification(_ body: Data) async throws -> NotificationReceipt {
         // Everything done to an unauthenticated body before its signature is known (JSON, Base64, the
         // envelope's chain and signature) runs on the notification queue, off the cooperative pool.
@@ -35,18 +82,20 @@ extension PurchaseServer {
         let (signed, payload, uuid, type, signedDate) = try await checkedOffPool { () throws(ServerError) in
             try Self.verifiedEnvelope(body, inspector: inspector)
         }
-        // bundleId and environment come from data, else summary, else appData (reference §3.3).
-        let section = payload["data"] ?? payload["summary"] ?? payload["appData"] ?? .null
-        guard let bundleId = section["bundleId"]?.text else { throw ServerError(400, "invalid_notification", "The notification names no bundleId.") }
-        // Exactly Apple's two spellings: anything else in a signed payload is not Apple's.
-        guard let environment = section["environment"]?.text.flatMap({ AppStoreEnvironment(rawValue: $0) }) else {
-            throw ServerError(400, "invalid_environment", "The notification's environment must be Sandbox or Production.")
+        let subtype = payload["subtype"]?.text
+        let address = NotificationAddress(payload)
+        let section = payload["data"] ?? .null
+        func ignore(_ appId: String?, _ reason: String) async throws -> NotificationReceipt {
+            let fresh = try await recordNotification(uuid, appId: appId ?? "", type: type, subtype: subtype,
+                                                     environment: address.environment?.rawValue ?? "", signedDate: signedDate, signed: signed,
+                                                     transaction: nil, state: "ignored", reason: reason)
+            return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: fresh ? .ignored : .duplicate, reason: reason)
         }
-        guard let app = try await store.cachedApp(forBundle: bundleId) else {
-            throw ServerError(400, "unknown_bundle", "No app here accepts bundle id \(bundleId).")
-        }
-        if environment == .production, let expected = app.appAppleId, section["appAppleId"]?.int64 != expected {
-            throw ServerError(400, "invalid_app_apple_id", "The notification is for app Apple id \(section["appAppleId"]?.int64.map(String.init) ?? "none"), not \(expected).")
+        guard let bundleId = address.bundleId else { return try await ignore(nil, "the notification names no bundle id") }
+        guard let environment = address.environment else { return try await ignore(nil, "the notification's environment is neither Sandbox nor Production") }
+        guard let app = try await store.cachedApp(forBundle: bundleId) else { return try await ignore(nil, "no app here accepts bundle id \(bundleId)") }
+        if environment == .production, let expected = app.appAppleId, address.appAppleId != expected {
+            return try await ignore(app.id, "the notification is for app Apple id \(address.appAppleId.map(String.init) ?? "none"), not \(expected)")
         }
 
         var decodedTransaction: JWSTransaction?
@@ -58,12 +107,12 @@ extension PurchaseServer {
                     try inspector.inspect(nested, bundleIds: bundleIds)
                 }
                 guard transactionEnvironment == environment else {
-                    throw ReceiptRejection(code: "environment_mismatch", reason: "the transaction's environment differs from the notification's")
+                    return try await ignore(app.id, "the transaction's environment differs from the notification's")
                 }
                 decodedTransaction = decoded
                 transactionJWS = nested
             } catch let error as ReceiptRejection {
-                throw ServerError(400, "invalid_transaction", "signedTransactionInfo was refused: \(error.reason)")
+                return try await ignore(app.id, "signedTransactionInfo was refused: \(error.reason)")
             }
         }
         let transaction = decodedTransaction
@@ -78,22 +127,19 @@ extension PurchaseServer {
             } catch let error as ServerError {
                 throw error
             } catch {
-                throw ServerError(400, "invalid_renewal_info", "signedRenewalInfo was refused: \(error)")
+                return try await ignore(app.id, "signedRenewalInfo was refused: \(error)")
             }
         }
 
         let renewal = renewalInfo
-        let now = clock.now().milliseconds
+        let effect = NotificationEffect.of(NotificationType(type), hasTransaction: transaction != nil)
         let env = environment.rawValue
         // Record (or find it already recorded), update renewal state, and find who owns the transaction, in one transaction.
         let (fresh, owner) = try await store.database.transaction { db -> (Bool, String?) in
-            let inserted = try db.query("""
-                INSERT INTO apple_notifications (notification_uuid, app_id, notification_type, subtype, environment, signed_date, received_at,
-                transaction_id, original_transaction_id, state, signed_payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'received', ?)
-                ON CONFLICT DO NOTHING RETURNING notification_uuid
-                """, [uuid, app.id, type, payload["subtype"]?.text, env, signedDate, now, transaction?.transactionId,
-                      transaction?.originalTransactionId, signed])
-            guard !inserted.isEmpty else { return (false, nil) }
+            guard try NotificationRepository(db: db).insert(uuid, appId: app.id, type: type, subtype: subtype, environment: env, signedDate: signedDate,
+                                                            signed: signed, transaction: transaction, state: "received", reason: nil, now: self.clock.now()) else {
+                return (false, nil)
+            }
             if let renewal, let original = renewal["originalTransactionId"]?.text ?? transaction?.originalTransactionId {
                 try SubscriptionRepository(db: db, appId: app.id, environment: env).record(SubscriptionState(
                     originalTransactionId: original, productId: renewal["productId"]?.text ?? transaction?.productId ?? "",
@@ -109,33 +155,43 @@ extension PurchaseServer {
             return (true, owner ?? transaction.appAccountToken)
         }
         guard fresh else { return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .duplicate) }
-        guard let transactionJWS, let transaction else {
+        switch effect {
+        case .record:
             try await markNotification(uuid, state: "recorded", verificationId: nil)
             return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .recorded)
-        }
-        if type == "CONSUMPTION_REQUEST" {
+        case .consumption:
             // Apple asks about a refund request: answer in the background when the app opted in; the 200 goes back now.
-            guard app.consumptionPolicy == .send else {
+            guard let transaction, app.consumptionPolicy == .send else {
                 try await markNotification(uuid, state: "consumption_ignored", verificationId: nil)
                 return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .recorded)
             }
             try await markNotification(uuid, state: "consumption_requested", verificationId: nil)
             Task { await self.reportConsumption(app: app, environment: environment, transactionId: transaction.transactionId, notificationUUID: uuid) }
             return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .recorded)
+        case .settle:
+            guard let transactionJWS, let owner else {
+                try await markNotification(uuid, state: "unmatched", verificationId: nil)
+                return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .unmatched)
+            }
+            let job = try await submit(appId: app.id, appUserId: owner, receiptData: transactionJWS, kind: .signedTransaction)
+            try await markNotification(uuid, state: "queued", verificationId: job.id)
+            return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .queued, verificationId: job.id)
         }
-        guard let owner else {
-            try await markNotification(uuid, state: "unmatched", verificationId: nil)
-            return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .unmatched)
-        }
-        let job = try await submit(appId: app.id, appUserId: owner, receiptData: transactionJWS, kind: .signedTransaction)
-        try await markNotification(uuid, state: "queued", verificationId: job.id)
-        return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .queued, verificationId: job.id)
     }
 
-    private func markNotification(_ uuid: String, state: String, verificationId: String?) async throws {
-        _ = try await store.database.transaction { db in
-            try db.query("UPDATE apple_notifications SET state = ?, verification_id = ? WHERE notification_uuid = ?", [state, verificationId, uuid])
+    /// Records a notification in its own transaction; false when it was already recorded.
+    private func recordNotification(_ uuid: String, appId: String, type: String, subtype: String?, environment: String, signedDate: Int64,
+                                    signed: String, transaction: JWSTransaction?, state: String, reason: String?) async throws -> Bool {
+        let now = clock.now()
+        return try await store.database.transaction { db in
+            try NotificationRepository(db: db).insert(uuid, appId: appId, type: type, subtype: subtype, environment: environment, signedDate: signedDate,
+                                                      signed: signed, transaction: transaction, state: state, reason: reason, now: now)
         }
+    }
+
+
+    private func markNotification(_ uuid: String, state: String, verificationId: String?) async throws {
+        try await store.database.transaction { db in try NotificationRepository(db: db).mark(uuid, state: state, verificationId: verificationId) }
     }
 }
 

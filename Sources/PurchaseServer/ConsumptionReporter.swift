@@ -53,7 +53,7 @@ extension PurchaseServer {
     func reportConsumption(app: ServerApp, environment: AppStoreEnvironment, transactionId: String, notificationUUID: String) async {
         let outcome = await sendConsumption(app: app, environment: environment, transactionId: transactionId)
         _ = try? await store.database.transaction { db in
-            try db.query("UPDATE apple_notifications SET state = ? WHERE notification_uuid = ?", [outcome, notificationUUID])
+            try NotificationRepository(db: db).mark(notificationUUID, state: outcome)
         }
     }
 

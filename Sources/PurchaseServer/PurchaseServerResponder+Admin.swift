@@ -54,6 +54,13 @@ extension PurchaseServerResponder {
         }
         admin(.get, "/admin/v1/apps") { _ in .json(try await server.store.apps()) }
         admin(.post, "/admin/v1/reconcile") { _ in .json(await server.reconcile()) }
+        admin(.get, "/admin/v1/notifications") { request in
+            let limit = Int(request.query["limit"] ?? "") ?? 100
+            let query = request.query
+            return .json(try await server.store.database.transaction { db in
+                try NotificationRepository(db: db).list(appId: query["app"], type: query["type"], state: query["state"], limit: limit)
+            })
+        }
         admin(.post, "/admin/v1/apps") { request in
             let body = try request.decode(AppBody.self)
             guard let id = body.id ?? body.bundleId else { throw HTTPError.badRequest("id (the bundle id) is required.", code: "missing_id") }

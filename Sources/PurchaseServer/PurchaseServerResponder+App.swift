@@ -56,6 +56,7 @@ extension PurchaseServerResponder {
                 var body: [String: Any] = ["notificationUUID": receipt.notificationUUID, "notificationType": receipt.notificationType,
                                            "outcome": receipt.outcome.rawValue]
                 if let id = receipt.verificationId { body["verificationId"] = id }
+                if let reason = receipt.reason { body["reason"] = reason }
                 return .rawJSON(try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys]))
             }
         }

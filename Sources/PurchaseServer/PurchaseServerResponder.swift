@@ -1,6 +1,7 @@
 import AppStoreModels
 import Foundation
 import HTTP
+import Storage
 
 /// The purchase server's HTTP surface: the app API (`/v1`, per-app API keys) and the admin API
 /// (`/admin/v1`, the admin key). Errors are `{"error": {"code", "message"}}`.
@@ -116,7 +117,13 @@ func guarded(_ body: () async throws -> Response) async -> Response {
         return HTTPError(HTTPStatus(error.status), code: error.code, message: error.message).response
     } catch let error as HTTPError {
         return error.response
-    } catch {
+    } catch let error as ReceiptRejection {
+        return HTTPError(.badRequest, code: error.code, message: error.reason).response
+    } catch is StorageError {
         return HTTPError(.serviceUnavailable, code: "storage_unavailable", message: "The server could not reach its database; retry.").response
+    } catch {
+        // Not a database failure, so not "retry": a bug, named by its type (never its text, which may hold input).
+        FileHandle.standardError.write(Data("storekeeper: internal error answering a request: \(type(of: error))\n".utf8))
+        return HTTPError(.internalServerError, code: "internal_error", message: "The server failed to answer this request.").response
     }
 }

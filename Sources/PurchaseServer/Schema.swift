@@ -153,6 +153,8 @@ enum Schema {
         SQLMigration(version: 9, statements: [
             "ALTER TABLE ledger ADD COLUMN state_date BIGINT NOT NULL DEFAULT 0",
             "UPDATE ledger SET state_date = cancellation_date WHERE cancellation_date IS NOT NULL",
+            // Why a validly signed notification was not acted on (state 'ignored'); it is answered 200 all the same.
+            "ALTER TABLE apple_notifications ADD COLUMN reason TEXT",
         ]),
     ]
 }

@@ -45,12 +45,43 @@ public struct VerificationEngine: Sendable {
     /// Processes a job claimed by `owner`; returns the state it was left in (nil if the lease was lost).
     @discardableResult
     public func process(_ job: VerificationJob, owner: String) async -> JobState? {
-        do {
-            return try await run(job, owner: owner)
-        } catch {
-            // A database failure: leave the job to be retried when its lease expires.
-            return nil
+        switch await outcome(job, owner: owner) {
+        case .settled(let state): return state
+        case .leaseLost, .infrastructure: return nil
         }
+    }
+
+    /// How processing a job ended, by the type of what happened (never by an error's text).
+    enum Outcome: Equatable {
+        /// The job reached a state (verified, rejected, rescheduled, dead).
+        case settled(JobState)
+        /// Another worker holds the job now.
+        case leaseLost
+        /// The database failed: the job is left to be retried when its lease expires.
+        case infrastructure
+    }
+
+    func outcome(_ job: VerificationJob, owner: String) async -> Outcome {
+        do {
+            guard let state = try await run(job, owner: owner) else { return .leaseLost }
+            return .settled(state)
+        } catch let rejection as ReceiptRejection {
+            // Apple's answer does not fit the receipt (another bundle id): final, not a database failure.
+            return await settleOrLeave { try await self.store.reject(job, owner: owner, code: rejection.code, reason: rejection.reason,
+                                                                      environment: nil, now: self.clock.now()) } ?? .settled(.rejected)
+        } catch let conflict as LedgerRepository.Conflict {
+            // Another process recorded the same transaction at the same moment: settle again soon, seeing its row.
+            let retry = AppleAnswer.Retry(kind: .unavailable, reason: "transaction \(conflict.transactionId) was being recorded by another process")
+            return await settleOrLeave { try await self.reschedule(job, owner: owner, retry: retry) } ?? .settled(.pending)
+        } catch {
+            return .infrastructure
+        }
+    }
+
+    /// Runs a follow-up write; nil when it succeeded, `.infrastructure` when the database failed.
+    private func settleOrLeave(_ write: () async throws -> Void) async -> Outcome? {
+        do { try await write() } catch { return .infrastructure }
+        return nil
     }
 
     func run(_ job: VerificationJob, owner: String) async throws -> JobState? {
@@ -75,8 +106,8 @@ public struct VerificationEngine: Sendable {
         while answer == nil {
             tried.insert(environment)
             switch await client.verify(job.receiptData, password: app.sharedSecret, environment: environment) {
-            case .retryable(let reason):
-                try await reschedule(job, owner: owner, reason: reason)
+            case .retryable(let retry):
+                try await reschedule(job, owner: owner, retry: retry)
                 return job.state
             case .answered(let response, let raw):
                 let status = response.status
@@ -145,12 +176,13 @@ public struct VerificationEngine: Sendable {
         }
     }
 
-    func reschedule(_ job: VerificationJob, owner: String, reason: String) async throws {
+    func reschedule(_ job: VerificationJob, owner: String, retry reason: AppleAnswer.Retry) async throws {
         let now = clock.now()
         let dead = now.timeIntervalSince(job.createdAt) >= retry.maxAge
-        let timedOut = reason.contains("timed out")
-        try await store.reschedule(job, owner: owner, reason: dead ? "verification timed out: gave up after \(job.attempts) attempts (\(reason))" : reason,
-                                   timedOut: timedOut, nextAttempt: now.addingTimeInterval(retry.delay(afterAttempt: job.attempts)), dead: dead, now: now)
+        try await store.reschedule(job, owner: owner,
+                                   reason: dead ? "verification timed out: gave up after \(job.attempts) attempts (\(reason.reason))" : reason.reason,
+                                   timedOut: reason.kind == .timedOut, nextAttempt: now.addingTimeInterval(retry.delay(afterAttempt: job.attempts)),
+                                   dead: dead, now: now)
     }
 
     /// Apple's statuses in words.
@@ -182,7 +214,7 @@ public struct VerificationEngine: Sendable {
             return (transactions, [])
         }
         guard let receipt = response.receipt, bundleIds.contains(receipt.bundleId) else {
-            throw ServerError(502, "apple_answer_mismatch", "the App Store's answer is for another bundle id")
+            throw ReceiptRejection(code: "apple_answer_mismatch", reason: "the App Store's answer is for another bundle id")
         }
         var transactions = receipt.inApp.compactMap { ConfirmedTransaction($0, source: "receipt") }
         // latest_receipt_info is Apple's state at the time of the answer; the receipt's own list is history.

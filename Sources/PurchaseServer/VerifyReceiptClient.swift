@@ -56,7 +56,23 @@ public enum AppleAnswer: Sendable {
     /// with the raw body (iOS 6 style answers have their own shape).
     case answered(VerifyReceiptResponse, Data)
     /// A temporary failure worth retrying: timeout, connection error, HTTP 5xx, HTML with 200, 21005, 21009, retryable 211xx.
-    case retryable(String)
+    case retryable(Retry)
+
+    /// Why a call is worth retrying, as a value: whether it timed out is a field, never read from the text.
+    public struct Retry: Sendable, Equatable {
+        public enum Kind: String, Sendable {
+            /// No answer within the call's timeout (the job shows `timed_out`).
+            case timedOut = "timed_out"
+            /// The connection failed or broke.
+            case connection
+            /// Apple answered, but not with a final status (HTTP 5xx, HTML, 21005, 21009, retryable 211xx).
+            case unavailable
+        }
+        public var kind: Kind
+        public var reason: String
+
+        public static func timedOut() -> Retry { Retry(kind: .timedOut, reason: "verification timed out") }
+    }
 }
 
 /// Calls verifyReceipt and sorts the outcome into final answers and retryable failures.
@@ -88,22 +104,24 @@ public struct VerifyReceiptClient: Sendable {
                 try await transport.post(endpoints.url(for: environment), body: body, timeout: timeout)
             }
         } catch let error as URLError where error.code == .timedOut {
-            return .retryable("verification timed out")
+            return .retryable(.timedOut())
         } catch let error as HTTPClientError where error.code == .timedOut {
-            return .retryable("verification timed out")
+            return .retryable(.timedOut())
         } catch {
-            return .retryable("connection error: \(Self.describe(error))")
+            return .retryable(.init(kind: .connection, reason: "connection error: \(Self.describe(error))"))
         }
-        guard reply.status == 200 else { return .retryable("HTTP \(reply.status) from \(environment.rawValue.lowercased()) verifyReceipt") }
+        guard reply.status == 200 else {
+            return .retryable(.init(kind: .unavailable, reason: "HTTP \(reply.status) from \(environment.rawValue.lowercased()) verifyReceipt"))
+        }
         guard let response = try? VerifyReceiptResponse(jsonBytes: reply.body) else {
             let kind = (reply.contentType ?? "").contains("html") ? "an HTML page" : "a non-JSON body"
-            return .retryable("\(environment.rawValue.lowercased()) verifyReceipt answered \(kind) with HTTP 200")
+            return .retryable(.init(kind: .unavailable, reason: "\(environment.rawValue.lowercased()) verifyReceipt answered \(kind) with HTTP 200"))
         }
         switch response.status {
         case VerifyReceiptStatus.serverUnavailable, VerifyReceiptStatus.internalDataAccessError:
-            return .retryable("App Store status \(response.status)")
+            return .retryable(.init(kind: .unavailable, reason: "App Store status \(response.status)"))
         case 21100...21199 where response.isRetryable != false:
-            return .retryable("App Store status \(response.status) (retryable)")
+            return .retryable(.init(kind: .unavailable, reason: "App Store status \(response.status) (retryable)"))
         default:
             return .answered(response, reply.body)
         }

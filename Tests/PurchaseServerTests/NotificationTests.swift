@@ -167,7 +167,7 @@ struct NotificationTests {
         #expect(subscription["autoRenewStatus"] as? Bool == false)
     }
 
-    @Test("Forged, tampered, foreign and malformed notifications are refused with 400")
+    @Test("Forged, tampered and malformed notifications are refused with 400; a signed one for a bundle not here is ignored with 200")
     func refusals() async throws {
         let world = try await ServerWorld.make(.sqlite)
         defer { Task { await world.stop() } }
@@ -181,11 +181,54 @@ struct NotificationTests {
         let parts = genuine.split(separator: ".").map(String.init)
         let tampered = parts[0] + "." + Base64URL.encode(Array(String(decoding: payload, as: UTF8.self).replacingOccurrences(of: "ONE_TIME_CHARGE", with: "REFUND").utf8)) + "." + parts[2]
         #expect(try await Self.post(world, tampered).0 == 400)
+        // Signed by Apple but for a bundle no app here accepts: not ours to act on, and not a reason for Apple to retry for days.
         let foreign = String(decoding: payload, as: UTF8.self).replacingOccurrences(of: "com.example.coins", with: "com.example.unknown")
-        #expect(try await Self.post(world, try JWS.sign(payload: Array(foreign.utf8), key: TestSupport.jwsAuthority.leafKey,
-                                                         chain: TestSupport.jwsAuthority.chain)).0 == 400)
+        let (foreignStatus, foreignAnswer) = try await Self.post(world, try JWS.sign(payload: Array(foreign.utf8), key: TestSupport.jwsAuthority.leafKey,
+                                                                                    chain: TestSupport.jwsAuthority.chain))
+        #expect(foreignStatus == 200 && foreignAnswer["outcome"] as? String == "ignored")
+        #expect(foreignAnswer["reason"] as? String == "no app here accepts bundle id com.example.unknown")
         let (status, body) = try await world.client.json(.post, "/v1/notifications/apple", json: ["hello": "world"])
         #expect(status == 400)
         #expect((body["error"] as? [String: Any])?["code"] as? String == "invalid_notification")
+    }
+
+    /// A notification signed like Apple's, with `payload` as its decoded body.
+    static func signed(_ payload: [String: Any]) throws -> String {
+        try JWS.sign(payload: Array(try JSONSerialization.data(withJSONObject: payload, options: [.sortedKeys])),
+                     key: TestSupport.jwsAuthority.leafKey, chain: TestSupport.jwsAuthority.chain)
+    }
+
+    @Test("Every validly signed notification is answered 200: types without a bundle in data, types not known yet, and they stay visible")
+    func neverFourHundred() async throws {
+        let world = try await ServerWorld.make(.sqlite)
+        defer { Task { await world.stop() } }
+        try await Self.prepare(world, ["com.example.coins"])
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let external = try Self.signed(["notificationType": "EXTERNAL_PURCHASE_TOKEN", "subtype": "UNREPORTED", "notificationUUID": UUID().uuidString,
+                                        "version": "2.0", "signedDate": now,
+                                        "externalPurchaseToken": ["externalPurchaseId": "SANDBOX_b0a1", "tokenCreationDate": now, "bundleId": "com.example.coins"]])
+        let (status, answer) = try await Self.post(world, external)
+        #expect(status == 200 && answer["outcome"] as? String == "recorded")
+
+        let (bought, _) = try await world.buy("com.example.coins", "Nada.JPYF02")
+        let transaction = try await world.emulator.signedTransaction(transactionId: bought.id)
+        _ = try await world.postTransaction("com.example.coins", user: "alice", signed: transaction)
+        let future = try Self.signed(["notificationType": "SOMETHING_APPLE_ADDS_IN_2027", "notificationUUID": UUID().uuidString, "version": "2.0",
+                                      "signedDate": now, "data": ["bundleId": "com.example.coins", "environment": "Sandbox",
+                                                                  "signedTransactionInfo": transaction]])
+        let (futureStatus, futureAnswer) = try await Self.post(world, future)
+        #expect(futureStatus == 200 && futureAnswer["outcome"] as? String == "queued")
+        let bare = try Self.signed(["notificationType": "METADATA_UPDATE", "notificationUUID": UUID().uuidString, "version": "2.0", "signedDate": now,
+                                    "data": ["bundleId": "com.example.coins", "environment": "Xcode"]])
+        let (bareStatus, bareAnswer) = try await Self.post(world, bare)
+        #expect(bareStatus == 200 && bareAnswer["outcome"] as? String == "ignored")
+
+        let (listed, list) = try await world.client.send(.get, "/admin/v1/notifications?app=com.example.coins",
+                                                         headers: ["Authorization": "Bearer \(ServerWorld.adminKey)"]).jsonArray()
+        #expect(listed == 200)
+        let types = Set(list.compactMap { $0["notificationType"] as? String })
+        #expect(types.isSuperset(of: ["EXTERNAL_PURCHASE_TOKEN", "SOMETHING_APPLE_ADDS_IN_2027"]))
+        #expect(list.first { $0["notificationType"] as? String == "SOMETHING_APPLE_ADDS_IN_2027" }?["state"] as? String == "queued")
+        #expect(try await world.user("com.example.coins", "alice").balances == ["coins": 100])
     }
 }

@@ -24,6 +24,33 @@ struct ReliabilityTests {
         #expect(try await world.user("com.example.coins", "alice").balances == ["coins": 100])
     }
 
+    @Test("An Apple answer that does not fit the receipt is rejected at once, not left to wait for its lease")
+    func mismatchedAnswerIsRejected() async throws {
+        let world = try await ServerWorld.make(.sqlite)
+        defer { Task { await world.stop() } }
+        world.transport.failures.withLock { $0 = [.rewrite("\"bundle_id\":\"com.example.coins\"", "\"bundle_id\":\"com.example.other\"")] }
+        let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF02")
+        let answer = try await world.upload("com.example.coins", user: "alice", receipt: receipt)
+        #expect(answer.state == "rejected")
+        #expect(answer["reason"] as? String == "the App Store's answer is for another bundle id")
+        #expect(try await world.user("com.example.coins", "alice").balances.isEmpty)
+    }
+
+    @Test("A retry's kind decides timed_out, never its text", arguments: [(ServerWorldFailure.timeout, "timed_out"), (.connection, "pending"), (.http(503), "pending")])
+    func retryKinds(failure: ServerWorldFailure, state: String) async throws {
+        let world = try await ServerWorld.make(.sqlite, retry: .init(baseDelay: 600, maxDelay: 600, maxAge: 3600))
+        defer { Task { await world.stop() } }
+        world.transport.failures.withLock { $0 = [failure.failure] }
+        let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF02")
+        let job = try await world.server.submit(appId: "com.example.coins", appUserId: "alice", receiptData: receipt, kind: .purchase)
+        var seen = job
+        for _ in 0..<500 where seen.attempts == 0 || seen.state == .verifying {
+            try await Task.sleep(for: .milliseconds(10))
+            seen = try #require(try await world.server.store.job(job.id))
+        }
+        #expect(seen.state.rawValue == state)
+    }
+
     @Test("A verification that cannot settle is dead-lettered after its maximum age, and a replay grants it once", arguments: Engine.available)
     func deadLetter(engine: Engine) async throws {
         let world = try await ServerWorld.make(engine, retry: .init(baseDelay: 0.01, maxDelay: 0.02, maxAge: 0.3))
@@ -156,4 +183,17 @@ struct ReliabilityTests {
         let (hidden, _) = try await world.client.json(.get, "/v1/verifications/\(other["verificationId"] as? String ?? "")", headers: auth)
         #expect(hidden == 404)
     }
+}
+
+/// The transport failures a test can name as an argument.
+enum ServerWorldFailure: Sendable, CustomTestStringConvertible {
+    case timeout, connection, http(Int)
+    var failure: EmulatorTransport.Failure {
+        switch self {
+        case .timeout: return .timeout
+        case .connection: return .connection
+        case .http(let code): return .http(code)
+        }
+    }
+    var testDescription: String { "\(self)" }
 }

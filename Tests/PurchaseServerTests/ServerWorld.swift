@@ -44,7 +44,11 @@ final class EmulatorTransport: HTTPTransport {
     let failures = Locked<[Failure]>([])
     let calls = Locked(0)
 
-    enum Failure { case http(Int), html, timeout, connection }
+    enum Failure {
+        case http(Int), html, timeout, connection
+        /// Answers normally, with one text replaced in the body (an answer that does not fit the receipt).
+        case rewrite(String, String)
+    }
 
     init(emulator: AppStoreEmulator) { responder = AppStoreResponder(emulator: emulator) }
 
@@ -56,6 +60,10 @@ final class EmulatorTransport: HTTPTransport {
             case .html: return (200, "text/html", Data("<html>sorry</html>".utf8))
             case .timeout: throw URLError(.timedOut)
             case .connection: throw URLError(.networkConnectionLost)
+            case .rewrite(let from, let to):
+                let response = await responder.respond(to: Request(method: .post, target: url.path, body: body))
+                let text = String(decoding: response.body, as: UTF8.self).replacingOccurrences(of: from, with: to)
+                return (response.status.code, response.headers["Content-Type"], Data(text.utf8))
             }
         }
         let response = await responder.respond(to: Request(method: .post, target: url.path, body: body))
