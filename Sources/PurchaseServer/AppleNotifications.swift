@@ -146,7 +146,7 @@ extension PurchaseServer {
                     autoRenewProductId: renewal["autoRenewProductId"]?.text, autoRenewStatus: renewal["autoRenewStatus"]?.int64.map { $0 != 0 },
                     expiresDate: transaction?.expiresDate, expirationIntent: renewal["expirationIntent"]?.int64.map(String.init),
                     isInBillingRetry: renewal["isInBillingRetryPeriod"]?.bool ?? false, gracePeriodExpiresDate: renewal["gracePeriodExpiresDate"]?.int64,
-                    revokedAt: transaction?.revocationDate, signedDate: signedDate))
+                    revokedAt: transaction?.revocationDate, priceIncreaseStatus: renewal["priceIncreaseStatus"]?.int64, signedDate: signedDate))
             }
             guard let transaction else { return (true, nil) }
             let owner = try db.query("""

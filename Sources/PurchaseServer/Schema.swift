@@ -155,6 +155,8 @@ enum Schema {
             "UPDATE ledger SET state_date = cancellation_date WHERE cancellation_date IS NOT NULL",
             // Why a validly signed notification was not acted on (state 'ignored'); it is answered 200 all the same.
             "ALTER TABLE apple_notifications ADD COLUMN reason TEXT",
+            // Apple's price-increase consent (renewal info priceIncreaseStatus, verifyReceipt price_consent_status), shown with the subscription.
+            "ALTER TABLE subscriptions ADD COLUMN price_increase_status BIGINT",
         ]),
     ]
 }

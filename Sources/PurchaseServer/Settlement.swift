@@ -83,6 +83,7 @@ public struct ConfirmedSubscription: Sendable, Equatable {
     public var expirationIntent: String?
     public var isInBillingRetry: Bool
     public var gracePeriodExpiresDate: Date?
+    public var priceIncreaseStatus: Int64?
 }
 
 /// Everything a successful verification settles in one database transaction.
@@ -237,7 +238,8 @@ extension PurchaseStore {
                                                        expiresDate: expires?.milliseconds, expirationIntent: subscription.expirationIntent,
                                                        isInBillingRetry: subscription.isInBillingRetry,
                                                        gracePeriodExpiresDate: subscription.gracePeriodExpiresDate?.milliseconds,
-                                                       revokedAt: revoked?.milliseconds, signedDate: now))
+                                                       revokedAt: revoked?.milliseconds, priceIncreaseStatus: subscription.priceIncreaseStatus,
+                                                       signedDate: now))
         }
         let state: JobState
         var reason: String?

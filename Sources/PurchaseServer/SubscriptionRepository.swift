@@ -13,6 +13,8 @@ struct SubscriptionState: Sendable, Equatable {
     var isInBillingRetry: Bool
     var gracePeriodExpiresDate: Int64?
     var revokedAt: Int64?
+    /// Apple's price-increase consent: 0 not yet, 1 consented (or notified of one that needs none).
+    var priceIncreaseStatus: Int64?
     /// When this state was true (ms); the newest wins.
     var signedDate: Int64
 }
@@ -28,16 +30,17 @@ struct SubscriptionRepository {
     func record(_ state: SubscriptionState) throws {
         try db.query("""
             INSERT INTO subscriptions (app_id, environment, original_transaction_id, product_id, auto_renew_product_id, auto_renew_status,
-            expires_date, expiration_intent, is_in_billing_retry, grace_period_expires_date, revoked_at, updated_at)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            expires_date, expiration_intent, is_in_billing_retry, grace_period_expires_date, revoked_at, updated_at, price_increase_status)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (app_id, environment, original_transaction_id) DO UPDATE SET
             product_id = excluded.product_id, auto_renew_product_id = excluded.auto_renew_product_id,
             auto_renew_status = excluded.auto_renew_status, expires_date = COALESCE(excluded.expires_date, subscriptions.expires_date),
             expiration_intent = excluded.expiration_intent, is_in_billing_retry = excluded.is_in_billing_retry,
-            grace_period_expires_date = excluded.grace_period_expires_date, revoked_at = excluded.revoked_at, updated_at = excluded.updated_at
+            grace_period_expires_date = excluded.grace_period_expires_date, revoked_at = excluded.revoked_at, updated_at = excluded.updated_at,
+            price_increase_status = excluded.price_increase_status
             WHERE subscriptions.updated_at <= excluded.updated_at
             """, [appId, environment, state.originalTransactionId, state.productId, state.autoRenewProductId,
                   state.autoRenewStatus.map { $0 ? 1 : 0 }, state.expiresDate, state.expirationIntent, state.isInBillingRetry,
-                  state.gracePeriodExpiresDate, state.revokedAt, state.signedDate])
+                  state.gracePeriodExpiresDate, state.revokedAt, state.signedDate, state.priceIncreaseStatus])
     }
 }

@@ -37,6 +37,8 @@ public struct UserView: Codable, Sendable, Equatable {
         public var autoRenewStatus: Bool?
         public var autoRenewProductId: String?
         public var environment: String
+        /// Apple's `priceIncreaseStatus`: 0 the customer has not consented to a price increase yet, 1 consented or notified.
+        public var priceIncreaseStatus: Int64?
     }
 
     public struct Transaction: Codable, Sendable, Equatable {
@@ -84,81 +86,23 @@ extension PurchaseStore {
                                      environment: row.string("environment") ?? "", verificationId: row.string("verification_id") ?? "")
             }.sorted { ($0.purchaseDate, $0.transactionId) < ($1.purchaseDate, $1.transactionId) }
 
-            var entitlements: [String: UserView.Entitlement] = [:]
-            func offer(_ candidate: UserView.Entitlement) {
-                guard var existing = entitlements[candidate.id] else {
-                    entitlements[candidate.id] = candidate
-                    return
-                }
-                if candidate.active && !existing.active { existing = candidate }
-                else if candidate.active == existing.active {
-                    if candidate.expiresDate == nil || (existing.expiresDate.map { candidate.expiresDate! > $0 } ?? false) { existing = candidate }
-                }
-                entitlements[candidate.id] = existing
-            }
-            // Non-renewing passes run back to back: each starts when the previous one ends.
-            var passEnd: [String: Int64] = [:]
-            for transaction in transactions where transaction.cancellationDate == nil {
-                guard let mapping = mappings[transaction.productId], let entitlement = mapping.entitlement else { continue }
-                switch mapping.type {
-                case .nonConsumable, .freeSubscription:
-                    offer(.init(id: entitlement, active: true, expiresDate: nil, source: mapping.type.rawValue, productId: transaction.productId,
-                                environment: transaction.environment))
-                case .nonRenewing:
-                    let key = entitlement + "|" + transaction.environment
-                    let start = max(transaction.purchaseDate, passEnd[key] ?? 0)
-                    let end = mapping.passEnd(from: start, quantity: transaction.quantity)
-                    passEnd[key] = end
-                    offer(.init(id: entitlement, active: nowMs < end, expiresDate: end, source: mapping.type.rawValue,
-                                productId: transaction.productId, environment: transaction.environment))
-                case .autoRenewable:
-                    let expires = transaction.expiresDate ?? transaction.purchaseDate
-                    // Inclusive, and no check of the purchase date: Apple's clock and ours may disagree a little.
-                    offer(.init(id: entitlement, active: nowMs <= expires, expiresDate: expires,
-                                source: mapping.type.rawValue, productId: transaction.productId, environment: transaction.environment))
-                case .consumable:
-                    continue
-                }
-            }
-
-            let owned = Set(transactions.map { $0.environment + "|" + $0.originalTransactionId })
-            var subscriptions: [UserView.Subscription] = []
-            for row in try db.query("""
+            let subscriptions = try db.query("""
                 SELECT * FROM subscriptions WHERE app_id = ? AND (environment, original_transaction_id) IN
                     (SELECT environment, original_transaction_id FROM ownership WHERE app_id = ? AND app_user_id = ?)
-                """, [appId, appId, appUserId]) {
-                let environment = row.string("environment") ?? ""
-                let original = row.string("original_transaction_id") ?? ""
-                guard owned.contains(environment + "|" + original) else { continue }
-                let expires = row.int("expires_date")
-                let grace = row.int("grace_period_expires_date")
-                let state: String
-                if row.int("revoked_at") != nil {
-                    state = "revoked"
-                } else if let expires, nowMs <= expires {
-                    state = "active"
-                } else if let grace, nowMs <= grace {
-                    state = "grace_period"
-                } else if row.bool("is_in_billing_retry") {
-                    state = "billing_retry"
-                } else {
-                    state = "expired"
-                }
-                subscriptions.append(.init(originalTransactionId: original, productId: row.string("product_id") ?? "", state: state,
-                                           expiresDate: expires, autoRenewStatus: row.int("auto_renew_status").map { $0 != 0 },
-                                           autoRenewProductId: row.string("auto_renew_product_id"), environment: environment))
-                // Grace keeps access; billing retry and expiry do not.
-                if state == "grace_period", let productId = row.string("product_id"), let entitlement = mappings[productId]?.entitlement {
-                    offer(.init(id: entitlement, active: true, expiresDate: grace, source: ProductType.autoRenewable.rawValue,
-                                productId: productId, environment: environment))
-                }
+                """, [appId, appId, appUserId]).map { row in
+                SubscriptionRecord(originalTransactionId: row.string("original_transaction_id") ?? "", productId: row.string("product_id") ?? "",
+                                   environment: row.string("environment") ?? "", expiresDate: row.int("expires_date"),
+                                   gracePeriodExpiresDate: row.int("grace_period_expires_date"), isInBillingRetry: row.bool("is_in_billing_retry"),
+                                   revokedAt: row.int("revoked_at"), autoRenewStatus: row.int("auto_renew_status").map { $0 != 0 },
+                                   autoRenewProductId: row.string("auto_renew_product_id"), priceIncreaseStatus: row.int("price_increase_status"))
             }
+            let (entitlements, subscriptionViews) = EntitlementCalculator.entitlements(transactions: transactions, subscriptions: subscriptions,
+                                                                                        mappings: mappings, now: nowMs)
             var balances: [String: Int64] = [:]
             for row in try db.query("SELECT currency, amount FROM balances WHERE app_id = ? AND app_user_id = ?", [appId, appUserId]) {
                 balances[row.string("currency") ?? ""] = row.int("amount") ?? 0
             }
-            return UserView(appUserId: appUserId, entitlements: entitlements.values.sorted { $0.id < $1.id }, balances: balances,
-                            subscriptions: subscriptions.sorted { $0.originalTransactionId < $1.originalTransactionId },
+            return UserView(appUserId: appUserId, entitlements: entitlements, balances: balances, subscriptions: subscriptionViews,
                             transactions: transactions, flagged: userRow?.bool("flagged") ?? false, flagReason: userRow?.string("flag_reason"))
         }
     }

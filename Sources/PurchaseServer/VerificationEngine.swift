@@ -227,7 +227,7 @@ public struct VerificationEngine: Sendable {
             ConfirmedSubscription(originalTransactionId: info.originalTransactionId, productId: info.productId,
                                   autoRenewProductId: info.autoRenewProductId, autoRenewStatus: info.autoRenewStatus == "1",
                                   expirationIntent: info.expirationIntent, isInBillingRetry: info.isInBillingRetryPeriod == "1",
-                                  gracePeriodExpiresDate: info.gracePeriodExpiresDate?.date)
+                                  gracePeriodExpiresDate: info.gracePeriodExpiresDate?.date, priceIncreaseStatus: info.priceConsentStatus.flatMap { Int64($0) })
         }
         return (transactions, subscriptions)
     }
