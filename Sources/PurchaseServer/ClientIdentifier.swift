@@ -21,6 +21,8 @@ public struct ClientIdentifier: Sendable, Hashable, CustomStringConvertible {
         public static let idempotencyKey = Kind(field: "Idempotency-Key", errorCode: "invalid_idempotency_key", maximumBytes: 256)
         /// A balance's currency (`coins`).
         public static let currency = Kind(field: "currency", errorCode: "invalid_currency", maximumBytes: 64)
+        /// A product id an upload names (`DeliveryHint`).
+        public static let productId = Kind(field: "productId", errorCode: "invalid_product_id", maximumBytes: 256)
     }
 
     /// The normalised (NFC) text.

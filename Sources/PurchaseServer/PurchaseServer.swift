@@ -106,10 +106,10 @@ public final class PurchaseServer: Sendable {
 
     /// Accepts a receipt durably and wakes the worker.
     public func submit(appId: String, appUserId: String, receiptData: String, kind: VerificationJob.Kind,
-                       userAuthenticated: Bool = true) async throws -> VerificationJob {
+                       userAuthenticated: Bool = true, deliver: DeliveryHint? = nil) async throws -> VerificationJob {
         let rejection = kind == .signedTransaction ? nil : ReceiptShape.rejection(of: receiptData)
         let job = try await store.enqueue(appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData,
-                                          userAuthenticated: userAuthenticated, rejection: rejection, now: clock.now())
+                                          userAuthenticated: userAuthenticated, deliver: deliver, rejection: rejection, now: clock.now())
         if rejection == nil { worker.wake() }
         return job
     }

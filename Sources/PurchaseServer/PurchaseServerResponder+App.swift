@@ -3,11 +3,12 @@ import Foundation
 import HTTP
 
 extension PurchaseServerResponder {
-    /// `{"appUserId", "receiptData"}`, read without JSONDecoder: every upload carries kilobytes of Base64.
+    /// `{"appUserId", "receiptData", "transactionId", "productId"}`, read without JSONDecoder: every upload carries kilobytes of Base64.
     struct ReceiptBody {
         var appUserId: String?
         var receiptData: String?
         var signedTransaction: String?
+        var deliver: DeliveryHint?
 
         init(_ request: Request) throws {
             let json: JSONValue
@@ -25,6 +26,12 @@ extension PurchaseServerResponder {
             appUserId = try string("appUserId")
             receiptData = try string("receiptData")
             signedTransaction = try string("signedTransaction")
+            let transactionId = try string("transactionId")
+            if let transactionId, transactionId.isEmpty || transactionId.utf8.count > 32 || !transactionId.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }) {
+                throw HTTPError.badRequest("transactionId must be an App Store transaction id (digits).", code: "invalid_transaction_id")
+            }
+            let productId = try string("productId").map { try ClientIdentifier($0, .productId).value }
+            deliver = DeliveryHint(transactionId: transactionId, productId: productId)
         }
     }
 
@@ -119,7 +126,8 @@ extension PurchaseServerResponder {
             throw HTTPError.badRequest("receiptData is required (the Base64 app receipt or transaction receipt).", code: "missing_receipt")
         }
         let wait = try waitSeconds(request)
-        var job = try await server.submit(appId: appId, appUserId: user, receiptData: receipt, kind: kind, userAuthenticated: authenticated)
+        var job = try await server.submit(appId: appId, appUserId: user, receiptData: receipt, kind: kind, userAuthenticated: authenticated,
+                                          deliver: body.deliver)
         if wait > 0 { job = try await server.awaitSettlement(job.id, appId: appId, timeout: .milliseconds(Int(wait * 1000))) ?? job }
         return verificationResponse(job)
     }

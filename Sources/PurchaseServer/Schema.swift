@@ -157,6 +157,9 @@ enum Schema {
             "ALTER TABLE apple_notifications ADD COLUMN reason TEXT",
             // Apple's price-increase consent (renewal info priceIncreaseStatus, verifyReceipt price_consent_status), shown with the subscription.
             "ALTER TABLE subscriptions ADD COLUMN price_increase_status BIGINT",
+            // What a receipt upload says it delivers (DeliveryHint): its consumable goes to this user, others wait for theirs.
+            "ALTER TABLE verification_jobs ADD COLUMN deliver_transaction_id TEXT",
+            "ALTER TABLE verification_jobs ADD COLUMN deliver_product_id TEXT",
         ]),
     ]
 }

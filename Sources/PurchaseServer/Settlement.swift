@@ -116,8 +116,10 @@ public struct SettlementResult: Codable, Sendable, Equatable {
     public var revoked: [String] = []
     /// Refunds reversed, with the credit given back.
     public var reinstated: [String] = []
+    /// New consumables left for the upload that names them (`DeliveryHint`).
+    public var deferred: [String] = []
 
-    enum CodingKeys: String, CodingKey { case granted, alreadyOwned, refused, unknownProducts, revoked, reinstated }
+    enum CodingKeys: String, CodingKey { case granted, alreadyOwned, refused, unknownProducts, revoked, reinstated, deferred }
 
     public init() {}
 
@@ -129,6 +131,7 @@ public struct SettlementResult: Codable, Sendable, Equatable {
         unknownProducts = try container.decodeIfPresent([String].self, forKey: .unknownProducts) ?? []
         revoked = try container.decodeIfPresent([String].self, forKey: .revoked) ?? []
         reinstated = try container.decodeIfPresent([String].self, forKey: .reinstated) ?? []
+        deferred = try container.decodeIfPresent([String].self, forKey: .deferred) ?? []
     }
 
     /// The JSON stored with the job (the same keys `Codable` reads back), written without JSONEncoder: once per settlement.
@@ -148,7 +151,7 @@ public struct SettlementResult: Codable, Sendable, Equatable {
                     json.field("reason", refusal.reason)
                 }
             }
-            for (name, list) in [("unknownProducts", unknownProducts), ("revoked", revoked), ("reinstated", reinstated)] {
+            for (name, list) in [("unknownProducts", unknownProducts), ("revoked", revoked), ("reinstated", reinstated), ("deferred", deferred)] {
                 json.key(name)
                 json.array(list) { json, id in json.string(id) }
             }
@@ -223,7 +226,7 @@ extension PurchaseStore {
         let plan = SettlementPlan.make(.init(appId: job.appId, appUserId: job.appUserId, verificationId: job.id, replayPolicy: app.replayPolicy,
                                              mappings: mappings, transactions: settlement.transactions,
                                              ledger: try ledger.entries(known.map(\.transactionId)),
-                                             owners: try ledger.owners(known.map(\.originalTransactionId))))
+                                             owners: try ledger.owners(known.map(\.originalTransactionId)), deliver: job.deliver, now: now))
         try ledger.write(plan.actions, user: job.appUserId, verificationId: job.id, now: settlement.now)
         let result = plan.result
         let subscriptions = SubscriptionRepository(db: db, appId: job.appId, environment: env)

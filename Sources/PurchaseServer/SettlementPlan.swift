@@ -73,9 +73,14 @@ public struct SettlementPlan: Sendable, Equatable {
         public var ledger: [String: LedgerEntry]
         /// Current owners of the original transactions (this environment), by original transaction id.
         public var owners: [String: [String]]
+        /// What the upload says it delivers, if it says.
+        public var deliver: DeliveryHint?
+        /// Now (ms), for the delivery window.
+        public var now: Int64
 
         public init(appId: String, appUserId: String, verificationId: String, replayPolicy: ReplayPolicy, mappings: [String: ProductMapping],
-                    transactions: [ConfirmedTransaction], ledger: [String: LedgerEntry], owners: [String: [String]]) {
+                    transactions: [ConfirmedTransaction], ledger: [String: LedgerEntry], owners: [String: [String]], deliver: DeliveryHint? = nil,
+                    now: Int64 = 0) {
             self.appId = appId
             self.appUserId = appUserId
             self.verificationId = verificationId
@@ -84,8 +89,14 @@ public struct SettlementPlan: Sendable, Equatable {
             self.transactions = transactions
             self.ledger = ledger
             self.owners = owners
+            self.deliver = deliver
+            self.now = now
         }
     }
+
+    /// How long a new consumable an upload did not name waits for the upload that names it (ms);
+    /// after that, whoever uploads a receipt holding it receives it.
+    public static let deliveryWindow: Int64 = 5 * 60 * 1000
 
     public var actions: [Action] = []
     public var result = SettlementResult()
@@ -110,7 +121,12 @@ public struct SettlementPlan: Sendable, Equatable {
     public static func make(_ input: Input) -> SettlementPlan {
         var plan = SettlementPlan()
         var owners = input.owners
-        for transaction in distinct(input.transactions) {
+        let transactions = distinct(input.transactions)
+        if let deliver = input.deliver, let named = deliver.transactionId, !transactions.contains(where: { $0.transactionId == named }) {
+            plan.result.refused.append(.init(transactionId: named, productId: deliver.productId ?? "", code: "transaction_not_in_receipt",
+                                             reason: "transaction \(named), which this upload delivers, is not in the receipt"))
+        }
+        for transaction in transactions {
             guard let mapping = input.mappings[transaction.productId] else {
                 if !plan.result.unknownProducts.contains(transaction.productId) { plan.result.unknownProducts.append(transaction.productId) }
                 continue
@@ -138,6 +154,12 @@ public struct SettlementPlan: Sendable, Equatable {
             return
         }
         let inserted = existing == nil
+        // A new consumable this upload does not name belongs to whoever names it; unnamed, it waits out the window.
+        if inserted, mapping.type == .consumable, let deliver = input.deliver, !deliver.names(transaction),
+           input.now - transaction.purchaseDate.milliseconds < Self.deliveryWindow {
+            result.deferred.append(transaction.transactionId)
+            return
+        }
         if inserted {
             // History (a receipt's purchase list) observes nothing current: only a refund it reports dates the row.
             let stateDate = transaction.observedAt?.milliseconds ?? transaction.cancellationDate?.milliseconds ?? 0

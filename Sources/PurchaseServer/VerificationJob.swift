@@ -30,6 +30,8 @@ public struct VerificationJob: Sendable, Codable, Equatable {
     public var result: String?
     /// Whether the user was authenticated (a secret key or a user token) rather than only named by a public key.
     public var userAuthenticated: Bool = true
+    /// What the upload says it delivers (`transactionId`, `productId`): see `DeliveryHint`.
+    public var deliver: DeliveryHint?
 
     static func from(_ row: SQLRow) -> VerificationJob {
         VerificationJob(id: row.string("id") ?? "", appId: row.string("app_id") ?? "", appUserId: row.string("app_user_id") ?? "",
@@ -39,7 +41,32 @@ public struct VerificationJob: Sendable, Codable, Equatable {
                         attempts: row.int("attempts") ?? 0, nextAttemptAt: Date(milliseconds: row.int("next_attempt_at") ?? 0),
                         createdAt: Date(milliseconds: row.int("created_at") ?? 0), updatedAt: Date(milliseconds: row.int("updated_at") ?? 0),
                         settledAt: row.int("settled_at").map(Date.init(milliseconds:)), result: row.string("result"),
-                        userAuthenticated: row.int("user_authenticated").map { $0 != 0 } ?? true)
+                        userAuthenticated: row.int("user_authenticated").map { $0 != 0 } ?? true,
+                        deliver: DeliveryHint(transactionId: row.string("deliver_transaction_id"), productId: row.string("deliver_product_id")))
+    }
+}
+
+/// What a receipt upload says it is delivering: the StoreKit 1 transaction the device just
+/// completed (`transactionId`) and/or its product. An app receipt holds every unfinished purchase of
+/// the Apple ID, so two users sharing one (a family iPad), or several uploads in flight, would
+/// otherwise race for its consumables. With a hint, the named consumable goes to this user; other
+/// new consumables wait for the upload that names them, and go to whoever uploads them once they are
+/// older than `SettlementPlan.deliveryWindow`. An upload without a hint takes every consumable (as before).
+public struct DeliveryHint: Sendable, Equatable, Codable {
+    public var transactionId: String?
+    public var productId: String?
+
+    /// Nil when neither is given.
+    public init?(transactionId: String?, productId: String?) {
+        guard transactionId != nil || productId != nil else { return nil }
+        self.transactionId = transactionId
+        self.productId = productId
+    }
+
+    /// Whether `transaction` is what the upload names.
+    func names(_ transaction: ConfirmedTransaction) -> Bool {
+        if let transactionId { return transaction.transactionId == transactionId }
+        return transaction.productId == productId
     }
 }
 
@@ -53,9 +80,10 @@ extension PurchaseStore {
     /// A job refused by the look before storage (`rejection`) is written already rejected, with the
     /// upload's hash and size but not its bytes, and never reaches the queue.
     public func enqueue(appId: String, appUserId: String, kind: VerificationJob.Kind, receiptData: String, userAuthenticated: Bool = true,
-                        rejection: ReceiptRejection? = nil, now: Date) async throws -> VerificationJob {
+                        deliver: DeliveryHint? = nil, rejection: ReceiptRejection? = nil, now: Date) async throws -> VerificationJob {
         var job = VerificationJob(id: UUID().uuidString.lowercased(), appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData,
-                                  state: .pending, attempts: 0, nextAttemptAt: now, createdAt: now, updatedAt: now, userAuthenticated: userAuthenticated)
+                                  state: .pending, attempts: 0, nextAttemptAt: now, createdAt: now, updatedAt: now, userAuthenticated: userAuthenticated,
+                                  deliver: deliver)
         if let rejection {
             job.state = .rejected
             job.reason = rejection.reason
@@ -85,10 +113,10 @@ extension PurchaseStore {
                 }
                 try db.query("""
                     INSERT INTO verification_jobs (id, app_id, app_user_id, kind, receipt_data, state, attempts, next_attempt_at, created_at, updated_at,
-                    user_authenticated, receipt_size)
-                    VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?, ?)
+                    user_authenticated, receipt_size, deliver_transaction_id, deliver_product_id)
+                    VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?, ?, ?, ?)
                     """, [job.id, job.appId, job.appUserId, job.kind.rawValue, job.receiptData, now, now, now, job.userAuthenticated,
-                          Int64(job.receiptData.utf8.count)])
+                          Int64(job.receiptData.utf8.count), job.deliver?.transactionId, job.deliver?.productId])
             }
         }
         if database.dialect == .postgres { await database.notify(Self.jobsChannel) }

@@ -59,9 +59,14 @@ public struct PurchaseServerConnection: Sendable {
         return try Self.verification(object)
     }
 
-    /// Uploads the app receipt (restores) and waits for the verdict.
-    public func upload(receipt: String) async throws -> ServerVerification {
-        let object = try await call("POST", "/v1/receipts?wait=30", body: ["appUserId": appUserId, "receiptData": receipt])
+    /// Uploads the app receipt and waits for the verdict. A purchase names the transaction it delivers
+    /// (and its product), so a consumable in a receipt shared with another user of the same Apple ID goes
+    /// to the one who bought it; a restore names nothing.
+    public func upload(receipt: String, transactionId: String? = nil, productId: String? = nil) async throws -> ServerVerification {
+        var body: [String: Any] = ["appUserId": appUserId, "receiptData": receipt]
+        if let transactionId { body["transactionId"] = transactionId }
+        if let productId { body["productId"] = productId }
+        let object = try await call("POST", "/v1/receipts?wait=30", body: body)
         return try Self.verification(object)
     }
 

@@ -113,7 +113,7 @@ public final class Shop: Sendable {
             case .paid:
                 let verdict: ServerVerification
                 if proof == .receipt, let receipt = try await appStore.appReceipt() {
-                    verdict = try await server.upload(receipt: receipt)
+                    verdict = try await server.upload(receipt: receipt, transactionId: order.transactionIdentifier, productId: order.productIdentifier)
                 } else if let signed = order.signedTransaction {
                     verdict = try await server.upload(signedTransaction: signed)
                 } else {

@@ -140,6 +140,31 @@ struct PurchaseFlowTests {
         #expect(reviewer.state == "verified")
     }
 
+    @Test("Two users on one Apple ID (a family iPad): each upload names its consumable and each gets their own", arguments: Engine.available)
+    func sharedReceipt(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        let (alices, _) = try await world.buy("com.example.coins", "Nada.JPYF02")
+        let (bobs, receipt) = try await world.buy("com.example.coins", "Nada.JPYF02")  // the same device: the receipt holds both
+        func upload(_ user: String, naming transaction: String) async throws -> [String: Any] {
+            let (_, body) = try await world.client.json(.post, "/v1/receipts?wait=10",
+                                                        json: ["appUserId": user, "receiptData": receipt, "transactionId": transaction, "productId": "Nada.JPYF02"],
+                                                        headers: ["Authorization": "Bearer \(world.keys["com.example.coins"]!)"])
+            return body
+        }
+        let bob = try await upload("bob", naming: bobs.id)
+        #expect(bob.state == "verified" && bob.granted == [bobs.id])
+        #expect(((bob["result"] as? [String: Any])?["deferred"] as? [String]) == [alices.id])
+        let alice = try await upload("alice", naming: alices.id)
+        #expect(alice.state == "verified" && alice.granted == [alices.id])
+        #expect(try await world.user("com.example.coins", "bob").balances == ["coins": 100])
+        #expect(try await world.user("com.example.coins", "alice").balances == ["coins": 100])
+
+        let (status, bad) = try await world.client.json(.post, "/v1/receipts", json: ["appUserId": "bob", "receiptData": receipt, "transactionId": "12a"],
+                                                        headers: ["Authorization": "Bearer \(world.keys["com.example.coins"]!)"])
+        #expect(status == 400 && (bad["error"] as? [String: Any])?["code"] as? String == "invalid_transaction_id")
+    }
+
     @Test("A refund revokes the entitlement and claws back credit; a negative balance flags the user", arguments: Engine.available)
     func refunds(engine: Engine) async throws {
         let world = try await ServerWorld.make(engine)

@@ -164,4 +164,26 @@ struct SettlementPlanTests {
         #expect(plan.actions.contains(.audit(kind: "transaction_revoked", user: "bob", detail: ["transactionId": "1", "verificationId": "job"])))
         #expect(plan.result.revoked == ["1"])
     }
+
+    static func hinted(_ transactions: [ConfirmedTransaction], _ hint: DeliveryHint?, now: Int64) -> SettlementPlan {
+        SettlementPlan.make(.init(appId: "app", appUserId: "bob", verificationId: "job", replayPolicy: .reject, mappings: mappings,
+                                  transactions: transactions, ledger: [:], owners: [:], deliver: hint, now: now))
+    }
+
+    @Test("An upload that names its consumable takes only that one while the others are fresh; unnamed, the uploader takes all")
+    func namedDelivery() {
+        let alices = ConfirmedTransaction(transactionId: "1", productId: "coins100", purchaseDate: Self.ms(1_000), source: "receipt")
+        let bobs = ConfirmedTransaction(transactionId: "2", productId: "coins100", purchaseDate: Self.ms(2_000), source: "receipt")
+        let fresh = Self.hinted([alices, bobs], DeliveryHint(transactionId: "2", productId: "coins100"), now: 3_000)
+        #expect(fresh.result.granted == ["2"] && fresh.result.deferred == ["1"])
+        #expect(!fresh.actions.contains { if case .record(let t, _, _) = $0 { return t.transactionId == "1" } else { return false } })
+        let late = Self.hinted([alices, bobs], DeliveryHint(transactionId: "2", productId: nil), now: 1_000 + SettlementPlan.deliveryWindow)
+        #expect(late.result.granted == ["1", "2"] && late.result.deferred.isEmpty)
+        let unnamed = Self.hinted([alices, bobs], nil, now: 3_000)
+        #expect(unnamed.result.granted == ["1", "2"])
+        let byProduct = Self.hinted([alices, bobs], DeliveryHint(transactionId: nil, productId: "coins100"), now: 3_000)
+        #expect(byProduct.result.granted == ["1", "2"])
+        let missing = Self.hinted([alices], DeliveryHint(transactionId: "9", productId: "coins100"), now: 3_000)
+        #expect(missing.result.refused.map(\.code) == ["transaction_not_in_receipt"] && missing.result.deferred == ["1"])
+    }
 }
