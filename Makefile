@@ -15,7 +15,7 @@ CATALOGS := --catalog com.example.coins=examples/coins.storekit \
             --catalog com.example.comics=examples/comics.storekit \
             --catalog com.example.magazine=examples/magazine.storekit
 
-.PHONY: help deps pydeps build release run appstore test test-swift test-acceptance bench fuzz sanitize clean
+.PHONY: help deps pydeps build release run appstore test test-swift test-acceptance bench fuzz soak-model sanitize clean
 
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= der receipt legacy-receipt jws json catalog http-response http-request
@@ -26,6 +26,7 @@ help:
 	@echo "make bench  build release and print benchmark figures (written under bench/results/)"
 	@echo "make fuzz   run every libFuzzer harness for FUZZ_SECONDS (default 60) each; crashes are kept under Tests/fuzz/"
 	@echo "make sanitize  run the Swift suites under ThreadSanitizer and AddressSanitizer"
+	@echo "make soak-model SCRIPTS=N [SEED=S]  run N random lifecycle scripts against the emulator's truth (make test runs 300)"
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -76,9 +77,13 @@ fuzz: deps
 	swift build --build-path .build-fuzz --product storekeeper-fuzz -Xswiftc -sanitize=fuzzer,address -Xswiftc -DFUZZING -Xswiftc -use-ld=lld
 	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh .build-fuzz/debug/storekeeper-fuzz $(FUZZ_TARGETS)
 
+SCRIPTS ?= 3000
+soak-model: deps
+	STOREKEEPER_MODEL_SCRIPTS=$(SCRIPTS) $(if $(SEED),STOREKEEPER_MODEL_SEED=$(SEED)) swift test --filter ModelTests
+
 sanitize: deps
 	@pg_url=$$(scripts/postgres.sh start) || exit 1; trap 'scripts/postgres.sh stop' EXIT; export STOREKEEPER_TEST_POSTGRES=$$pg_url; \
-	LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp swift test --build-path .build-asan --sanitize=address && swift test --build-path .build-tsan --sanitize=thread -Xswiftc -DSTOREKEEPER_TSAN
+	export STOREKEEPER_MODEL_SCRIPTS=30; LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp swift test --build-path .build-asan --sanitize=address && swift test --build-path .build-tsan --sanitize=thread -Xswiftc -DSTOREKEEPER_TSAN
 
 clean:
 	rm -rf .build $(VENV) $(DATA)

@@ -61,6 +61,14 @@ public enum EntitlementCalculator {
                 entitlements[candidate.id] = candidate
             }
         }
+        // An auto-renewable subscription is what its latest transaction says, as Apple's status is: a
+        // refunded latest period ends access even if an earlier period's dates would still cover now.
+        var latest: [String: UserView.Transaction] = [:]
+        for transaction in transactions where mappings[transaction.productId]?.type == .autoRenewable {
+            let chain = transaction.environment + "|" + transaction.originalTransactionId
+            if let known = latest[chain], (known.purchaseDate, known.transactionId) >= (transaction.purchaseDate, transaction.transactionId) { continue }
+            latest[chain] = transaction
+        }
         // Non-renewing passes run back to back: each starts when the previous one of its entitlement ends.
         var passEnd: [String: Int64] = [:]
         for transaction in transactions where transaction.cancellationDate == nil {
@@ -77,6 +85,7 @@ public enum EntitlementCalculator {
                 offer(.init(id: entitlement, active: now < end, expiresDate: end, source: source, productId: transaction.productId,
                             environment: transaction.environment))
             case .autoRenewable:
+                guard latest[transaction.environment + "|" + transaction.originalTransactionId]?.transactionId == transaction.transactionId else { continue }
                 let expires = transaction.expiresDate ?? transaction.purchaseDate
                 // Inclusive, and no check of the purchase date: Apple's clock and ours may disagree a little.
                 offer(.init(id: entitlement, active: now <= expires, expiresDate: expires, source: source, productId: transaction.productId,
