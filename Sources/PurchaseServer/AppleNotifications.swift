@@ -74,7 +74,9 @@ extension PurchaseServer {
     /// Apple's), de-duplicates on notificationUUID, records the notification durably, updates the
     /// subscription's renewal state (newest signedDate wins), and queues its transaction for the user
     /// who owns it. A validly signed notification is never answered 4xx: one this server cannot act on
-    /// is recorded as `ignored` with the reason, and a type it does not know is recorded.
+    /// is recorded as `ignored` with the reason (another app's is answered and not stored), a type it does
+    /// not know is recorded, and settled like any other when it carries a transaction. A notification
+    /// once ignored is processed again when it comes back (its app was added since).
     public func receiveNotification(_ body: Data) async throws -> NotificationReceipt {
         // Everything done to an unauthenticated body before its signature is known (JSON, Base64, the
         // envelope's chain and signature) runs on the notification queue, off the cooperative pool.
@@ -93,7 +95,12 @@ extension PurchaseServer {
         }
         guard let bundleId = address.bundleId else { return try await ignore(nil, "the notification names no bundle id") }
         guard let environment = address.environment else { return try await ignore(nil, "the notification's environment is neither Sandbox nor Production") }
-        guard let app = try await store.cachedApp(forBundle: bundleId) else { return try await ignore(nil, "no app here accepts bundle id \(bundleId)") }
+        guard let app = try await store.cachedApp(forBundle: bundleId) else {
+            // Apple signs every developer's notifications with one chain: another app's (pointed here by anyone)
+            // is answered, never stored, so it cannot fill the table or hide a later copy meant for an app added here.
+            let reason = "no app here accepts bundle id \(bundleId)"
+            return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .ignored, reason: reason)
+        }
         if environment == .production, let expected = app.appAppleId, address.appAppleId != expected {
             return try await ignore(app.id, "the notification is for app Apple id \(address.appAppleId.map(String.init) ?? "none"), not \(expected)")
         }
@@ -112,7 +119,9 @@ extension PurchaseServer {
                 decodedTransaction = decoded
                 transactionJWS = nested
             } catch let error as ReceiptRejection {
-                return try await ignore(app.id, "signedTransactionInfo was refused: \(error.reason)")
+                // Apple signed the envelope, so a nested transaction we cannot verify is our trust store's problem
+                // (a missing intermediate, a stale cache): 503, so that Apple sends it again.
+                throw ServerError(503, "nested_unverifiable", "signedTransactionInfo was refused: \(error.reason); send it again")
             }
         }
         let transaction = decodedTransaction
@@ -152,7 +161,14 @@ extension PurchaseServer {
             let owner = try db.query("""
                 SELECT app_user_id FROM ownership WHERE app_id = ? AND environment = ? AND original_transaction_id = ? ORDER BY granted_at LIMIT 1
                 """, [app.id, env, transaction.originalTransactionId]).first?.string("app_user_id")
-            return (true, owner ?? transaction.appAccountToken)
+            if let owner { return (true, owner) }
+            // Nobody owns it yet: its appAccountToken names the user only when an app user with exactly that
+            // UUID exists (apps whose user ids are UUIDs). A token is never made into a new user: the purchase
+            // waits, unmatched, for its user's own upload.
+            guard let token = transaction.appAccountToken.flatMap(UUID.init(uuidString:)) else { return (true, nil) }
+            let user = try db.query("SELECT app_user_id FROM users WHERE app_id = ? AND lower(app_user_id) = ? LIMIT 1",
+                                    [app.id, token.uuidString.lowercased()]).first?.string("app_user_id")
+            return (true, user)
         }
         guard fresh else { return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .duplicate) }
         switch effect {

@@ -104,6 +104,9 @@ struct LedgerRepository {
                     try db.query("UPDATE users SET flagged = 1, flag_reason = ? WHERE app_id = ? AND app_user_id = ?",
                                  ["negative \(currency) balance after a refund", appId, owner])
                 }
+            case .withholdCredit(let transactionId, let currency, let amount):
+                try db.query("UPDATE ledger SET credited_currency = ?, credited_amount = ?, clawed_back_at = ? WHERE environment = ? AND transaction_id = ?",
+                             [currency, amount, nowMs, environment, transactionId])
             case .restoreCredit(let transactionId, let owner, let currency, let amount):
                 let balance = try Self.adjustBalance(db, appId: appId, userId: owner, currency: currency, by: amount)
                 try db.query("UPDATE ledger SET clawed_back_at = NULL WHERE environment = ? AND transaction_id = ?", [environment, transactionId])

@@ -23,13 +23,19 @@ public struct RecordedNotification: Codable, Sendable, Equatable {
 struct NotificationRepository {
     let db: any SQLConnection
 
-    /// Records a notification once; false when its UUID was already recorded.
+    /// Records a notification once; false when its UUID was already recorded (one recorded as `ignored` is
+    /// taken again: the app it names may have been added since).
     func insert(_ uuid: String, appId: String, type: String, subtype: String?, environment: String, signedDate: Int64, signed: String,
                 transaction: JWSTransaction?, state: String, reason: String?, now: Date) throws -> Bool {
         !(try db.query("""
             INSERT INTO apple_notifications (notification_uuid, app_id, notification_type, subtype, environment, signed_date, received_at,
             transaction_id, original_transaction_id, state, signed_payload, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            ON CONFLICT DO NOTHING RETURNING notification_uuid
+            ON CONFLICT (notification_uuid) DO UPDATE SET app_id = excluded.app_id, notification_type = excluded.notification_type,
+            subtype = excluded.subtype, environment = excluded.environment, received_at = excluded.received_at,
+            transaction_id = excluded.transaction_id, original_transaction_id = excluded.original_transaction_id, state = excluded.state,
+            reason = excluded.reason
+            WHERE apple_notifications.state = 'ignored' AND excluded.state <> 'ignored'
+            RETURNING notification_uuid
             """, [uuid, appId, type, subtype, environment, signedDate, now.milliseconds, transaction?.transactionId,
                   transaction?.originalTransactionId, state, signed, reason]).isEmpty)
     }

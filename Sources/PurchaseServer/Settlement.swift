@@ -22,6 +22,9 @@ public struct ConfirmedTransaction: Sendable, Equatable {
     /// which can add a refund but never undo one (`SettlementPlan`).
     public var observedAt: Date?
 
+    /// Whether this comes from a JWS Apple signed (a signed transaction, a notification's, the Server API's).
+    public var isSigned: Bool { source == "signed_transaction" }
+
     public init(transactionId: String, originalTransactionId: String? = nil, productId: String, quantity: Int64 = 1, purchaseDate: Date,
                 expiresDate: Date? = nil, cancellationDate: Date? = nil, cancellationReason: String? = nil, isTrial: Bool = false,
                 source: String, observedAt: Date? = nil) {

@@ -53,6 +53,8 @@ public struct SettlementPlan: Sendable, Equatable {
         case reinstate(transactionId: String, stateDate: Int64)
         /// Take a refunded consumable's credit back from whoever received it (a negative balance flags the user).
         case clawBack(transactionId: String, user: String, currency: String, amount: Int64)
+        /// Remember the credit of a consumable refunded before it was first seen, as taken back (nothing is credited).
+        case withholdCredit(transactionId: String, currency: String, amount: Int64)
         /// Give a clawed-back credit back after the refund was reversed.
         case restoreCredit(transactionId: String, user: String, currency: String, amount: Int64)
         /// A renewal-date extension (or a correction): the transaction's expiry moves.
@@ -162,7 +164,7 @@ public struct SettlementPlan: Sendable, Equatable {
         }
         if inserted {
             // History (a receipt's purchase list) observes nothing current: only a refund it reports dates the row.
-            let stateDate = transaction.observedAt?.milliseconds ?? transaction.cancellationDate?.milliseconds ?? 0
+            let stateDate = Self.observed(transaction, now: input.now) ?? transaction.cancellationDate?.milliseconds ?? 0
             actions.append(.record(transaction, mapping: mapping, stateDate: stateDate))
         }
 
@@ -179,6 +181,8 @@ public struct SettlementPlan: Sendable, Equatable {
             case .reject:
                 refuse(transaction, "replay_refused", "transaction \(original) is bound to another user")
                 actions.append(.audit(kind: "replay_refused", user: user, detail: detail.merging(["owner": current.joined(separator: ",")]) { $1 }))
+                // A refund is a fact whoever's receipt reports it: it only ever takes away.
+                if let existing, transaction.cancellationDate != nil { update(existing, with: transaction, input, cancelOnly: true) }
                 return
             case .transfer:
                 actions.append(.unbindAll(originalTransactionId: original))
@@ -195,21 +199,30 @@ public struct SettlementPlan: Sendable, Equatable {
         }
         if inserted { result.granted.append(transaction.transactionId) } else { result.alreadyOwned.append(transaction.transactionId) }
 
-        // Consumables credit their balance once, when first recorded (never when already refunded).
-        if inserted, owns, mapping.type == .consumable, transaction.cancellationDate == nil, let currency = mapping.currency, let amount = mapping.amount {
-            actions.append(.credit(transactionId: transaction.transactionId, currency: currency, amount: ProductMapping.credit(amount, times: transaction.quantity)))
+        // Consumables credit their balance once, when first recorded. One already refunded when first seen
+        // credits nothing, but its credit is remembered as taken back, so a reversal later gives it.
+        if inserted, owns, mapping.type == .consumable, let currency = mapping.currency, let amount = mapping.amount {
+            let credit = ProductMapping.credit(amount, times: transaction.quantity)
+            actions.append(transaction.cancellationDate == nil ? .credit(transactionId: transaction.transactionId, currency: currency, amount: credit)
+                                                               : .withholdCredit(transactionId: transaction.transactionId, currency: currency, amount: credit))
         }
         if let existing { update(existing, with: transaction, input) }
+    }
+
+    /// When a current source was true, never later than now: a signature dated in the future (clock skew,
+    /// a leaked key) cannot date a row ahead and so freeze it against the refunds that follow.
+    static func observed(_ transaction: ConfirmedTransaction, now: Int64) -> Int64? {
+        transaction.observedAt.map { min($0.milliseconds, now) }
     }
 
     /// A transaction seen before: newer information cancels, reinstates or moves the expiry; older
     /// information changes nothing. A receipt's own purchase list is history (an old receipt
     /// uploaded again must not undo a refund), so it can only add a refund Apple reports, never remove one.
-    private mutating func update(_ existing: LedgerEntry, with transaction: ConfirmedTransaction, _ input: Input) {
+    private mutating func update(_ existing: LedgerEntry, with transaction: ConfirmedTransaction, _ input: Input, cancelOnly: Bool = false) {
         let id = transaction.transactionId
         let cancelled = transaction.cancellationDate?.milliseconds
         let stateDate: Int64
-        if let observed = transaction.observedAt?.milliseconds {
+        if let observed = Self.observed(transaction, now: input.now) {
             guard observed > existing.stateDate else { return }
             stateDate = observed
         } else {
@@ -225,7 +238,9 @@ public struct SettlementPlan: Sendable, Equatable {
             if let currency = existing.creditedCurrency, let amount = existing.creditedAmount, !existing.clawedBack {
                 actions.append(.clawBack(transactionId: id, user: existing.appUserId, currency: currency, amount: amount))
             }
-        } else if cancelled == nil, existing.cancellationDate != nil {
+        } else if !cancelOnly, cancelled == nil, existing.cancellationDate != nil, transaction.isSigned {
+            // Only Apple's signature says a refund was reversed: a verifyReceipt answer that merely lacks
+            // the refund (an answer that lags) never gives credit back.
             changed = true
             actions.append(.reinstate(transactionId: id, stateDate: stateDate))
             result.reinstated.append(id)
@@ -234,7 +249,9 @@ public struct SettlementPlan: Sendable, Equatable {
                 actions.append(.restoreCredit(transactionId: id, user: existing.appUserId, currency: currency, amount: amount))
             }
         }
-        if transaction.observedAt != nil, let expires = transaction.expiresDate?.milliseconds, expires != existing.expiresDate {
+        // A signed transaction moves the expiry either way; verifyReceipt's latest_receipt_info only extends it.
+        if !cancelOnly, transaction.observedAt != nil, let expires = transaction.expiresDate?.milliseconds, expires != existing.expiresDate,
+           transaction.isSigned || expires > (existing.expiresDate ?? .min) {
             changed = true
             actions.append(.updateExpiry(transactionId: id, expiresDate: expires, stateDate: stateDate))
             actions.append(.audit(kind: "expiry_changed", user: existing.appUserId,

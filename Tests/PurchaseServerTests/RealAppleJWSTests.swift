@@ -45,9 +45,9 @@ struct RealAppleJWSTests {
         let renewal = try Self.jws("j04")
         let received = try await server.receiveNotification(Data(#"{"signedPayload":"\#(renewal)"}"#.utf8))
         #expect(received.notificationType == "DID_RENEW")
-        // Nobody here owns that subscription yet, but it carries an appAccountToken: the renewal is queued for that user.
-        #expect(received.outcome == .queued)
-        #expect(received.verificationId != nil)
+        // Nobody here owns that subscription yet, and no user has its appAccountToken as id: it waits, unmatched,
+        // for its user's upload (a token is never made into a user).
+        #expect(received.outcome == .unmatched)
         #expect(try await server.receiveNotification(Data(#"{"signedPayload":"\#(renewal)"}"#.utf8)).outcome == .duplicate)
         let test = try await server.receiveNotification(Data(#"{"signedPayload":"\#(try Self.jws("j01"))"}"#.utf8))
         #expect(test.notificationType == "TEST" && test.outcome == .recorded)

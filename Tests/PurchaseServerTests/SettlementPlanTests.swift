@@ -16,11 +16,15 @@ struct SettlementPlanTests {
 
     /// A transaction as a receipt's own list has it (history) or as a JWS signed at `signed` (current).
     static func tx(_ id: String, _ product: String, original: String? = nil, quantity: Int64 = 1, expires: Int64? = nil,
-                   cancelled: Int64? = nil, signed: Int64? = nil) -> ConfirmedTransaction {
+                   cancelled: Int64? = nil, signed: Int64? = nil, answered: Int64? = nil) -> ConfirmedTransaction {
         ConfirmedTransaction(transactionId: id, originalTransactionId: original, productId: product, quantity: quantity, purchaseDate: ms(1_000),
-                             expiresDate: expires.map(ms), cancellationDate: cancelled.map(ms), source: signed == nil ? "receipt" : "signed_transaction",
-                             observedAt: signed.map(ms))
+                             expiresDate: expires.map(ms), cancellationDate: cancelled.map(ms),
+                             source: signed != nil ? "signed_transaction" : answered != nil ? "latest_receipt_info" : "receipt",
+                             observedAt: (signed ?? answered).map(ms))
     }
+
+    /// The plans' clock: later than every date in the tables.
+    static let now: Int64 = 1_000_000
 
     static func row(_ id: String, _ product: String, user: String = "alice", app: String = "app", expires: Int64? = nil, cancelled: Int64? = nil,
                     credited: Int64? = nil, clawedBack: Bool = false, stateDate: Int64 = 0) -> LedgerEntry {
@@ -31,7 +35,8 @@ struct SettlementPlanTests {
     static func plan(_ transactions: [ConfirmedTransaction], ledger: [LedgerEntry] = [], owners: [String: [String]] = [:],
                      user: String = "alice", policy: ReplayPolicy = .reject) -> SettlementPlan {
         SettlementPlan.make(.init(appId: "app", appUserId: user, verificationId: "job", replayPolicy: policy, mappings: mappings,
-                                  transactions: transactions, ledger: Dictionary(uniqueKeysWithValues: ledger.map { ($0.transactionId, $0) }), owners: owners))
+                                  transactions: transactions, ledger: Dictionary(uniqueKeysWithValues: ledger.map { ($0.transactionId, $0) }), owners: owners,
+                                  now: now))
     }
 
     /// The actions without audit events (those are checked where they matter).
@@ -48,11 +53,12 @@ struct SettlementPlanTests {
         #expect(plan.result.granted == ["1"])
     }
 
-    @Test("A consumable already refunded when first seen is recorded with its refund and credits nothing")
+    @Test("A consumable already refunded when first seen is recorded with its refund and credits nothing (its credit is kept as taken back)")
     func refundedOnArrival() {
         let transaction = Self.tx("1", "coins100", cancelled: 5_000)
         #expect(Self.effects(Self.plan([transaction])) == [.record(transaction, mapping: Self.coins, stateDate: 5_000),
-                                                           .bind(originalTransactionId: "1", productId: "coins100")])
+                                                           .bind(originalTransactionId: "1", productId: "coins100"),
+                                                           .withholdCredit(transactionId: "1", currency: "coins", amount: 100)])
     }
 
     @Test("Quantities outside 1…100 and other apps' transactions are refused, nothing recorded", arguments: [0, -1, 101] as [Int64])
@@ -122,6 +128,18 @@ struct SettlementPlanTests {
         Case(rule: "a reversal signed after the refund reinstates and restores the credit",
              row: row("1", "coins100", cancelled: 5_000, credited: 100, clawedBack: true, stateDate: 5_000), incoming: tx("1", "coins100", signed: 7_000),
              expected: [.reinstate(transactionId: "1", stateDate: 7_000), .restoreCredit(transactionId: "1", user: "alice", currency: "coins", amount: 100)]),
+        Case(rule: "a verifyReceipt answer that lacks the refund (one that lags) does not undo it",
+             row: row("1", "coins100", cancelled: 5_000, credited: 100, clawedBack: true, stateDate: 5_000), incoming: tx("1", "coins100", answered: 7_000),
+             expected: [.observe(transactionId: "1", stateDate: 7_000)]),
+        Case(rule: "a verifyReceipt answer extends an expiry",
+             row: row("1", "monthly", expires: 10_000, stateDate: 2_000), incoming: tx("1", "monthly", expires: 40_000, answered: 3_000),
+             expected: [.updateExpiry(transactionId: "1", expiresDate: 40_000, stateDate: 3_000)]),
+        Case(rule: "a verifyReceipt answer with an older expiry (one that lags) does not shrink it",
+             row: row("1", "monthly", expires: 40_000, stateDate: 2_000), incoming: tx("1", "monthly", expires: 10_000, answered: 3_000),
+             expected: [.observe(transactionId: "1", stateDate: 3_000)]),
+        Case(rule: "a signature dated in the future dates the row no later than now",
+             row: row("1", "pro"), incoming: tx("1", "pro", cancelled: 5_000, signed: 9_000_000_000),
+             expected: [.cancel(transactionId: "1", date: 5_000, reason: nil, stateDate: now)]),
         Case(rule: "a transaction signed before the refund does not undo it",
              row: row("1", "coins100", cancelled: 5_000, credited: 100, clawedBack: true, stateDate: 5_000), incoming: tx("1", "coins100", signed: 4_000),
              expected: []),
@@ -185,5 +203,18 @@ struct SettlementPlanTests {
         #expect(byProduct.result.granted == ["1", "2"])
         let missing = Self.hinted([alices], DeliveryHint(transactionId: "9", productId: "coins100"), now: 3_000)
         #expect(missing.result.refused.map(\.code) == ["transaction_not_in_receipt"] && missing.result.deferred == ["1"])
+    }
+
+    @Test("A refund in another user's upload is applied all the same; nothing else of theirs is")
+    func refundFromAnotherUpload() {
+        let plan = Self.plan([Self.tx("1", "coins100", cancelled: 5_000)], ledger: [Self.row("1", "coins100", user: "bob", credited: 100)],
+                             owners: ["1": ["bob"]], user: "alice")
+        #expect(plan.result.refused.map(\.code) == ["replay_refused"] && plan.result.revoked == ["1"])
+        #expect(Self.effects(plan) == [.cancel(transactionId: "1", date: 5_000, reason: nil, stateDate: 5_000),
+                                       .clawBack(transactionId: "1", user: "bob", currency: "coins", amount: 100)])
+        let reversal = Self.plan([Self.tx("1", "coins100", signed: 9_000)],
+                                 ledger: [Self.row("1", "coins100", user: "bob", cancelled: 5_000, credited: 100, clawedBack: true, stateDate: 5_000)],
+                                 owners: ["1": ["bob"]], user: "alice")
+        #expect(Self.effects(reversal).isEmpty)
     }
 }
