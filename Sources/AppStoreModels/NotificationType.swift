@@ -1,16 +1,19 @@
+/// A string enumeration Apple may extend: named values for the known spellings, any other kept as is.
+/// Coded as the bare string (the standard library's `RawRepresentable` coding).
+public protocol OpenStringValue: RawRepresentable, Hashable, Sendable, Codable, CustomStringConvertible where RawValue == String {
+    init(rawValue: String)
+}
+
+extension OpenStringValue {
+    public init(_ rawValue: String) { self.init(rawValue: rawValue) }
+    public var description: String { rawValue }
+}
+
 /// An App Store Server Notification V2 `notificationType`. The raw value is kept, so a type Apple
 /// adds tomorrow is representable (and the server records it) before anyone names it here.
-public struct NotificationType: RawRepresentable, Hashable, Sendable, Codable, CustomStringConvertible {
+public struct NotificationType: OpenStringValue {
     public let rawValue: String
     public init(rawValue: String) { self.rawValue = rawValue }
-    public init(_ rawValue: String) { self.rawValue = rawValue }
-    public var description: String { rawValue }
-
-    public init(from decoder: any Decoder) throws { rawValue = try decoder.singleValueContainer().decode(String.self) }
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(rawValue)
-    }
 
     public static let subscribed = Self("SUBSCRIBED")
     public static let didChangeRenewalPref = Self("DID_CHANGE_RENEWAL_PREF")
@@ -48,17 +51,9 @@ public struct NotificationType: RawRepresentable, Hashable, Sendable, Codable, C
 }
 
 /// A notification's `subtype`, raw value kept like `NotificationType`.
-public struct NotificationSubtype: RawRepresentable, Hashable, Sendable, Codable, CustomStringConvertible {
+public struct NotificationSubtype: OpenStringValue {
     public let rawValue: String
     public init(rawValue: String) { self.rawValue = rawValue }
-    public init(_ rawValue: String) { self.rawValue = rawValue }
-    public var description: String { rawValue }
-
-    public init(from decoder: any Decoder) throws { rawValue = try decoder.singleValueContainer().decode(String.self) }
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(rawValue)
-    }
 
     public static let initialBuy = Self("INITIAL_BUY")
     public static let resubscribe = Self("RESUBSCRIBE")
