@@ -257,6 +257,8 @@ public struct SettlementPlan: Sendable, Equatable {
             actions.append(.audit(kind: "expiry_changed", user: existing.appUserId,
                                   detail: ["transactionId": id, "from": existing.expiresDate.map(String.init) ?? "", "to": String(expires)]))
         }
-        if !changed { actions.append(.observe(transactionId: id, stateDate: stateDate)) }
+        // Only Apple's signature dates a row that did not change: an unsigned answer that was not allowed to
+        // change it (a missing refund, an earlier expiry) must not shadow the signed reversal or extension behind it.
+        if !changed, transaction.isSigned { actions.append(.observe(transactionId: id, stateDate: stateDate)) }
     }
 }

@@ -282,9 +282,10 @@ struct ModelTests {
             for (name, expected) in try await truth() {
                 let coins = (try await world.user("com.example.coins", name)["balances"] as? [String: Any])?["coins"] as? Int64 ?? 0
                 let gloves = try await world.user("com.example.football", name).entitlementIds.contains("protective_gloves")
-                let magazine = try await world.user("com.example.magazine", name).entitlementIds.contains("magazine")
+                let magazineView = try await world.user("com.example.magazine", name)
+                let magazine = magazineView.entitlementIds.contains("magazine")
                 if (coins, gloves, magazine) != (expected.coins, expected.gloves, expected.magazine) {
-                    return "\(name): server says coins \(coins), gloves \(gloves), magazine \(magazine); the App Store says coins \(expected.coins), gloves \(expected.gloves), magazine \(expected.magazine)"
+                    return "\(name): server says coins \(coins), gloves \(gloves), magazine \(magazine); the App Store says coins \(expected.coins), gloves \(expected.gloves), magazine \(expected.magazine); the server's magazine transactions \(magazineView["transactions"] ?? "none"), subscriptions \(magazineView["subscriptions"] ?? "none"), at \(world.server.clock.now().milliseconds)"
                 }
             }
             return nil
