@@ -50,6 +50,7 @@ appstore: release
 
 # Every suite runs against SQLite and against a throwaway PostgreSQL on loopback, stopped at the end.
 test: pydeps
+	scripts/check-layers.sh
 	swift build
 	@pg_url=$$(scripts/postgres.sh start) || exit 1; \
 	trap 'scripts/postgres.sh stop' EXIT; \

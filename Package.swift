@@ -24,6 +24,7 @@ let package = Package(
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
 
         .target(name: "Locking", swiftSettings: swiftSettings),
+        .target(name: "Clocks", dependencies: ["Locking"], swiftSettings: swiftSettings),
         .target(name: "AppStoreModels", swiftSettings: swiftSettings),
         .target(name: "HTTP", swiftSettings: swiftSettings),
         .target(name: "HTTPServer", dependencies: ["HTTP", "CMicroHTTPD", "Locking"], swiftSettings: swiftSettings),
@@ -34,18 +35,18 @@ let package = Package(
         .target(name: "PostgresStorage", dependencies: ["Storage", "CLibPQ", "Locking"], swiftSettings: swiftSettings),
         .target(
             name: "AppStoreEmulator",
-            dependencies: ["AppStoreModels", "AppStoreCrypto", "HTTP", "HTTPClient", "Storage", "Locking"],
+            dependencies: ["AppStoreModels", "AppStoreCrypto", "HTTP", "HTTPClient", "Storage", "Locking", "Clocks"],
             swiftSettings: swiftSettings
         ),
         .target(
             name: "PurchaseServer",
-            dependencies: ["AppStoreModels", "AppStoreCrypto", "HTTP", "HTTPClient", "Storage", "Locking"],
+            dependencies: ["AppStoreModels", "AppStoreCrypto", "HTTP", "HTTPClient", "Storage", "Locking", "Clocks"],
             swiftSettings: swiftSettings
         ),
-        .target(name: "StoreKitClient", dependencies: ["AppStoreModels", "AppStoreCrypto", "Storage", "SQLiteStorage"], swiftSettings: swiftSettings),
+        .target(name: "StoreKitClient", dependencies: ["AppStoreModels", "AppStoreCrypto", "Storage", "SQLiteStorage", "Clocks"], swiftSettings: swiftSettings),
         .target(
             name: "StorekeeperTesting",
-            dependencies: ["AppStoreEmulator", "HTTP", "Storage", "SQLiteStorage"],
+            dependencies: ["AppStoreEmulator", "HTTP", "Storage", "SQLiteStorage", "Clocks"],
             swiftSettings: swiftSettings
         ),
         // Harnesses for every parser an attacker reaches; `storekeeper-fuzz` runs them under libFuzzer (make fuzz).
@@ -54,7 +55,7 @@ let package = Package(
         .executableTarget(name: "storekeeper-fuzz", dependencies: ["FuzzTargets"], swiftSettings: swiftSettings),
         .executableTarget(
             name: "storekeeper",
-            dependencies: ["AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPServer", "HTTPClient", "SQLiteStorage", "PostgresStorage", "PurchaseServer", "StoreKitClient", "Locking"],
+            dependencies: ["AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPServer", "HTTPClient", "SQLiteStorage", "PostgresStorage", "PurchaseServer", "StoreKitClient", "Locking", "Clocks"],
             swiftSettings: swiftSettings
         ),
 
@@ -70,17 +71,17 @@ let package = Package(
         .testTarget(
             name: "PurchaseServerTests",
             dependencies: ["PurchaseServer", "AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "Storage", "SQLiteStorage",
-                           "PostgresStorage", "StorekeeperTesting", "Locking"],
+                           "PostgresStorage", "StorekeeperTesting", "Locking", "Clocks"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "StoreKitClientTests",
-            dependencies: ["StoreKitClient", "AppStoreEmulator", "AppStoreModels", "PurchaseServer", "HTTPServer", "SQLiteStorage", "StorekeeperTesting", "Locking"],
+            dependencies: ["StoreKitClient", "AppStoreEmulator", "AppStoreModels", "PurchaseServer", "HTTPServer", "SQLiteStorage", "StorekeeperTesting", "Locking", "Clocks"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "AppStoreEmulatorTests",
-            dependencies: ["AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "StorekeeperTesting"],
+            dependencies: ["AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "StorekeeperTesting", "Clocks"],
             swiftSettings: swiftSettings
         ),
     ]

@@ -1,3 +1,4 @@
+import Clocks
 import AppStoreModels
 import Foundation
 
@@ -60,7 +61,7 @@ extension AppStoreEmulator {
         }
         return try await mutate { state, changes, _ in
             guard let account = state.accounts[email.lowercased()], !account.deleted else { throw StoreError.notFound("Account \(email)") }
-            let id = deviceId?.uppercased() ?? UUID().uuidString
+            let id = deviceId?.uppercased() ?? ids.next().uuidString
             let device = Device(id: id, accountEmail: account.email, canMakePayments: canMakePayments, buildEnvironment: buildEnvironment)
             state.devices[id] = device
             changes.devices.insert(id)

@@ -1,3 +1,4 @@
+import Clocks
 import AppStoreModels
 import Foundation
 
@@ -19,7 +20,7 @@ extension AppStoreEmulator {
             throw StoreError.invalid("Latency must be between 0 and 600 seconds.", code: "invalid_latency")
         }
         return try await mutate { state, changes, now in
-            let fault = Fault(id: UUID().uuidString.lowercased(), endpoint: endpoint, environment: environment, behavior: behavior,
+            let fault = Fault(id: ids.nextString(), endpoint: endpoint, environment: environment, behavior: behavior,
                               latencyMin: latency?.lowerBound ?? 0, latencyMax: latency?.upperBound ?? 0,
                               expiresAt: duration.map { now.addingTimeInterval($0) })
             state.faults[fault.id] = fault

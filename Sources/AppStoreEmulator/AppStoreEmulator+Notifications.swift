@@ -1,3 +1,4 @@
+import Clocks
 import AppStoreCrypto
 import AppStoreModels
 import Foundation
@@ -90,7 +91,7 @@ extension AppStoreEmulator {
 
     /// Request a Test Notification: returns the test notification token (`uuid_milliseconds`).
     public func requestTestNotification(bundleId: String, environment: AppStoreEnvironment) async throws -> String {
-        let uuid = UUID().uuidString.lowercased()
+        let uuid = ids.nextString()
         return try await mutate { state, changes, now in
             changes.notifications.append(NotificationEvent(type: "TEST", subtype: nil, transactionId: nil, bundleId: bundleId,
                                                            environment: environment, uuid: uuid))
@@ -120,7 +121,7 @@ extension AppStoreEmulator {
         for event in changes.notifications {
             signedAt = signedAt.addingTimeInterval(0.001)  // strictly increasing within one operation, too
             guard state.notificationURLs[event.bundleId]?.url(for: event.environment) != nil || event.type == "TEST" else { continue }
-            let uuid = event.uuid ?? UUID().uuidString.lowercased()
+            let uuid = event.uuid ?? ids.nextString()
             let record = event.transactionId.flatMap { state.transactions[$0] }
             let chain = record.flatMap { state.chains[$0.originalId] }
             var json = JSONBuffer(capacity: 4096)

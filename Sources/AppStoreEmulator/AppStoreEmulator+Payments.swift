@@ -1,3 +1,4 @@
+import Clocks
 import AppStoreCrypto
 import AppStoreModels
 import Foundation
@@ -179,7 +180,9 @@ extension AppStoreEmulator {
               publicKey.isValidSignature([UInt8](signature), for: Array(message.utf8), digest: .sha256) else {
             throw StoreError.storeKit(.invalidSignature, "The offer's signature does not verify with key \(signed.keyId).", status: .badRequest)
         }
-        let age = Date().timeIntervalSince1970 * 1000 - Double(signed.timestamp)
+        // The developer's server signs with its own wall clock, not the emulator's (which tests move by days),
+        // so the 24-hour window is judged on the system clock, as Apple judges it on its own.
+        let age = SystemClock().now().timeIntervalSince1970 * 1000 - Double(signed.timestamp)
         guard abs(age) <= 24 * 3_600_000 else {
             throw StoreError.storeKit(.invalidSignature, "The offer's signature is older than 24 hours.", status: .badRequest)
         }

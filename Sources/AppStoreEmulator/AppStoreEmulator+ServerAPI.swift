@@ -1,3 +1,4 @@
+import Clocks
 import AppStoreCrypto
 import AppStoreModels
 import Foundation
@@ -71,7 +72,7 @@ extension AppStoreEmulator {
         let key = try await mutate { state, changes, now -> ServerAPIKey in
             guard state.apps[bundleId] != nil else { throw StoreError.notFound("App \(bundleId)") }
             // One issuer per app, as one App Store Connect team would have.
-            let issuer = state.apiKeys.values.first { $0.bundleId == bundleId }?.issuerId ?? UUID().uuidString.lowercased()
+            let issuer = state.apiKeys.values.first { $0.bundleId == bundleId }?.issuerId ?? ids.nextString()
             let key = ServerAPIKey(keyId: keyId, issuerId: issuer, bundleId: bundleId, publicKey: publicKey, createdAt: now)
             state.apiKeys[keyId] = key
             changes.apiKeys.insert(keyId)

@@ -1,3 +1,4 @@
+import Clocks
 import AppStoreCrypto
 import AppStoreModels
 import Foundation
@@ -14,6 +15,8 @@ public final class AppStoreEmulator: Sendable {
     let store: any DocumentStore
     /// The clock; `time advance`/`time set` move it.
     public let clock: AdjustableClock
+    /// Where new identifiers (notification UUIDs, fault and device ids, issuer ids) come from.
+    public let ids: any IDGenerator
     /// The receipt signing chain (RSA).
     public let authority: CertificateAuthority
     /// The StoreKit 2 signing chain (ECC P-256): signed transactions, renewal info, notifications.
@@ -30,7 +33,7 @@ public final class AppStoreEmulator: Sendable {
 
     /// Opens the emulator over a store, loading everything it holds.
     public static func open(store: any DocumentStore, authority: CertificateAuthority, jwsAuthority: CertificateAuthority,
-                            clock: AdjustableClock = AdjustableClock()) async throws -> AppStoreEmulator {
+                            clock: AdjustableClock = AdjustableClock(), ids: any IDGenerator = RandomIDs()) async throws -> AppStoreEmulator {
         var state = EmulatorState()
         let decoder = JSONDecoder()
         for document in try await store.documents(in: Collection.apps) {
@@ -82,16 +85,17 @@ public final class AppStoreEmulator: Sendable {
             clock.advance(by: offset - clock.currentOffset)
             state.clockOffset = offset
         }
-        return AppStoreEmulator(state: state, store: store, authority: authority, jwsAuthority: jwsAuthority, clock: clock)
+        return AppStoreEmulator(state: state, store: store, authority: authority, jwsAuthority: jwsAuthority, clock: clock, ids: ids)
     }
 
     private init(state: EmulatorState, store: any DocumentStore, authority: CertificateAuthority, jwsAuthority: CertificateAuthority,
-                 clock: AdjustableClock) {
+                 clock: AdjustableClock, ids: any IDGenerator) {
         self.state = Locked(state)
         self.store = store
         self.authority = authority
         self.jwsAuthority = jwsAuthority
         self.clock = clock
+        self.ids = ids
     }
 
     /// Runs an operation under the lock, then persists what it changed before returning.

@@ -158,17 +158,13 @@ extension PurchaseServer {
                     revokedAt: transaction?.revocationDate, priceIncreaseStatus: renewal["priceIncreaseStatus"]?.int64, signedDate: signedDate))
             }
             guard let transaction else { return (true, nil) }
-            let owner = try db.query("""
-                SELECT app_user_id FROM ownership WHERE app_id = ? AND environment = ? AND original_transaction_id = ? ORDER BY granted_at LIMIT 1
-                """, [app.id, env, transaction.originalTransactionId]).first?.string("app_user_id")
+            let owner = try LedgerReader(db: db).firstOwner(appId: app.id, environment: env, originalTransactionId: transaction.originalTransactionId)
             if let owner { return (true, owner) }
             // Nobody owns it yet: its appAccountToken names the user only when an app user with exactly that
             // UUID exists (apps whose user ids are UUIDs). A token is never made into a new user: the purchase
             // waits, unmatched, for its user's own upload.
             guard let token = transaction.appAccountToken.flatMap(UUID.init(uuidString:)) else { return (true, nil) }
-            let user = try db.query("SELECT app_user_id FROM users WHERE app_id = ? AND lower(app_user_id) = ? LIMIT 1",
-                                    [app.id, token.uuidString.lowercased()]).first?.string("app_user_id")
-            return (true, user)
+            return (true, try UserRepository(db: db, appId: app.id).user(uuid: token))
         }
         guard fresh else { return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .duplicate) }
         switch effect {

@@ -30,7 +30,7 @@ extension PurchaseServer {
     /// One App Store Server API call for `app`, with a fresh ES256 bearer token (5 minutes) from its key.
     func serverAPICall(app: ServerApp, credentials: ServerAPICredentials, key: PrivateKey, client: HTTPClient, method: String, path: String,
                        environment: AppStoreEnvironment, query: String = "", body: [UInt8] = []) async throws -> HTTPClientResponse {
-        let now = Int64(Date().timeIntervalSince1970)
+        let now = Int64(clock.now().timeIntervalSince1970)
         var claims = JSONBuffer(capacity: 200)
         claims.object { json in
             json.field("iss", credentials.issuerId)
@@ -62,18 +62,10 @@ extension PurchaseServer {
             return "consumption_not_sent: no Server API key"
         }
         let env = environment.rawValue
-        let ledger = try? await store.database.transaction { db -> (delivered: Bool, percentage: Int64?) in
-            guard let row = try db.query("SELECT * FROM ledger WHERE environment = ? AND transaction_id = ?", [env, transactionId]).first else {
-                return (false, nil)
-            }
-            guard let currency = row.string("credited_currency"), let credited = row.int("credited_amount"), credited > 0,
-                  let user = row.string("app_user_id") else { return (row.int("cancellation_date") == nil, nil) }
-            let balance = try db.query("SELECT amount FROM balances WHERE app_id = ? AND app_user_id = ? AND currency = ?",
-                                       [app.id, user, currency]).first?.int("amount") ?? 0
-            let spent = credited - min(max(balance, 0), credited)
-            // In Double: credits written before amounts were bounded may be near Int64.max.
-            return (true, Int64((Double(spent) / Double(credited) * 100_000).rounded(.down)))
+        let facts = try? await store.database.transaction { db in
+            try LedgerReader(db: db).consumption(appId: app.id, environment: environment.rawValue, transactionId: transactionId)
         }
+        let ledger = facts.map { $0.report }
         var body = JSONBuffer(capacity: 160)
         body.object { json in
             json.field("customerConsented", true)
@@ -88,5 +80,18 @@ extension PurchaseServer {
         } catch {
             return "consumption_failed: \(error)"
         }
+    }
+}
+
+extension ConsumptionFacts {
+    /// What Send Consumption Information says: delivered unless never recorded or refunded (a credited
+    /// consumable stays delivered), and for a credit the share spent in 1/1000 of a percent, from the
+    /// owner's balance now (a balance above the credit counts as nothing spent).
+    var report: (delivered: Bool, percentage: Int64?) {
+        guard recorded else { return (false, nil) }
+        guard let credited = creditedAmount, credited > 0 else { return (!cancelled, nil) }
+        let spent = credited - min(max(balance ?? 0, 0), credited)
+        // In Double: credits written before amounts were bounded may be near Int64.max.
+        return (true, Int64((Double(spent) / Double(credited) * 100_000).rounded(.down)))
     }
 }

@@ -1,3 +1,4 @@
+import Clocks
 import AppStoreCrypto
 import AppStoreModels
 import Foundation
@@ -11,7 +12,7 @@ import Synchronization
 public final class PurchaseServer: Sendable {
     public let store: PurchaseStore
     public let worker: VerificationWorker
-    public let clock: any ServerClock
+    public let clock: any WallClock
     let waiters: SettlementWaiters
     let adminKeyHash: String
     let serverAPI: ServerAPIEndpoints
@@ -60,8 +61,10 @@ public final class PurchaseServer: Sendable {
     }
 
     /// Migrates the database and builds the server (call `runWorker()` to start verifying).
-    public static func open(database: any SQLDatabase, configuration: Configuration, clock: any ServerClock = SystemClock()) async throws -> PurchaseServer {
-        let store = PurchaseStore(database: database, secrets: configuration.secrets)
+    /// `clock` and `ids` are where every "now" and every new identifier of the server come from.
+    public static func open(database: any SQLDatabase, configuration: Configuration, clock: any WallClock = SystemClock(),
+                            ids: any IDGenerator = RandomIDs()) async throws -> PurchaseServer {
+        let store = PurchaseStore(database: database, secrets: configuration.secrets, ids: ids)
         try await store.migrate()
         try await store.checkMasterKey()
         try await store.refreshKeys(now: clock.now())
@@ -70,12 +73,12 @@ public final class PurchaseServer: Sendable {
                                         client: VerifyReceiptClient(endpoints: configuration.endpoints, transport: configuration.transport,
                                                                     timeout: configuration.callTimeout),
                                         clock: clock, retry: configuration.retry)
-        let worker = VerificationWorker(engine: engine, configuration: configuration.worker) { waiters.settled($0) }
+        let worker = VerificationWorker(engine: engine, configuration: configuration.worker, ids: store.ids) { waiters.settled($0) }
         return PurchaseServer(store: store, worker: worker, clock: clock, waiters: waiters, adminKeyHash: APIKey.hash(configuration.adminKey),
                               serverAPI: configuration.serverAPI, configuration: configuration)
     }
 
-    private init(store: PurchaseStore, worker: VerificationWorker, clock: any ServerClock, waiters: SettlementWaiters, adminKeyHash: String,
+    private init(store: PurchaseStore, worker: VerificationWorker, clock: any WallClock, waiters: SettlementWaiters, adminKeyHash: String,
                  serverAPI: ServerAPIEndpoints, configuration: Configuration) {
         uploadLimiter = UploadRateLimiter(rate: configuration.uploadsPerSecond)
         maximumLongPolls = configuration.maximumLongPolls

@@ -147,18 +147,8 @@ extension PurchaseServerResponder {
         }
         admin(.get, "/admin/v1/transactions") { request in
             let limit = min(Int(request.query["limit"] ?? "100") ?? 100, 10_000)
-            let rows = try await server.store.database.transaction { db -> [[String: String]] in
-                var sql = "SELECT * FROM ledger WHERE 1 = 1"
-                var parameters: [any SQLBindable] = []
-                if let app = request.query["app"] { sql += " AND app_id = ?"; parameters.append(app) }
-                if let user = request.query["user"] { sql += " AND app_user_id = ?"; parameters.append(user) }
-                sql += " ORDER BY recorded_at DESC LIMIT ?"
-                parameters.append(limit)
-                return try db.query(sql, parameters).map { row in
-                    var object: [String: String] = [:]
-                    for (column, value) in zip(row.columns, row.values) where value != .null { object[column] = value.description }
-                    return object
-                }
+            let rows = try await server.store.database.transaction { db in
+                try LedgerReader(db: db).rows(appId: request.query["app"], appUserId: request.query["user"], limit: limit)
             }
             return .json(rows)
         }

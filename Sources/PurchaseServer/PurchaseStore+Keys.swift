@@ -40,11 +40,8 @@ extension PurchaseStore {
         let record = APIKeyRecord(id: APIKeyRecord.id(forHash: hash), appId: appId, kind: kind, label: label, hint: String(key.suffix(4)),
                                   createdAt: now.milliseconds, revokedAt: nil)
         try await database.transaction { db in
-            guard try !db.query("SELECT id FROM apps WHERE id = ?", [appId]).isEmpty else {
-                throw ServerError(404, "app_not_found", "App \(appId) is not registered.")
-            }
-            try db.query("INSERT INTO api_keys (key_hash, app_id, label, created_at, kind, hint) VALUES (?, ?, ?, ?, ?, ?)",
-                         [hash, appId, label, now.milliseconds, kind.rawValue, record.hint])
+            guard try self.apps(db).exists(appId) else { throw ServerError(404, "app_not_found", "App \(appId) is not registered.") }
+            try KeyRepository(db: db).insert(hash: hash, record)
         }
         keyRing.withLock { $0[hash] = record }
         return key
@@ -61,33 +58,16 @@ extension PurchaseStore {
         return keyRing.withLock { $0[hash] }.flatMap { $0.isLive(at: nowMs) ? $0 : nil }
     }
 
-    /// The app an API key belongs to, or nil.
-    public func appId(forKey key: String) async throws -> String? { liveKey(key, now: Date())?.appId }
-
     /// Reloads every key that has not been revoked (or whose revocation is still ahead).
     public func refreshKeys(now: Date) async throws {
-        let rows = try await database.transaction { db in
-            try db.query("SELECT * FROM api_keys WHERE revoked_at IS NULL OR revoked_at > ?", [now.milliseconds])
-        }
-        var ring: [String: APIKeyRecord] = [:]
-        for row in rows {
-            guard let hash = row.string("key_hash") else { continue }
-            ring[hash] = Self.keyRecord(row)
-        }
+        let ring = try await database.transaction { db in try KeyRepository(db: db).live(now: now) }
         keyRing.withLock { $0 = ring }
-    }
-
-    static func keyRecord(_ row: SQLRow) -> APIKeyRecord {
-        let hash = row.string("key_hash") ?? ""
-        return APIKeyRecord(id: APIKeyRecord.id(forHash: hash), appId: row.string("app_id") ?? "",
-                            kind: APIKeyKind(rawValue: row.string("kind") ?? "") ?? .secret, label: row.string("label"),
-                            hint: row.string("hint"), createdAt: row.int("created_at") ?? 0, revokedAt: row.int("revoked_at"))
     }
 
     /// Every key of an app, revoked ones included, oldest first.
     public func keys(appId: String) async throws -> [APIKeyRecord] {
         try await database.transaction { db in
-            try db.query("SELECT * FROM api_keys WHERE app_id = ? ORDER BY created_at, key_hash", [appId]).map(Self.keyRecord)
+            try KeyRepository(db: db).keys(appId: appId).map(\.record)
         }
     }
 
@@ -95,14 +75,14 @@ extension PurchaseStore {
     @discardableResult
     public func revokeKey(appId: String, id: String, effective: Date, now: Date) async throws -> APIKeyRecord {
         let revoked = try await database.transaction { db -> (String, APIKeyRecord)? in
-            for row in try db.query("SELECT * FROM api_keys WHERE app_id = ?", [appId]) {
-                guard let hash = row.string("key_hash"), APIKeyRecord.id(forHash: hash) == id else { continue }
-                var record = Self.keyRecord(row)
+            let keys = KeyRepository(db: db)
+            for (hash, found) in try keys.keys(appId: appId) where found.id == id {
+                var record = found
                 let at = min(record.revokedAt ?? .max, effective.milliseconds)
-                try db.query("UPDATE api_keys SET revoked_at = ? WHERE key_hash = ?", [at, hash])
+                try keys.setRevoked(hash: hash, at: at)
                 record.revokedAt = at
-                try Self.audit(db, appId: appId, userId: nil, kind: "api_key_revoked",
-                               detail: ["keyId": id, "kind": record.kind.rawValue, "effectiveAt": String(at)], now: now)
+                try self.audit(db).append(appId: appId, userId: nil, kind: "api_key_revoked",
+                                          detail: ["keyId": id, "kind": record.kind.rawValue, "effectiveAt": String(at)], now: now)
                 return (hash, record)
             }
             return nil
@@ -132,15 +112,11 @@ extension PurchaseStore {
     /// are sealed) refuses to start rather than read secrets as missing and overwrite them.
     public func checkMasterKey() async throws {
         let expected = "storekeeper master key check"
-        let stored = try await database.transaction { db in
-            try db.query("SELECT value FROM server_settings WHERE name = 'master_key_check'").first?.string("value")
-        }
+        let stored = try await database.transaction { db in try self.apps(db).setting("master_key_check") }
         guard let stored else {
             guard let secrets else { return }
             let sealed = try secrets.seal(expected)
-            _ = try await database.transaction { db in
-                try db.query("INSERT INTO server_settings (name, value) VALUES ('master_key_check', ?) ON CONFLICT DO NOTHING", [sealed])
-            }
+            try await database.transaction { db in try self.apps(db).insertSetting("master_key_check", sealed) }
             return try await checkMasterKey()
         }
         guard let secrets, (try? secrets.open(stored)) == expected else {

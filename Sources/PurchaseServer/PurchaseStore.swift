@@ -1,13 +1,18 @@
 import AppStoreCrypto
 import AppStoreModels
+import Clocks
 import Foundation
 import Locking
 import Storage
 import Synchronization
 
-/// Every SQL statement of the purchase server, over SQLite or PostgreSQL.
+/// The purchase server's use of its database, over SQLite or PostgreSQL: each method is one
+/// transaction that asks the repositories (`Repository/`, one per table group, where every SQL
+/// statement lives) and the rules (`SettlementPlan`, `EntitlementCalculator`).
 public final class PurchaseStore: Sendable {
     public let database: any SQLDatabase
+    /// Where new job and audit ids come from.
+    let ids: any IDGenerator
     static let jobsChannel = "storekeeper_jobs"
     /// Every live API key by hash, loaded at start and refreshed every second (`refreshKeys`).
     let keyRing = Locked<[String: APIKeyRecord]>([:])
@@ -18,10 +23,14 @@ public final class PurchaseStore: Sendable {
     let uploads = GroupCommit<VerificationJob, Void>()
     let settlements = GroupCommit<Settlement, (JobState, SettlementResult)?>(maxBatch: 256)
 
-    public init(database: any SQLDatabase, secrets: SecretBox? = nil) {
+    public init(database: any SQLDatabase, secrets: SecretBox? = nil, ids: any IDGenerator = RandomIDs()) {
         self.database = database
         self.secrets = secrets
+        self.ids = ids
     }
+
+    func apps(_ db: any SQLConnection) -> AppRepository { AppRepository(db: db, secrets: secrets) }
+    func audit(_ db: any SQLConnection) -> AuditRepository { AuditRepository(db: db, ids: ids) }
 
     /// An app, remembered for two seconds (the worker asks once per job).
     func cachedApp(_ id: String) async throws -> ServerApp? {
@@ -55,17 +64,9 @@ public final class PurchaseStore: Sendable {
         try Self.validate(app)
         appsCache.withLock { $0 = nil }
         try await database.transaction { db in
-            let existing = try db.query("SELECT id FROM apps WHERE id = ?", [app.id])
-            guard existing.isEmpty else { throw ServerError(409, "app_exists", "App \(app.id) is already registered.") }
-            try db.query("""
-                INSERT INTO apps (id, name, shared_secret, bundle_ids, replay_policy, sandbox_policy, sandbox_allow_list, quirk_21002_policy, created_at,
-                app_apple_id, server_api_issuer_id, server_api_key_id, server_api_private_key, consumption_policy, user_auth, user_token_secret,
-                user_token_public_key)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """, [app.id, app.name, try self.seal(app.sharedSecret), app.bundleIds.joined(separator: ","), app.replayPolicy.rawValue,
-                      app.sandboxPolicy.rawValue, app.sandboxAllowList.joined(separator: ","), app.quirk21002Policy.rawValue, now.milliseconds,
-                      app.appAppleId, app.serverAPIKey?.issuerId, app.serverAPIKey?.keyId, try self.seal(app.serverAPIKey?.privateKey),
-                      app.consumptionPolicy.rawValue, app.userAuth.rawValue, try self.seal(app.userTokenSecret), app.userTokenPublicKey])
+            let apps = self.apps(db)
+            guard try !apps.exists(app.id) else { throw ServerError(409, "app_exists", "App \(app.id) is already registered.") }
+            try apps.insert(app, now: now)
         }
     }
 
@@ -74,17 +75,8 @@ public final class PurchaseStore: Sendable {
         appCache.withLock { $0[app.id] = nil }
         appsCache.withLock { $0 = nil }
         try Self.validate(app)
-        let updated = try await database.transaction { db in
-            try db.query("""
-                UPDATE apps SET name = ?, shared_secret = ?, bundle_ids = ?, replay_policy = ?, sandbox_policy = ?, sandbox_allow_list = ?,
-                quirk_21002_policy = ?, app_apple_id = ?, server_api_issuer_id = ?, server_api_key_id = ?, server_api_private_key = ?,
-                consumption_policy = ?, user_auth = ?, user_token_secret = ?, user_token_public_key = ? WHERE id = ? RETURNING id
-                """, [app.name, try self.seal(app.sharedSecret), app.bundleIds.joined(separator: ","), app.replayPolicy.rawValue, app.sandboxPolicy.rawValue,
-                      app.sandboxAllowList.joined(separator: ","), app.quirk21002Policy.rawValue, app.appAppleId, app.serverAPIKey?.issuerId,
-                      app.serverAPIKey?.keyId, try self.seal(app.serverAPIKey?.privateKey), app.consumptionPolicy.rawValue, app.userAuth.rawValue,
-                      try self.seal(app.userTokenSecret), app.userTokenPublicKey, app.id]).count
-        }
-        guard updated == 1 else { throw ServerError(404, "app_not_found", "App \(app.id) is not registered.") }
+        let updated = try await database.transaction { db in try self.apps(db).update(app) }
+        guard updated else { throw ServerError(404, "app_not_found", "App \(app.id) is not registered.") }
     }
 
     static func validate(_ app: ServerApp) throws {
@@ -107,47 +99,18 @@ public final class PurchaseStore: Sendable {
 
     /// One app, or nil.
     public func app(_ id: String) async throws -> ServerApp? {
-        try await database.transaction { db in try db.query("SELECT * FROM apps WHERE id = ?", [id]).first.map(self.app) }
+        try await database.transaction { db in try self.apps(db).app(id) }
     }
 
     /// Every app.
     public func apps() async throws -> [ServerApp] {
-        try await database.transaction { db in try db.query("SELECT * FROM apps ORDER BY id").map(self.app) }
+        try await database.transaction { db in try self.apps(db).all() }
     }
 
-    /// Seals a secret for storage with the master key (as given when there is none).
+    /// Seals a secret with the master key (as given when there is none).
     func seal(_ secret: String?) throws -> String? {
         guard let secret, let secrets else { return secret }
         return try secrets.seal(secret)
-    }
-
-    /// Opens a stored secret; a sealed value that does not open (no or another master key) reads as absent.
-    static func unseal(_ stored: String?, _ secrets: SecretBox?) -> String? {
-        guard let stored else { return nil }
-        guard SecretBox.isSealed(stored) else { return stored }
-        return try? secrets?.open(stored)
-    }
-
-    func app(_ row: SQLRow) -> ServerApp { Self.app(row, secrets: secrets) }
-
-    /// An app from its row; secrets are opened with `secrets` (settlement, which needs none, passes nil).
-    static func app(_ row: SQLRow, secrets: SecretBox?) -> ServerApp {
-        func unseal(_ stored: String?) -> String? { Self.unseal(stored, secrets) }
-        func list(_ name: String) -> [String] { (row.string(name) ?? "").split(separator: ",").map(String.init) }
-        return ServerApp(id: row.string("id") ?? "", name: row.string("name"), sharedSecret: unseal(row.string("shared_secret")),
-                         bundleIds: list("bundle_ids"), replayPolicy: ReplayPolicy(rawValue: row.string("replay_policy") ?? "") ?? .reject,
-                         sandboxPolicy: SandboxPolicy(rawValue: row.string("sandbox_policy") ?? "") ?? .allow,
-                         sandboxAllowList: list("sandbox_allow_list"),
-                         quirk21002Policy: Quirk21002Policy(rawValue: row.string("quirk_21002_policy") ?? "") ?? .retrySandbox,
-                         appAppleId: row.int("app_apple_id"),
-                         serverAPIKey: row.string("server_api_key_id").flatMap { keyId in
-                             row.string("server_api_issuer_id").flatMap { issuer in
-                                 unseal(row.string("server_api_private_key")).map { ServerAPICredentials(issuerId: issuer, keyId: keyId, privateKey: $0) }
-                             }
-                         },
-                         consumptionPolicy: ConsumptionPolicy(rawValue: row.string("consumption_policy") ?? "") ?? .ignore,
-                         userAuth: UserAuthPolicy(rawValue: row.string("user_auth") ?? "") ?? .required,
-                         userTokenSecret: unseal(row.string("user_token_secret")), userTokenPublicKey: row.string("user_token_public_key"))
     }
 
     // MARK: Products
@@ -175,40 +138,15 @@ public final class PurchaseStore: Sendable {
             throw ServerError(400, "invalid_price", "Price '\(price)' is not a decimal number.")
         }
         try await database.transaction { db in
-            guard try !db.query("SELECT id FROM apps WHERE id = ?", [appId]).isEmpty else {
-                throw ServerError(404, "app_not_found", "App \(appId) is not registered.")
-            }
-            try db.query("DELETE FROM products WHERE app_id = ? AND product_id = ?", [appId, product.productId])
-            try db.query("""
-                INSERT INTO products (app_id, product_id, type, entitlement, currency, amount, duration_days, price, price_currency)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """, [appId, product.productId, product.type.rawValue, product.entitlement, product.currency, product.amount,
-                      product.durationDays, product.price, product.priceCurrency])
+            let apps = self.apps(db)
+            guard try apps.exists(appId) else { throw ServerError(404, "app_not_found", "App \(appId) is not registered.") }
+            try apps.setProduct(appId: appId, product)
         }
     }
 
     /// The product mappings of an app.
     public func products(appId: String) async throws -> [ProductMapping] {
-        try await database.transaction { db in try Self.products(db, appId: appId) }
-    }
-
-    static func products(_ db: any SQLConnection, appId: String) throws -> [ProductMapping] {
-        try db.query("SELECT * FROM products WHERE app_id = ? ORDER BY product_id", [appId]).map { row in
-            ProductMapping(productId: row.string("product_id") ?? "", type: ProductType(rawValue: row.string("type") ?? "") ?? .consumable,
-                           entitlement: row.string("entitlement"), currency: row.string("currency"), amount: row.int("amount"),
-                           durationDays: row.int("duration_days"), price: row.string("price"), priceCurrency: row.string("price_currency"))
-        }
-    }
-
-    /// Appends an audit event.
-    static func audit(_ db: any SQLConnection, appId: String, userId: String?, kind: String, detail: [String: String], now: Date) throws {
-        var json = JSONBuffer(capacity: 128)
-        json.object { json in
-            for (name, value) in detail.sorted(by: { $0.key < $1.key }) { json.field(name, value) }
-        }
-        let body = String(decoding: json.bytes, as: UTF8.self)
-        try db.query("INSERT INTO audit_events (id, app_id, app_user_id, kind, detail, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                     [UUID().uuidString.lowercased(), appId, userId, kind, body, now.milliseconds])
+        try await database.transaction { db in try self.apps(db).products(appId: appId) }
     }
 }
 

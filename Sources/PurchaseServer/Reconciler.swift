@@ -83,8 +83,7 @@ extension PurchaseServer {
                                        _ client: HTTPClient, _ report: inout ReconcileReport) async {
         let env = environment.rawValue
         guard let originals = try? await store.database.transaction({ db in
-            try db.query("SELECT original_transaction_id FROM subscriptions WHERE app_id = ? AND environment = ?", [app.id, env])
-                .compactMap { $0.string("original_transaction_id") }
+            try SubscriptionRepository(db: db, appId: app.id, environment: env).originalTransactionIds()
         }) else { return }
         for original in originals {
             var revision = (try? await watermark(app.id, environment, original)) ?? nil
@@ -127,25 +126,20 @@ extension PurchaseServer {
 
     private func owner(_ appId: String, _ env: String, _ original: String) async throws -> String? {
         try await store.database.transaction { db in
-            try db.query("SELECT app_user_id FROM ownership WHERE app_id = ? AND environment = ? AND original_transaction_id = ? ORDER BY granted_at LIMIT 1",
-                         [appId, env, original]).first?.string("app_user_id")
+            try LedgerReader(db: db).firstOwner(appId: appId, environment: env, originalTransactionId: original)
         }
     }
 
     private func watermark(_ appId: String, _ environment: AppStoreEnvironment, _ subject: String) async throws -> String? {
         try await store.database.transaction { db in
-            try db.query("SELECT value FROM reconcile_state WHERE app_id = ? AND environment = ? AND subject = ?",
-                         [appId, environment.rawValue, subject]).first?.string("value")
+            try ReconcileRepository(db: db, appId: appId, environment: environment.rawValue).watermark(subject)
         }
     }
 
     private func setWatermark(_ appId: String, _ environment: AppStoreEnvironment, _ subject: String, _ value: String) async throws {
-        let now = clock.now().milliseconds
-        _ = try await store.database.transaction { db in
-            try db.query("""
-                INSERT INTO reconcile_state (app_id, environment, subject, value, updated_at) VALUES (?, ?, ?, ?, ?)
-                ON CONFLICT (app_id, environment, subject) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at
-                """, [appId, environment.rawValue, subject, value, now])
+        let now = clock.now()
+        try await store.database.transaction { db in
+            try ReconcileRepository(db: db, appId: appId, environment: environment.rawValue).setWatermark(subject, value, now: now)
         }
     }
 }

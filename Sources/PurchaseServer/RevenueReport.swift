@@ -32,40 +32,39 @@ public struct RevenueReport: Codable, Sendable, Equatable {
 extension PurchaseStore {
     /// Revenue between `from` (inclusive) and `to` (exclusive) by purchase date, in exact decimals.
     public func revenue(appId: String?, from: Date, to: Date, group: [RevenueReport.Dimension]) async throws -> RevenueReport {
-        let rows = try await database.transaction { db -> [SQLRow] in
-            var sql = "SELECT * FROM ledger WHERE purchase_date >= ? AND purchase_date < ?"
-            var parameters: [any SQLBindable] = [from.milliseconds, to.milliseconds]
-            if let appId {
-                sql += " AND app_id = ?"
-                parameters.append(appId)
-            }
-            return try db.query(sql + " ORDER BY purchase_date", parameters)
-        }
+        let sales = try await database.transaction { db in try LedgerReader(db: db).sales(appId: appId, from: from.milliseconds, to: to.milliseconds) }
+        return RevenueReport(from: from.milliseconds, to: to.milliseconds, group: group, sales: sales)
+    }
+}
+
+extension RevenueReport {
+    /// The report of these sales, grouped by `group`: counts, units and exact decimal sums per group,
+    /// and net totals per currency (refunded sales count in gross and refunds, not in net).
+    init(from: Int64, to: Int64, group: [Dimension], sales: [LedgerSale]) {
         struct Accumulator {
             var transactions: Int64 = 0, units: Int64 = 0, refunds: Int64 = 0
             var gross = Decimal(0), refunded = Decimal(0)
         }
         var groups: [[String?]: Accumulator] = [:]
         var totals: [String: Decimal] = [:]
-        for row in rows {
-            let day = row.int("purchase_date").map { ReceiptDay.string(Date(milliseconds: $0)) }
+        for sale in sales {
+            let currency = sale.currency ?? "unpriced"
             let key: [String?] = group.map { dimension in
                 switch dimension {
-                case .day: return day
-                case .product: return row.string("product_id")
-                case .currency: return row.string("currency") ?? "unpriced"
-                case .environment: return row.string("environment")
+                case .day: return ReceiptDay.string(Date(milliseconds: sale.purchaseDate))
+                case .product: return sale.productId
+                case .currency: return currency
+                case .environment: return sale.environment
                 }
             }
-            let quantity = row.int("quantity") ?? 1
-            let amount = (Decimal(string: row.string("price") ?? "0") ?? 0) * Decimal(quantity)
+            let quantity = sale.quantity
+            let amount = (Decimal(string: sale.price ?? "0") ?? 0) * Decimal(quantity)
             var accumulator = groups[key] ?? Accumulator()
             accumulator.transactions += 1
             accumulator.units += quantity
             accumulator.gross += amount
-            let currency = row.string("currency") ?? "unpriced"
             totals[currency, default: 0] += amount
-            if row.int("cancellation_date") != nil {
+            if sale.refunded {
                 accumulator.refunds += 1
                 accumulator.refunded += amount
                 totals[currency, default: 0] -= amount
@@ -92,7 +91,7 @@ extension PurchaseStore {
         }.sorted { lhs, rhs in
             [lhs.day, lhs.productId, lhs.currency, lhs.environment].map { $0 ?? "" }.lexicographicallyPrecedes([rhs.day, rhs.productId, rhs.currency, rhs.environment].map { $0 ?? "" })
         }
-        return RevenueReport(from: from.milliseconds, to: to.milliseconds, group: group, rows: reportRows, totals: totals.mapValues(text))
+        self.init(from: from, to: to, group: group, rows: reportRows, totals: totals.mapValues(text))
     }
 }
 

@@ -198,17 +198,17 @@ extension PurchaseStore {
 
         mutating func app(_ id: String, _ db: any SQLConnection) throws -> ServerApp {
             if let app = apps[id] { return app }
-            guard let row = try db.query("SELECT * FROM apps WHERE id = ?", [id]).first else {
+            // No secrets are needed to settle, so none are opened.
+            guard let app = try AppRepository(db: db, secrets: nil).app(id) else {
                 throw ServerError(404, "app_not_found", "App \(id) is not registered.")
             }
-            let app = PurchaseStore.app(row, secrets: nil)
             apps[id] = app
             return app
         }
 
         mutating func mappings(_ appId: String, _ db: any SQLConnection) throws -> [String: ProductMapping] {
             if let known = mappings[appId] { return known }
-            let loaded = Dictionary(try PurchaseStore.products(db, appId: appId).map { ($0.productId, $0) }, uniquingKeysWith: { $1 })
+            let loaded = Dictionary(try AppRepository(db: db, secrets: nil).products(appId: appId).map { ($0.productId, $0) }, uniquingKeysWith: { $1 })
             mappings[appId] = loaded
             return loaded
         }
@@ -219,12 +219,11 @@ extension PurchaseStore {
         let job = settlement.job
         let now = settlement.now.milliseconds
         let env = settlement.environment.rawValue
-        let held = try db.query("SELECT id FROM verification_jobs WHERE id = ? AND lease_owner = ? AND state = 'verifying'" +
-                                (self.database.dialect == .postgres ? " FOR UPDATE" : ""), [job.id, settlement.owner])
-        guard !held.isEmpty else { return nil }
+        let jobs = self.jobs(db)
+        guard try jobs.holdsLease(job.id, owner: settlement.owner) else { return nil }
         let app = try catalog.app(job.appId, db)
         let mappings = try catalog.mappings(job.appId, db)
-        let ledger = LedgerRepository(db: db, appId: job.appId, environment: env)
+        let ledger = LedgerRepository(db: db, appId: job.appId, environment: env, audit: self.audit(db))
         let known = settlement.transactions.filter { mappings[$0.productId] != nil }
         let plan = SettlementPlan.make(.init(appId: job.appId, appUserId: job.appUserId, verificationId: job.id, replayPolicy: app.replayPolicy,
                                              mappings: mappings, transactions: settlement.transactions,
@@ -259,11 +258,7 @@ extension PurchaseStore {
             state = .verified
         }
         let summary = result.jsonText
-        try db.query("""
-            UPDATE verification_jobs SET state = ?, reason = ?, environment = ?, result = ?, lease_owner = NULL, lease_expires_at = NULL,
-            open_claims = 0, updated_at = ?, settled_at = ?, receipt_sha256 = COALESCE(?, receipt_sha256)\(state == .rejected ? ", receipt_data = ''" : "")
-            WHERE id = ?
-            """, [state.rawValue, reason, env, summary, now, now, state == .rejected ? job.receiptSHA256 : nil, job.id])
+        try jobs.settle(job.id, state: state, reason: reason, environment: env, result: summary, receiptSHA256: job.receiptSHA256, now: now)
         return (state, result)
     }
 }

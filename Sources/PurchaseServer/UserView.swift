@@ -68,42 +68,14 @@ extension PurchaseStore {
     /// Everything a user owns at `now`.
     public func user(appId: String, appUserId: String, now: Date) async throws -> UserView {
         try await database.transaction { db in
-            let nowMs = now.milliseconds
-            let mappings = Dictionary(try Self.products(db, appId: appId).map { ($0.productId, $0) }, uniquingKeysWith: { $1 })
-            let userRow = try db.query("SELECT * FROM users WHERE app_id = ? AND app_user_id = ?", [appId, appUserId]).first
-            // Written as IN (subquery) so both engines walk the user's ownership first (see migration 2).
-            let rows = try db.query("""
-                SELECT * FROM ledger WHERE app_id = ? AND (environment, original_transaction_id) IN
-                    (SELECT environment, original_transaction_id FROM ownership WHERE app_id = ? AND app_user_id = ?)
-                UNION
-                SELECT * FROM ledger WHERE app_id = ? AND app_user_id = ? AND product_type = 'consumable'
-                """, [appId, appId, appUserId, appId, appUserId])
-            let transactions = rows.map { row in
-                UserView.Transaction(transactionId: row.string("transaction_id") ?? "", originalTransactionId: row.string("original_transaction_id") ?? "",
-                                     productId: row.string("product_id") ?? "", productType: row.string("product_type") ?? "",
-                                     quantity: row.int("quantity") ?? 1, purchaseDate: row.int("purchase_date") ?? 0,
-                                     expiresDate: row.int("expires_date"), cancellationDate: row.int("cancellation_date"),
-                                     environment: row.string("environment") ?? "", verificationId: row.string("verification_id") ?? "")
-            }.sorted { ($0.purchaseDate, $0.transactionId) < ($1.purchaseDate, $1.transactionId) }
-
-            let subscriptions = try db.query("""
-                SELECT * FROM subscriptions WHERE app_id = ? AND (environment, original_transaction_id) IN
-                    (SELECT environment, original_transaction_id FROM ownership WHERE app_id = ? AND app_user_id = ?)
-                """, [appId, appId, appUserId]).map { row in
-                SubscriptionRecord(originalTransactionId: row.string("original_transaction_id") ?? "", productId: row.string("product_id") ?? "",
-                                   environment: row.string("environment") ?? "", expiresDate: row.int("expires_date"),
-                                   gracePeriodExpiresDate: row.int("grace_period_expires_date"), isInBillingRetry: row.bool("is_in_billing_retry"),
-                                   revokedAt: row.int("revoked_at"), autoRenewStatus: row.int("auto_renew_status").map { $0 != 0 },
-                                   autoRenewProductId: row.string("auto_renew_product_id"), priceIncreaseStatus: row.int("price_increase_status"))
-            }
-            let (entitlements, subscriptionViews) = EntitlementCalculator.entitlements(transactions: transactions, subscriptions: subscriptions,
-                                                                                        mappings: mappings, now: nowMs)
-            var balances: [String: Int64] = [:]
-            for row in try db.query("SELECT currency, amount FROM balances WHERE app_id = ? AND app_user_id = ?", [appId, appUserId]) {
-                balances[row.string("currency") ?? ""] = row.int("amount") ?? 0
-            }
-            return UserView(appUserId: appUserId, entitlements: entitlements, balances: balances, subscriptions: subscriptionViews,
-                            transactions: transactions, flagged: userRow?.bool("flagged") ?? false, flagReason: userRow?.string("flag_reason"))
+            let users = UserRepository(db: db, appId: appId)
+            let mappings = Dictionary(try self.apps(db).products(appId: appId).map { ($0.productId, $0) }, uniquingKeysWith: { $1 })
+            let transactions = try users.transactions(appUserId)
+            let (entitlements, subscriptions) = EntitlementCalculator.entitlements(transactions: transactions, subscriptions: try users.subscriptions(appUserId),
+                                                                                    mappings: mappings, now: now.milliseconds)
+            let flag = try users.flag(appUserId)
+            return UserView(appUserId: appUserId, entitlements: entitlements, balances: try users.balances(appUserId), subscriptions: subscriptions,
+                            transactions: transactions, flagged: flag.flagged, flagReason: flag.reason)
         }
     }
 
@@ -126,36 +98,27 @@ extension PurchaseStore {
         let idempotencyKey = try ClientIdentifier(idempotencyKey, .idempotencyKey).value
         let currency = try ClientIdentifier(currency, .currency).value
         return try await database.transaction { db in
-            if let previous = try db.query("SELECT * FROM spends WHERE app_id = ? AND app_user_id = ? AND idempotency_key = ?",
-                                           [appId, appUserId, idempotencyKey]).first {
-                guard previous.string("currency") == currency, previous.int("amount") == amount else {
+            let users = UserRepository(db: db, appId: appId)
+            if let previous = try users.spend(appUserId, idempotencyKey: idempotencyKey) {
+                guard previous.currency == currency, previous.amount == amount else {
                     throw ServerError(409, "idempotency_key_reused", "This idempotency key was used for a different spend.")
                 }
-                return SpendResult(currency: currency, amount: amount, balance: previous.int("balance_after") ?? 0, idempotencyKey: idempotencyKey, replayed: true)
+                return SpendResult(currency: currency, amount: amount, balance: previous.balanceAfter, idempotencyKey: idempotencyKey, replayed: true)
             }
-            let updated = try db.query("""
-                UPDATE balances SET amount = amount - ? WHERE app_id = ? AND app_user_id = ? AND currency = ? AND amount >= ? RETURNING amount
-                """, [amount, appId, appUserId, currency, amount])
-            guard let balance = updated.first?.int("amount") else {
-                let current = try db.query("SELECT amount FROM balances WHERE app_id = ? AND app_user_id = ? AND currency = ?",
-                                           [appId, appUserId, currency]).first?.int("amount") ?? 0
+            guard let balance = try users.debit(appUserId, currency: currency, amount: amount) else {
+                let current = try users.balance(appUserId, currency: currency)
                 throw ServerError(409, "insufficient_balance", "The \(currency) balance is \(current); \(amount) cannot be spent.")
             }
-            try db.query("""
-                INSERT INTO spends (app_id, app_user_id, idempotency_key, currency, amount, balance_after, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)
-                """, [appId, appUserId, idempotencyKey, currency, amount, balance, now.milliseconds])
-            try Self.audit(db, appId: appId, userId: appUserId, kind: "balance_spent",
-                           detail: ["currency": currency, "amount": String(amount), "balanceAfter": String(balance), "idempotencyKey": idempotencyKey], now: now)
+            try users.recordSpend(appUserId, idempotencyKey: idempotencyKey, currency: currency, amount: amount, balanceAfter: balance, now: now)
+            try self.audit(db).append(appId: appId, userId: appUserId, kind: "balance_spent",
+                                      detail: ["currency": currency, "amount": String(amount), "balanceAfter": String(balance),
+                                               "idempotencyKey": idempotencyKey], now: now)
             return SpendResult(currency: currency, amount: amount, balance: balance, idempotencyKey: idempotencyKey, replayed: false)
         }
     }
 
     /// Audit events of a user, newest first.
     public func auditEvents(appId: String, appUserId: String, limit: Int = 100) async throws -> [[String: String]] {
-        try await database.transaction { db in
-            try db.query("SELECT * FROM audit_events WHERE app_id = ? AND app_user_id = ? ORDER BY created_at DESC LIMIT ?", [appId, appUserId, limit]).map {
-                ["kind": $0.string("kind") ?? "", "detail": $0.string("detail") ?? "", "createdAt": $0.string("created_at") ?? ""]
-            }
-        }
+        try await database.transaction { db in try self.audit(db).events(appId: appId, appUserId: appUserId, limit: limit) }
     }
 }

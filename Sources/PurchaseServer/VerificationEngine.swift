@@ -1,3 +1,4 @@
+import Clocks
 import AppStoreCrypto
 import AppStoreModels
 import Foundation
@@ -30,10 +31,10 @@ public struct VerificationEngine: Sendable {
     public let inspector: ReceiptInspector
     public let transactionInspector: SignedTransactionInspector
     public let client: VerifyReceiptClient
-    public let clock: any ServerClock
+    public let clock: any WallClock
     public let retry: RetryPolicy
 
-    public init(store: PurchaseStore, inspector: ReceiptInspector, client: VerifyReceiptClient, clock: any ServerClock, retry: RetryPolicy) {
+    public init(store: PurchaseStore, inspector: ReceiptInspector, client: VerifyReceiptClient, clock: any WallClock, retry: RetryPolicy) {
         self.store = store
         self.inspector = inspector
         transactionInspector = SignedTransactionInspector(trust: inspector.trust)

@@ -1,3 +1,4 @@
+import Clocks
 import Foundation
 import Locking
 import Synchronization
@@ -33,10 +34,11 @@ public final class VerificationWorker: Sendable {
     private let settled: @Sendable (String) -> Void
 
     /// Creates a worker; `settled` is told the id of every job it settles.
-    public init(engine: VerificationEngine, configuration: Configuration, settled: @escaping @Sendable (String) -> Void) {
+    public init(engine: VerificationEngine, configuration: Configuration, ids: any IDGenerator = RandomIDs(),
+                settled: @escaping @Sendable (String) -> Void) {
         self.engine = engine
         self.configuration = configuration
-        owner = "worker-\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString.prefix(8).lowercased())"
+        owner = "worker-\(ProcessInfo.processInfo.processIdentifier)-\(ids.nextString().prefix(8))"
         self.settled = settled
     }
 

@@ -1,3 +1,4 @@
+import Clocks
 import Foundation
 import SQLiteStorage
 import Storage
@@ -64,8 +65,14 @@ public final class OrderJournal: Sendable {
         ]),
     ]
 
+    /// Where the journal's times and order ids come from.
+    let clock: any WallClock
+    let ids: any IDGenerator
+
     /// Opens (creating) the journal at `path`.
-    public init(path: String) async throws {
+    public init(path: String, clock: any WallClock = SystemClock(), ids: any IDGenerator = RandomIDs()) async throws {
+        self.clock = clock
+        self.ids = ids
         database = try SQLiteSQLDatabase(path: path)
         try await database.migrate(Self.migrations)
     }
@@ -74,8 +81,8 @@ public final class OrderJournal: Sendable {
 
     /// Writes a new order before anything is paid.
     public func create(productIdentifier: String, quantity: Int) async throws -> Order {
-        let now = Date()
-        let order = Order(id: UUID().uuidString.lowercased(), productIdentifier: productIdentifier, quantity: quantity, state: .created,
+        let now = clock.now()
+        let order = Order(id: ids.nextString(), productIdentifier: productIdentifier, quantity: quantity, state: .created,
                           createdAt: now, updatedAt: now)
         _ = try await database.transaction { db in
             try db.query("INSERT INTO orders (id, product_id, quantity, state, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -86,8 +93,8 @@ public final class OrderJournal: Sendable {
 
     /// An order for a transaction the journal never saw (approved Ask to Buy, a lost journal): starts at `paid`.
     public func adopt(_ transaction: PaymentTransaction) async throws -> Order {
-        let now = Date()
-        let order = Order(id: UUID().uuidString.lowercased(), productIdentifier: transaction.productIdentifier, quantity: transaction.quantity,
+        let now = clock.now()
+        let order = Order(id: ids.nextString(), productIdentifier: transaction.productIdentifier, quantity: transaction.quantity,
                           state: .paid, transactionIdentifier: transaction.transactionIdentifier, signedTransaction: transaction.signedTransaction,
                           createdAt: now, updatedAt: now)
         _ = try await database.transaction { db in
@@ -102,7 +109,7 @@ public final class OrderJournal: Sendable {
 
     /// Saves an order's new state and fields.
     public func save(_ order: Order) async throws {
-        let now = Date()
+        let now = clock.now()
         _ = try await database.transaction { db in
             try db.query("""
                 UPDATE orders SET state = ?, transaction_id = ?, signed_transaction = ?, verification_id = ?, last_error = ?, updated_at = ?
@@ -116,7 +123,7 @@ public final class OrderJournal: Sendable {
     public func deliver(_ order: Order) async throws -> Order {
         var delivered = order
         delivered.state = .delivered
-        let now = Self.ms(Date())
+        let now = Self.ms(clock.now())
         try await database.transaction { db in
             try db.query("INSERT INTO deliveries (order_id, product_id, quantity, delivered_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                          [order.id, order.productIdentifier, Int64(order.quantity), now])
@@ -153,7 +160,7 @@ public final class OrderJournal: Sendable {
     /// Keeps a value for offline use (the last entitlements the server gave).
     public func cache(_ name: String, _ body: Data) async throws {
         let text = String(decoding: body, as: UTF8.self)
-        let now = Self.ms(Date())
+        let now = Self.ms(clock.now())
         _ = try await database.transaction { db in
             try db.query("""
                 INSERT INTO cache (name, body, saved_at) VALUES (?, ?, ?)

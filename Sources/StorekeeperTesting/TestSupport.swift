@@ -1,3 +1,4 @@
+import Clocks
 import AppStoreEmulator
 import AppStoreModels
 import Foundation

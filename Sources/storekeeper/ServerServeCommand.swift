@@ -1,3 +1,4 @@
+import Clocks
 import AppStoreCrypto
 import Foundation
 import HTTP
@@ -88,7 +89,7 @@ struct ServerOptions {
 
     /// Opens the database, the trust store and the server.
     /// The admin key is returned only when it was created now (to be shown once); nil when it was given or already stored.
-    func openServer(emulatorCA: String? = nil, clock: (any ServerClock)? = nil) async throws -> (PurchaseServer, String?, any SQLDatabase) {
+    func openServer(emulatorCA: String? = nil, clock: (any WallClock)? = nil) async throws -> (PurchaseServer, String?, any SQLDatabase) {
         let directory = URL(fileURLWithPath: data, isDirectory: true)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         SecretFiles.warnIfShared(directory)
@@ -167,7 +168,7 @@ struct ServerServeCommand: Command {
 
     func run() async throws {
         FileLimits.raise()
-        let clock = OffsetClock()
+        let clock = AdjustableClock()
         var follower: Task<Void, Never>?
         if options.followEmulatorClock {
             guard let url = options.appstoreURL else { throw UsageError(description: "--follow-emulator-clock needs --appstore-url") }

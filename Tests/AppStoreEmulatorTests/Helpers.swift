@@ -1,3 +1,4 @@
+import Clocks
 import AppStoreCrypto
 @testable import AppStoreEmulator
 import AppStoreModels

@@ -1,6 +1,7 @@
 import AppStoreCrypto
 @testable import AppStoreEmulator
 import AppStoreModels
+import Clocks
 import Foundation
 import HTTP
 @testable import PurchaseServer
@@ -23,6 +24,21 @@ struct PurchaseFlowTests {
         let (_, receipt2) = try await world.buy("com.example.coins", "Nada.JPYF01", quantity: 2)
         _ = try await world.upload("com.example.coins", user: "alice", receipt: receipt2)
         #expect(try await world.user("com.example.coins", "alice").balances == ["coins": 140])
+    }
+
+    @Test("Verification ids and audit ids come from the injected id source, not from UUID()")
+    func injectedIdentifiers() async throws {
+        let world = try await ServerWorld.make(.sqlite, ids: SequentialIDs(prefix: 7))
+        defer { Task { await world.stop() } }
+        let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF02")
+        let first = try await world.upload("com.example.coins", user: "alice", receipt: receipt)
+        let second = try await world.upload("com.example.coins", user: "bob", receipt: "not a receipt at all, refused before the queue")
+        let generated = SequentialIDs(prefix: 7)
+        let expected = (0..<10).map { _ in generated.nextString() }
+        let firstId = try #require(first["verificationId"] as? String)
+        let secondId = try #require(second["verificationId"] as? String)
+        #expect(expected.contains(firstId) && expected.contains(secondId) && firstId != secondId)
+        #expect(expected.firstIndex(of: firstId)! < expected.firstIndex(of: secondId)!)
     }
 
     @Test("Concurrent uploads of one receipt grant once", arguments: Engine.available)

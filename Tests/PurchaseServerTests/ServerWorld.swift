@@ -1,3 +1,4 @@
+import Clocks
 import AppStoreCrypto
 @testable import AppStoreEmulator
 import AppStoreModels
@@ -84,7 +85,8 @@ struct ServerWorld {
     static let adminKey = "sk_admin_test"
 
     static func make(_ engine: Engine, retry: VerificationEngine.RetryPolicy = .init(baseDelay: 0.01, maxDelay: 0.05, maxAge: 3600),
-                     policies: (inout ServerApp) -> Void = { _ in }, startWorker: Bool = true) async throws -> ServerWorld {
+                     policies: (inout ServerApp) -> Void = { _ in }, startWorker: Bool = true,
+                     ids: any IDGenerator = RandomIDs()) async throws -> ServerWorld {
         let clock = TestSupport.runningClock()
         let emulator = try await TestSupport.emulator(clock: clock)
         let examples = TestSupport.repositoryRoot().appendingPathComponent("examples")
@@ -99,7 +101,8 @@ struct ServerWorld {
                                              TestSupport.jwsAuthority.root, TestSupport.jwsAuthority.intermediate]),
             endpoints: .emulator(URL(string: "http://emulator")!), transport: transport, adminKey: adminKey,
             worker: .init(concurrency: 64, batchSize: 16, lease: 30, pollInterval: .milliseconds(50)), retry: retry, callTimeout: 5)
-        let server = try await PurchaseServer.open(database: try await engine.makeDatabase(), configuration: configuration, clock: EmulatorBackedClock(clock))
+        let server = try await PurchaseServer.open(database: try await engine.makeDatabase(), configuration: configuration, clock: EmulatorBackedClock(clock),
+                                                ids: ids)
         var keys: [String: String] = [:]
         let mappings = ["com.example.coins": [("Nada.JPYF01", 20), ("Nada.JPYF02", 100), ("Nada.JPYF03", 600)].map {
             ProductMapping(productId: $0.0, type: .consumable, currency: "coins", amount: Int64($0.1), price: "0.99", priceCurrency: "USD")
@@ -161,7 +164,7 @@ struct ServerWorld {
 }
 
 /// The server reads the emulator's clock, so both agree on "now" when tests move time.
-struct EmulatorBackedClock: ServerClock {
+struct EmulatorBackedClock: WallClock {
     let clock: AdjustableClock
     init(_ clock: AdjustableClock) { self.clock = clock }
     func now() -> Date { clock.now() }

@@ -43,4 +43,10 @@ struct SubscriptionRepository {
                   state.autoRenewStatus.map { $0 ? 1 : 0 }, state.expiresDate, state.expirationIntent, state.isInBillingRetry,
                   state.gracePeriodExpiresDate, state.revokedAt, state.signedDate, state.priceIncreaseStatus])
     }
+
+    /// Every original transaction id with a recorded state, for the reconciler's Transaction History pass.
+    func originalTransactionIds() throws -> [String] {
+        try db.query("SELECT original_transaction_id FROM subscriptions WHERE app_id = ? AND environment = ?", [appId, environment])
+            .compactMap { $0.string("original_transaction_id") }
+    }
 }

@@ -2,38 +2,6 @@ import Foundation
 import Locking
 import Synchronization
 
-/// Where the emulator reads "now"; injected so renewals and receipts are testable without sleeping.
-public protocol EmulatorClock: Sendable {
-    /// The current emulator time.
-    func now() -> Date
-}
-
-/// Wall-clock time shifted by a controllable offset (`time advance`, `time set`).
-public final class AdjustableClock: EmulatorClock {
-    private let offset: Locked<TimeInterval>
-    private let base: @Sendable () -> Date
-
-    /// Creates a clock over `base` (the system clock by default).
-    public init(offset: TimeInterval = 0, base: @escaping @Sendable () -> Date = { Date() }) {
-        self.offset = Locked(offset)
-        self.base = base
-    }
-
-    public func now() -> Date { base().addingTimeInterval(offset.withLock { $0 }) }
-
-    /// The current offset from the base clock in seconds.
-    public var currentOffset: TimeInterval { offset.withLock { $0 } }
-
-    /// Moves time forward (or back, with a negative interval).
-    public func advance(by interval: TimeInterval) { offset.withLock { $0 += interval } }
-
-    /// Jumps to a date.
-    public func set(to date: Date) {
-        let baseNow = base()
-        offset.withLock { $0 = date.timeIntervalSince(baseNow) }
-    }
-}
-
 /// Durations written as `90s`, `5m`, `1h30m`, `2d`, `1w`, `500ms`.
 public enum DurationText {
     /// The longest duration accepted: a century.

@@ -8,6 +8,7 @@ struct LedgerRepository {
     let db: any SQLConnection
     let appId: String
     let environment: String
+    let audit: AuditRepository
 
     /// Two processes recorded the same transaction at once (PostgreSQL): the settlement is retried,
     /// and then sees the other's row.
@@ -86,7 +87,7 @@ struct LedgerRepository {
                 try Self.adjustBalance(db, appId: appId, userId: user, currency: currency, by: amount)
                 try db.query("UPDATE ledger SET credited_currency = ?, credited_amount = ? WHERE environment = ? AND transaction_id = ?",
                              [currency, amount, environment, transactionId])
-                try PurchaseStore.audit(db, appId: appId, userId: user, kind: "balance_credited",
+                try audit.append(appId: appId, userId: user, kind: "balance_credited",
                                         detail: ["transactionId": transactionId, "currency": currency, "amount": String(amount)], now: now)
             case .cancel(let transactionId, let date, let reason, let stateDate):
                 try db.query("UPDATE ledger SET cancellation_date = ?, cancellation_reason = ?, state_date = ? WHERE environment = ? AND transaction_id = ?",
@@ -97,7 +98,7 @@ struct LedgerRepository {
             case .clawBack(let transactionId, let owner, let currency, let amount):
                 let balance = try Self.adjustBalance(db, appId: appId, userId: owner, currency: currency, by: -amount)
                 try db.query("UPDATE ledger SET clawed_back_at = ? WHERE environment = ? AND transaction_id = ?", [nowMs, environment, transactionId])
-                try PurchaseStore.audit(db, appId: appId, userId: owner, kind: "balance_clawed_back",
+                try audit.append(appId: appId, userId: owner, kind: "balance_clawed_back",
                                         detail: ["transactionId": transactionId, "currency": currency, "amount": String(amount),
                                                  "balanceAfter": String(balance)], now: now)
                 if balance < 0 {
@@ -110,7 +111,7 @@ struct LedgerRepository {
             case .restoreCredit(let transactionId, let owner, let currency, let amount):
                 let balance = try Self.adjustBalance(db, appId: appId, userId: owner, currency: currency, by: amount)
                 try db.query("UPDATE ledger SET clawed_back_at = NULL WHERE environment = ? AND transaction_id = ?", [environment, transactionId])
-                try PurchaseStore.audit(db, appId: appId, userId: owner, kind: "balance_restored",
+                try audit.append(appId: appId, userId: owner, kind: "balance_restored",
                                         detail: ["transactionId": transactionId, "currency": currency, "amount": String(amount),
                                                  "balanceAfter": String(balance)], now: now)
             case .updateExpiry(let transactionId, let expires, let stateDate):
@@ -120,7 +121,7 @@ struct LedgerRepository {
                 try db.query("UPDATE ledger SET state_date = ? WHERE environment = ? AND transaction_id = ? AND state_date < ?",
                              [stateDate, environment, transactionId, stateDate])
             case .audit(let kind, let auditUser, let detail):
-                try PurchaseStore.audit(db, appId: appId, userId: auditUser, kind: kind, detail: detail, now: now)
+                try audit.append(appId: appId, userId: auditUser, kind: kind, detail: detail, now: now)
             }
         }
     }

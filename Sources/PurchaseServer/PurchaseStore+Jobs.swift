@@ -1,0 +1,114 @@
+import AppStoreModels
+import Foundation
+import Storage
+
+extension PurchaseStore {
+    func jobs(_ db: any SQLConnection) -> JobRepository { JobRepository(db: db, dialect: database.dialect) }
+
+    /// Writes a new job durably and returns it.
+    /// A job refused by the look before storage (`rejection`) is written already rejected, with the
+    /// upload's hash and size but not its bytes, and never reaches the queue.
+    public func enqueue(appId: String, appUserId: String, kind: VerificationJob.Kind, receiptData: String, userAuthenticated: Bool = true,
+                        deliver: DeliveryHint? = nil, rejection: ReceiptRejection? = nil, now: Date) async throws -> VerificationJob {
+        var job = VerificationJob(id: ids.nextString(), appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData,
+                                  state: .pending, attempts: 0, nextAttemptAt: now, createdAt: now, updatedAt: now, userAuthenticated: userAuthenticated,
+                                  deliver: deliver)
+        if let rejection {
+            job.state = .rejected
+            job.reason = rejection.reason
+            job.settledAt = now
+        }
+        try await uploads.write(job, all: { [self] jobs in try await self.insert(jobs) })
+        if rejection != nil { job.receiptData = "" }
+        return job
+    }
+
+    /// Inserts a batch of new jobs in one transaction (group commit: uploads that arrive while a
+    /// commit is running share the next one), then wakes other processes.
+    func insert(_ jobs: [VerificationJob]) async throws {
+        try await database.transaction { db in
+            let repository = self.jobs(db)
+            for job in jobs {
+                try repository.insert(job)
+                if job.state == .rejected {
+                    try self.audit(db).append(appId: job.appId, userId: job.appUserId, kind: "verification_rejected",
+                                              detail: ["verificationId": job.id, "code": "malformed_receipt", "reason": job.reason ?? ""], now: job.createdAt)
+                }
+            }
+        }
+        if database.dialect == .postgres { await database.notify(Self.jobsChannel) }
+    }
+
+    /// One job (of one app when `appId` is given).
+    public func job(_ id: String, appId: String? = nil) async throws -> VerificationJob? {
+        try await database.transaction { db in try self.jobs(db).job(id) }.flatMap { appId == nil || $0.appId == appId ? $0 : nil }
+    }
+
+    /// How many claims may end without an outcome (the process died holding the lease) before a
+    /// job is poison: the input that killed the process three times is not run a fourth.
+    public static let maximumOpenClaims: Int64 = 3
+
+    /// Claims up to `limit` due jobs for `owner` under a lease; expired leases are taken over.
+    /// Every claim is counted until the job reaches an outcome (settled, rejected, rescheduled); a
+    /// job whose count would pass `maximumOpenClaims` goes to `dead` with reason `poison` instead,
+    /// in the same transaction, and stays there until an operator replays it.
+    public func claim(owner: String, limit: Int, lease: TimeInterval, now: Date) async throws -> [VerificationJob] {
+        try await database.transaction { db in
+            let repository = self.jobs(db)
+            var claimed: [VerificationJob] = []
+            for (job, openClaims) in try repository.claim(owner: owner, limit: limit, leaseUntil: now.addingTimeInterval(lease).milliseconds,
+                                                          now: now.milliseconds) {
+                guard openClaims > Self.maximumOpenClaims else {
+                    claimed.append(job)
+                    continue
+                }
+                try repository.bury(job.id, reason: "poison: claimed \(Self.maximumOpenClaims) times without an outcome (the server stopped while processing it)",
+                                    now: now.milliseconds)
+                try self.audit(db).append(appId: job.appId, userId: job.appUserId, kind: "verification_poisoned",
+                                          detail: ["verificationId": job.id, "attempts": String(job.attempts)], now: now)
+            }
+            return claimed
+        }
+    }
+
+    /// Puts a claimed job back for a later attempt (or into the dead-letter state past its maximum age).
+    public func reschedule(_ job: VerificationJob, owner: String, reason: String, timedOut: Bool, nextAttempt: Date, dead: Bool, now: Date) async throws {
+        let state: JobState = dead ? .dead : (timedOut ? .timedOut : .pending)
+        try await database.transaction { db in
+            try self.jobs(db).reschedule(job.id, owner: owner, state: state, reason: reason, nextAttempt: nextAttempt.milliseconds, now: now.milliseconds)
+            if dead {
+                try self.audit(db).append(appId: job.appId, userId: job.appUserId, kind: "verification_dead_lettered",
+                                          detail: ["verificationId": job.id, "reason": reason, "attempts": String(job.attempts)], now: now)
+            }
+        }
+    }
+
+    /// Settles a claimed job as rejected.
+    /// The bytes are dropped; their SHA-256 (computed here, off the upload path and outside the transaction) is kept.
+    public func reject(_ job: VerificationJob, owner: String, code: String, reason: String, environment: AppStoreEnvironment?, now: Date) async throws {
+        let hash = job.receiptSHA256
+        try await database.transaction { db in
+            guard try self.jobs(db).reject(job.id, owner: owner, reason: reason, environment: environment?.rawValue, receiptSHA256: hash,
+                                           now: now.milliseconds) else { return }
+            try self.audit(db).append(appId: job.appId, userId: job.appUserId, kind: "verification_rejected",
+                                      detail: ["verificationId": job.id, "code": code, "reason": reason], now: now)
+        }
+    }
+
+    /// Jobs in a state (all states when nil), newest first.
+    public func jobs(appId: String? = nil, state: JobState?, limit: Int) async throws -> [VerificationJob] {
+        try await database.transaction { db in try self.jobs(db).list(appId: appId, state: state, limit: limit) }
+    }
+
+    /// Counts of jobs per state.
+    public func jobCounts() async throws -> [String: Int64] {
+        try await database.transaction { db in try self.jobs(db).counts() }
+    }
+
+    /// Puts dead (or timed-out) jobs back in the queue; returns how many.
+    public func replay(ids: [String]?, now: Date) async throws -> Int {
+        let count = try await database.transaction { db in try self.jobs(db).replay(ids, now: now.milliseconds) }
+        if count > 0, database.dialect == .postgres { await database.notify(Self.jobsChannel) }
+        return count
+    }
+}

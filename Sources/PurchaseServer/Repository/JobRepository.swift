@@ -1,0 +1,135 @@
+import AppStoreModels
+import Foundation
+import Storage
+
+/// The SQL of the `verification_jobs` table: the durable queue of uploads, their leases and outcomes.
+struct JobRepository {
+    let db: any SQLConnection
+    let dialect: SQLDialect
+
+    /// A new job: pending, or (refused by the look before storage) already rejected without its bytes.
+    func insert(_ job: VerificationJob) throws {
+        let now = job.createdAt.milliseconds
+        if job.state == .rejected {
+            try db.query("""
+                INSERT INTO verification_jobs (id, app_id, app_user_id, kind, receipt_data, state, attempts, next_attempt_at, created_at, updated_at,
+                user_authenticated, receipt_size, receipt_sha256, reason, settled_at)
+                VALUES (?, ?, ?, ?, '', 'rejected', 0, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, [job.id, job.appId, job.appUserId, job.kind.rawValue, now, now, now, job.userAuthenticated,
+                      Int64(job.receiptData.utf8.count), job.receiptSHA256, job.reason, now])
+            return
+        }
+        try db.query("""
+            INSERT INTO verification_jobs (id, app_id, app_user_id, kind, receipt_data, state, attempts, next_attempt_at, created_at, updated_at,
+            user_authenticated, receipt_size, deliver_transaction_id, deliver_product_id)
+            VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?, ?, ?, ?)
+            """, [job.id, job.appId, job.appUserId, job.kind.rawValue, job.receiptData, now, now, now, job.userAuthenticated,
+                  Int64(job.receiptData.utf8.count), job.deliver?.transactionId, job.deliver?.productId])
+    }
+
+    func job(_ id: String) throws -> VerificationJob? {
+        try db.query("SELECT * FROM verification_jobs WHERE id = ?", [id]).first.map(Self.job)
+    }
+
+    /// Takes up to `limit` due jobs (and jobs whose lease expired) for `owner`, counting the claim;
+    /// returns each job with how many claims it has had without an outcome.
+    func claim(owner: String, limit: Int, leaseUntil: Int64, now: Int64) throws -> [(job: VerificationJob, openClaims: Int64)] {
+        let lock = dialect == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
+        return try db.query("""
+            UPDATE verification_jobs SET state = 'verifying', lease_owner = ?, lease_expires_at = ?, attempts = attempts + 1,
+            open_claims = open_claims + 1, updated_at = ?
+            WHERE id IN (
+                SELECT id FROM verification_jobs
+                WHERE (state IN ('pending', 'timed_out') AND next_attempt_at <= ?) OR (state = 'verifying' AND lease_expires_at <= ?)
+                ORDER BY next_attempt_at LIMIT ?\(lock))
+            RETURNING *
+            """, [owner, leaseUntil, now, now, now, limit]).map { (Self.job($0), $0.int("open_claims") ?? 0) }
+    }
+
+    /// Moves a job to `dead` whatever holds it (a poison job).
+    func bury(_ id: String, reason: String, now: Int64) throws {
+        try db.query("""
+            UPDATE verification_jobs SET state = 'dead', reason = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?, settled_at = ?
+            WHERE id = ?
+            """, [reason, now, now, id])
+    }
+
+    /// Puts a job `owner` holds back in the queue (`pending`, `timed_out`) or into `dead`.
+    func reschedule(_ id: String, owner: String, state: JobState, reason: String, nextAttempt: Int64, now: Int64) throws {
+        try db.query("""
+            UPDATE verification_jobs SET state = ?, reason = ?, next_attempt_at = ?, lease_owner = NULL, lease_expires_at = NULL,
+            open_claims = 0, updated_at = ?, settled_at = ? WHERE id = ? AND lease_owner = ? AND state = 'verifying'
+            """, [state.rawValue, reason, nextAttempt, now, state == .dead ? now : nil, id, owner])
+    }
+
+    /// Settles a job `owner` holds as rejected, dropping its bytes and keeping their hash; false when the lease was lost.
+    func reject(_ id: String, owner: String, reason: String, environment: String?, receiptSHA256: String, now: Int64) throws -> Bool {
+        try !db.query("""
+            UPDATE verification_jobs SET state = 'rejected', reason = ?, environment = ?, lease_owner = NULL, lease_expires_at = NULL,
+            open_claims = 0, receipt_data = '', receipt_sha256 = ?, updated_at = ?, settled_at = ?
+            WHERE id = ? AND lease_owner = ? AND state = 'verifying' RETURNING id
+            """, [reason, environment, receiptSHA256, now, now, id, owner]).isEmpty
+    }
+
+    /// Whether `owner` still holds the job's lease; on PostgreSQL the row stays locked until the transaction ends.
+    func holdsLease(_ id: String, owner: String) throws -> Bool {
+        try !db.query("SELECT id FROM verification_jobs WHERE id = ? AND lease_owner = ? AND state = 'verifying'" +
+                      (dialect == .postgres ? " FOR UPDATE" : ""), [id, owner]).isEmpty
+    }
+
+    /// Records a settlement's outcome (a rejected job's bytes are dropped, their hash kept).
+    func settle(_ id: String, state: JobState, reason: String?, environment: String, result: String, receiptSHA256: String?, now: Int64) throws {
+        try db.query("""
+            UPDATE verification_jobs SET state = ?, reason = ?, environment = ?, result = ?, lease_owner = NULL, lease_expires_at = NULL,
+            open_claims = 0, updated_at = ?, settled_at = ?, receipt_sha256 = COALESCE(?, receipt_sha256)\(state == .rejected ? ", receipt_data = ''" : "")
+            WHERE id = ?
+            """, [state.rawValue, reason, environment, result, now, now, state == .rejected ? receiptSHA256 : nil, id])
+    }
+
+    /// Jobs of an app (all apps when nil) in a state (all when nil), newest first.
+    func list(appId: String?, state: JobState?, limit: Int) throws -> [VerificationJob] {
+        var sql = "SELECT * FROM verification_jobs WHERE 1 = 1"
+        var parameters: [any SQLBindable] = []
+        if let appId {
+            sql += " AND app_id = ?"
+            parameters.append(appId)
+        }
+        if let state {
+            sql += " AND state = ?"
+            parameters.append(state.rawValue)
+        }
+        return try db.query(sql + " ORDER BY created_at DESC LIMIT ?", parameters + [limit]).map(Self.job)
+    }
+
+    /// How many jobs are in each state.
+    func counts() throws -> [String: Int64] {
+        var counts: [String: Int64] = [:]
+        for row in try db.query("SELECT state, COUNT(*) AS n FROM verification_jobs GROUP BY state") {
+            counts[row.string("state") ?? ""] = row.int("n") ?? 0
+        }
+        return counts
+    }
+
+    /// Puts these dead or timed-out jobs (every dead one when nil) back in the queue; returns how many.
+    func replay(_ ids: [String]?, now: Int64) throws -> Int {
+        let reset = "UPDATE verification_jobs SET state = 'pending', open_claims = 0, next_attempt_at = ?, created_at = ?, settled_at = NULL, updated_at = ?"
+        guard let ids else { return try db.query(reset + " WHERE state = 'dead' RETURNING id", [now, now, now]).count }
+        var total = 0
+        for id in ids {
+            total += try db.query(reset + " WHERE id = ? AND state IN ('dead', 'timed_out') RETURNING id", [now, now, now, id]).count
+        }
+        return total
+    }
+
+    private static func job(_ row: SQLRow) -> VerificationJob {
+        VerificationJob(id: row.string("id") ?? "", appId: row.string("app_id") ?? "", appUserId: row.string("app_user_id") ?? "",
+                        kind: VerificationJob.Kind(rawValue: row.string("kind") ?? "") ?? .purchase, receiptData: row.string("receipt_data") ?? "",
+                        state: JobState(rawValue: row.string("state") ?? "") ?? .pending, reason: row.string("reason"),
+                        environment: row.string("environment").flatMap(AppStoreEnvironment.init(rawValue:)),
+                        attempts: row.int("attempts") ?? 0, nextAttemptAt: Date(milliseconds: row.int("next_attempt_at") ?? 0),
+                        createdAt: Date(milliseconds: row.int("created_at") ?? 0), updatedAt: Date(milliseconds: row.int("updated_at") ?? 0),
+                        settledAt: row.int("settled_at").map(Date.init(milliseconds:)), result: row.string("result"),
+                        userAuthenticated: row.int("user_authenticated").map { $0 != 0 } ?? true,
+                        deliver: DeliveryHint(transactionId: row.string("deliver_transaction_id"), productId: row.string("deliver_product_id")))
+    }
+}

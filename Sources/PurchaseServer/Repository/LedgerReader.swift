@@ -1,0 +1,76 @@
+import Foundation
+import Storage
+
+/// One ledger row as the revenue report reads it.
+struct LedgerSale: Sendable, Equatable {
+    var purchaseDate: Int64
+    var productId: String
+    var currency: String?
+    var environment: String
+    var quantity: Int64
+    /// The price of one unit, as the product mapping gave it when the row was recorded.
+    var price: String?
+    var refunded: Bool
+}
+
+/// What the consumption report needs to know of one transaction.
+struct ConsumptionFacts: Sendable, Equatable {
+    var recorded: Bool
+    var cancelled: Bool
+    var creditedAmount: Int64?
+    /// The owner's balance of the credited currency now.
+    var balance: Int64?
+}
+
+/// Reads of the `ledger` and `ownership` tables across users: reports, the admin listing, the
+/// owner of a subscription. (`LedgerRepository` writes them; `UserRepository` reads one user's.)
+struct LedgerReader {
+    let db: any SQLConnection
+
+    /// The first user granted an original transaction.
+    func firstOwner(appId: String, environment: String, originalTransactionId: String) throws -> String? {
+        try db.query("""
+            SELECT app_user_id FROM ownership WHERE app_id = ? AND environment = ? AND original_transaction_id = ? ORDER BY granted_at LIMIT 1
+            """, [appId, environment, originalTransactionId]).first?.string("app_user_id")
+    }
+
+    /// Rows recorded newest first, of one app and user when given, every column as text.
+    func rows(appId: String?, appUserId: String?, limit: Int) throws -> [[String: String]] {
+        var sql = "SELECT * FROM ledger WHERE 1 = 1"
+        var parameters: [any SQLBindable] = []
+        if let appId { sql += " AND app_id = ?"; parameters.append(appId) }
+        if let appUserId { sql += " AND app_user_id = ?"; parameters.append(appUserId) }
+        return try db.query(sql + " ORDER BY recorded_at DESC LIMIT ?", parameters + [limit]).map { row in
+            var object: [String: String] = [:]
+            for (column, value) in zip(row.columns, row.values) where value != .null { object[column] = value.description }
+            return object
+        }
+    }
+
+    /// Rows purchased in [from, to) (Unix ms), of one app when given, oldest first.
+    func sales(appId: String?, from: Int64, to: Int64) throws -> [LedgerSale] {
+        var sql = "SELECT purchase_date, product_id, currency, environment, quantity, price, cancellation_date FROM ledger WHERE purchase_date >= ? AND purchase_date < ?"
+        var parameters: [any SQLBindable] = [from, to]
+        if let appId {
+            sql += " AND app_id = ?"
+            parameters.append(appId)
+        }
+        return try db.query(sql + " ORDER BY purchase_date", parameters).map { row in
+            LedgerSale(purchaseDate: row.int("purchase_date") ?? 0, productId: row.string("product_id") ?? "", currency: row.string("currency"),
+                       environment: row.string("environment") ?? "", quantity: row.int("quantity") ?? 1, price: row.string("price"),
+                       refunded: row.int("cancellation_date") != nil)
+        }
+    }
+
+    /// Whether a transaction was recorded and refunded, and for a credited consumable how much of its credit is left.
+    func consumption(appId: String, environment: String, transactionId: String) throws -> ConsumptionFacts {
+        guard let row = try db.query("SELECT * FROM ledger WHERE environment = ? AND transaction_id = ?", [environment, transactionId]).first else {
+            return ConsumptionFacts(recorded: false, cancelled: false)
+        }
+        var facts = ConsumptionFacts(recorded: true, cancelled: row.int("cancellation_date") != nil, creditedAmount: row.int("credited_amount"))
+        if let currency = row.string("credited_currency"), let user = row.string("app_user_id") {
+            facts.balance = try UserRepository(db: db, appId: appId).balance(user, currency: currency)
+        }
+        return facts
+    }
+}
