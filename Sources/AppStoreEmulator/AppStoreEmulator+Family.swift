@@ -77,8 +77,8 @@ extension AppStoreEmulator {
             }
             state.insert(copy)
             changes.transactions.insert(copy.id)
-            changes.notify(copy.productType == .autoRenewable ? "SUBSCRIBED" : "ONE_TIME_CHARGE",
-                           copy.productType == .autoRenewable ? "INITIAL_BUY" : nil, copy)
+            changes.notify(copy.productType == .autoRenewable ? .subscribed : .oneTimeCharge,
+                           copy.productType == .autoRenewable ? .initialBuy : nil, copy)
         }
     }
 
@@ -111,6 +111,6 @@ extension AppStoreEmulator {
             state.chains[chain.originalTransactionId] = chain
             changes.chains.insert(chain.originalTransactionId)
         }
-        changes.notify("REVOKE", nil, revoked)
+        changes.notify(.revoke, nil, revoked)
     }
 }

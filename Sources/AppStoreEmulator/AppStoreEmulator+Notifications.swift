@@ -18,9 +18,23 @@ public struct NotificationURLs: Codable, Sendable, Equatable {
 }
 
 /// Something that happened which Apple reports with a notification.
+/// A notification decided under the emulator's lock and signed after it (`publish`).
+struct NotificationDraft: Sendable {
+    var event: NotificationEvent
+    var uuid: String
+    var signedAt: Date
+    var createdAt: Date
+    var record: TransactionRecord?
+    var chain: SubscriptionChain?
+    var latest: TransactionRecord?
+    var status: Int64?
+    var appAppleId: Int64?
+    var bundleVersion: String?
+}
+
 struct NotificationEvent: Sendable {
-    var type: String
-    var subtype: String?
+    var type: NotificationType
+    var subtype: NotificationSubtype?
     /// The transaction it is about (nil for TEST).
     var transactionId: String?
     var bundleId: String
@@ -53,8 +67,8 @@ public struct NotificationRecord: Codable, Sendable, Equatable {
     public var notificationUUID: String
     public var bundleId: String
     public var environment: AppStoreEnvironment
-    public var notificationType: String
-    public var subtype: String?
+    public var notificationType: NotificationType
+    public var subtype: NotificationSubtype?
     public var transactionId: String?
     public var originalTransactionId: String?
     public var signedPayload: String
@@ -66,7 +80,7 @@ public struct NotificationRecord: Codable, Sendable, Equatable {
 }
 
 extension Changes {
-    mutating func notify(_ type: String, _ subtype: String? = nil, _ record: TransactionRecord) {
+    mutating func notify(_ type: NotificationType, _ subtype: NotificationSubtype? = nil, _ record: TransactionRecord) {
         notifications.append(NotificationEvent(type: type, subtype: subtype, transactionId: record.id, bundleId: record.bundleId,
                                                environment: record.environment))
     }
@@ -93,7 +107,7 @@ extension AppStoreEmulator {
     public func requestTestNotification(bundleId: String, environment: AppStoreEnvironment) async throws -> String {
         let uuid = ids.nextString()
         return try await mutate { state, changes, now in
-            changes.notifications.append(NotificationEvent(type: "TEST", subtype: nil, transactionId: nil, bundleId: bundleId,
+            changes.notifications.append(NotificationEvent(type: .test, subtype: nil, transactionId: nil, bundleId: bundleId,
                                                            environment: environment, uuid: uuid))
             return "\(uuid)_\(ReceiptDate.milliseconds(now))"
         }
@@ -112,74 +126,92 @@ extension AppStoreEmulator {
         }
     }
 
-    /// Turns the operation's events into signed notifications in the state (under the lock, so the
-    /// payload shows the state the event produced). Apps without a URL for the environment get none.
-    func recordNotifications(_ state: inout EmulatorState, _ changes: inout Changes, now: Date) {
+    /// Turns the operation's events into drafts, under the lock: each gets its id and signed date, and a
+    /// copy of everything its payload shows (the transaction, the renewal state, the status) as the event
+    /// left it. Apps without a URL for the environment get none. Signing happens after the lock (`publish`).
+    func draftNotifications(_ state: EmulatorState, _ changes: inout Changes, now: Date) -> [NotificationDraft] {
         // Signed dates carry milliseconds, as Apple's do: receivers order notifications by them, and
         // several may come out of one second (the state's `now` is whole seconds, for receipts).
         var signedAt = max(clock.now(), now)
+        var drafts: [NotificationDraft] = []
         for event in changes.notifications {
             signedAt = signedAt.addingTimeInterval(0.001)  // strictly increasing within one operation, too
-            guard state.notificationURLs[event.bundleId]?.url(for: event.environment) != nil || event.type == "TEST" else { continue }
-            let uuid = event.uuid ?? ids.nextString()
+            guard state.notificationURLs[event.bundleId]?.url(for: event.environment) != nil || event.type == .test else { continue }
             let record = event.transactionId.flatMap { state.transactions[$0] }
             let chain = record.flatMap { state.chains[$0.originalId] }
-            var json = JSONBuffer(capacity: 4096)
-            do {
-                let transactionJWS = try record.map { try self.signedTransaction(for: $0, signedAt: signedAt) }
-                var renewalJWS: String?
-                if let chain, let latest = state.transactions[chain.latestTransactionId] {
-                    renewalJWS = try signedRenewalInfo(chain, latest: latest, signedAt: signedAt)
-                }
-                let app = state.apps[event.bundleId]
-                var status: Int64?
-                if let chain, let latest = state.transactions[chain.latestTransactionId] {
-                    status = Int64(AppStoreEmulator.subscriptionStatus(chain, latest: latest, now: now))
-                }
-                json.object { json in
-                    json.field("notificationType", event.type)
-                    json.field("subtype", event.subtype)
-                    json.field("notificationUUID", uuid)
-                    if let summary = event.summary {
-                        json.key("summary")
-                        json.object { json in
-                            json.field("environment", event.environment == .production ? "Production" : "Sandbox")
-                            if event.environment == .production, let app { json.field("appAppleId", app.appAppleId) }
-                            json.field("bundleId", event.bundleId)
-                            json.field("productId", summary.productId)
-                            json.field("requestIdentifier", summary.requestIdentifier)
-                            json.key("storefrontCountryCodes")
-                            json.array(summary.storefrontCountryCodes) { json, code in json.string(code) }
-                            json.field("succeededCount", Int64(summary.succeededCount))
-                            json.field("failedCount", Int64(summary.failedCount))
-                        }
-                    } else {
-                    json.key("data")
-                    json.object { json in
-                        if event.environment == .production, let app { json.field("appAppleId", app.appAppleId) }
-                        json.field("bundleId", event.bundleId)
-                        json.field("bundleVersion", app?.version)
-                        json.field("environment", event.environment == .production ? "Production" : "Sandbox")
-                        json.field("signedTransactionInfo", transactionJWS)
-                        json.field("signedRenewalInfo", renewalJWS)
-                        if let status { json.field("status", status) }
-                        json.field("consumptionRequestReason", event.consumptionRequestReason)
-                    }
-                    }
-                    json.field("version", "2.0")
-                    json.field("signedDate", ReceiptDate.milliseconds(signedAt))
-                }
-                let payload = try JWS.sign(payload: json.bytes, key: jwsAuthority.leafKey, chain: jwsAuthority.chain)
-                state.notifications[uuid] = NotificationRecord(
-                    notificationUUID: uuid, bundleId: event.bundleId, environment: event.environment, notificationType: event.type,
-                    subtype: event.subtype, transactionId: record?.id, originalTransactionId: record?.originalId, signedPayload: payload,
-                    createdAt: now, attempts: [], nextAttemptAt: now, delivered: false)
-                changes.notificationIds.insert(uuid)
-            } catch {
-                continue  // signing with our own key does not fail; a notification is never worth failing the purchase
-            }
+            let latest = chain.flatMap { state.transactions[$0.latestTransactionId] }
+            let app = state.apps[event.bundleId]
+            drafts.append(NotificationDraft(event: event, uuid: event.uuid ?? ids.nextString(), signedAt: signedAt, createdAt: now, record: record,
+                                            chain: latest == nil ? nil : chain, latest: latest,
+                                            status: chain.flatMap { chain in latest.map { Int64(AppStoreEmulator.subscriptionStatus(chain, latest: $0, now: now)) } },
+                                            appAppleId: app?.appAppleId, bundleVersion: app?.version))
         }
         changes.notifications = []
+        return drafts
+    }
+
+    /// Signs drafts outside the lock (three ECDSA signatures each), then stores and persists them in one
+    /// short critical section: the outbox between an operation and the notifications it causes.
+    func publish(_ drafts: [NotificationDraft]) async throws {
+        let records = drafts.compactMap { try? sign($0) }  // signing with our own key does not fail; never worth failing the operation
+        let store = self.store
+        let pending = state.withLock { state -> Task<Void, any Error> in
+            var changes = Changes()
+            for record in records {
+                state.notifications[record.notificationUUID] = record
+                changes.notificationIds.insert(record.notificationUUID)
+            }
+            let writes = AppStoreEmulator.writes(for: changes, in: state)
+            return persistLock.enqueue { try await store.apply(writes) }
+        }
+        try await pending.value
+    }
+
+    private func sign(_ draft: NotificationDraft) throws -> NotificationRecord {
+        let event = draft.event
+        let transactionJWS = try draft.record.map { try self.signedTransaction(for: $0, signedAt: draft.signedAt) }
+        var renewalJWS: String?
+        if let chain = draft.chain, let latest = draft.latest {
+            renewalJWS = try signedRenewalInfo(chain, latest: latest, signedAt: draft.signedAt)
+        }
+        var json = JSONBuffer(capacity: 4096)
+        json.object { json in
+            json.field("notificationType", event.type.rawValue)
+            json.field("subtype", event.subtype?.rawValue)
+            json.field("notificationUUID", draft.uuid)
+            if let summary = event.summary {
+                json.key("summary")
+                json.object { json in
+                    json.field("environment", event.environment == .production ? "Production" : "Sandbox")
+                    if event.environment == .production, let appAppleId = draft.appAppleId { json.field("appAppleId", appAppleId) }
+                    json.field("bundleId", event.bundleId)
+                    json.field("productId", summary.productId)
+                    json.field("requestIdentifier", summary.requestIdentifier)
+                    json.key("storefrontCountryCodes")
+                    json.array(summary.storefrontCountryCodes) { json, code in json.string(code) }
+                    json.field("succeededCount", Int64(summary.succeededCount))
+                    json.field("failedCount", Int64(summary.failedCount))
+                }
+            } else {
+                json.key("data")
+                json.object { json in
+                    if event.environment == .production, let appAppleId = draft.appAppleId { json.field("appAppleId", appAppleId) }
+                    json.field("bundleId", event.bundleId)
+                    json.field("bundleVersion", draft.bundleVersion)
+                    json.field("environment", event.environment == .production ? "Production" : "Sandbox")
+                    json.field("signedTransactionInfo", transactionJWS)
+                    json.field("signedRenewalInfo", renewalJWS)
+                    if let status = draft.status { json.field("status", status) }
+                    json.field("consumptionRequestReason", event.consumptionRequestReason)
+                }
+            }
+            json.field("version", "2.0")
+            json.field("signedDate", ReceiptDate.milliseconds(draft.signedAt))
+        }
+        let payload = try JWS.sign(payload: json.bytes, key: jwsAuthority.leafKey, chain: jwsAuthority.chain)
+        return NotificationRecord(notificationUUID: draft.uuid, bundleId: event.bundleId, environment: event.environment, notificationType: event.type,
+                                  subtype: event.subtype, transactionId: draft.record?.id, originalTransactionId: draft.record?.originalId,
+                                  signedPayload: payload, createdAt: draft.createdAt, attempts: [], nextAttemptAt: draft.createdAt, delivered: false)
     }
 
     /// Delivers due notifications until cancelled: POSTs `{"signedPayload"}` to the app's URL; 200–206

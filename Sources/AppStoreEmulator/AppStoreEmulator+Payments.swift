@@ -158,7 +158,7 @@ extension AppStoreEmulator {
             }
             state.insert(record)
             changes.transactions.insert(record.id)
-            if record.state == .purchased, product.type != .autoRenewable { changes.notify("ONE_TIME_CHARGE", nil, record) }
+            if record.state == .purchased, product.type != .autoRenewable { changes.notify(.oneTimeCharge, nil, record) }
             if record.state == .purchased { AppStoreEmulator.shareWithFamily(&state, &changes, record, now: now) }
             return record
         }
@@ -205,8 +205,8 @@ extension AppStoreEmulator {
             record.price = price
         }
         // An offer redeemed on an active subscription is OFFER_REDEEMED (on a lapsed one Apple reports SUBSCRIBED).
-        if let index = changes.notifications.lastIndex(where: { $0.transactionId == record.id && $0.type == "DID_CHANGE_RENEWAL_PREF" }) {
-            changes.notifications[index].type = "OFFER_REDEEMED"
+        if let index = changes.notifications.lastIndex(where: { $0.transactionId == record.id && $0.type == .didChangeRenewalPref }) {
+            changes.notifications[index].type = .offerRedeemed
         }
     }
 
@@ -233,7 +233,7 @@ extension AppStoreEmulator {
                 chain.expirationIntent = nil
                 state.chains[chain.originalTransactionId] = chain
                 changes.chains.insert(chain.originalTransactionId)
-                if downgrade { changes.notify("DID_CHANGE_RENEWAL_PREF", "DOWNGRADE", latest) }
+                if downgrade { changes.notify(.didChangeRenewalPref, .downgrade, latest) }
                 var redelivery = latest
                 redelivery.id = state.nextTransactionId(record.environment)
                 redelivery.isRedelivery = true
@@ -259,7 +259,7 @@ extension AppStoreEmulator {
             chain.latestTransactionId = record.id
             state.chains[chain.originalTransactionId] = chain
             changes.chains.insert(chain.originalTransactionId)
-            changes.notify("DID_CHANGE_RENEWAL_PREF", "UPGRADE", record)
+            changes.notify(.didChangeRenewalPref, .upgrade, record)
             return nil
         }
         // A new subscription, or a resubscription after lapse in the same group (same original id).
@@ -294,7 +294,7 @@ extension AppStoreEmulator {
             chain.expiryNotified = nil
             state.chains[chain.originalTransactionId] = chain
             changes.chains.insert(chain.originalTransactionId)
-            changes.notify("SUBSCRIBED", "RESUBSCRIBE", record)
+            changes.notify(.subscribed, .resubscribe, record)
         } else {
             let chain = SubscriptionChain(originalTransactionId: record.id, bundleId: record.bundleId, accountEmail: account.email,
                                           deviceId: record.deviceId, environment: record.environment, productId: product.productId,
@@ -303,7 +303,7 @@ extension AppStoreEmulator {
                                           latestTransactionId: record.id)
             state.chains[record.id] = chain
             changes.chains.insert(record.id)
-            changes.notify("SUBSCRIBED", "INITIAL_BUY", record)
+            changes.notify(.subscribed, .initialBuy, record)
         }
         return nil
     }
@@ -387,7 +387,7 @@ extension AppStoreEmulator {
             }
             state.transactions[transactionId] = record
             changes.transactions.insert(transactionId)
-            if record.state == .purchased, record.productType != .autoRenewable { changes.notify("ONE_TIME_CHARGE", nil, record) }
+            if record.state == .purchased, record.productType != .autoRenewable { changes.notify(.oneTimeCharge, nil, record) }
             if record.state == .purchased { AppStoreEmulator.shareWithFamily(&state, &changes, record, now: now) }
             return record
         }
@@ -403,7 +403,7 @@ extension AppStoreEmulator {
             record.cancellationReason = reason
             state.transactions[transactionId] = record
             changes.transactions.insert(transactionId)
-            changes.notify("REFUND", nil, record)
+            changes.notify(.refund, nil, record)
             AppStoreEmulator.revokeFamilyCopies(&state, &changes, of: record, now: now)
             if var chain = state.chains[record.originalId], chain.latestTransactionId == record.id {
                 chain.autoRenewEnabled = false
@@ -424,7 +424,7 @@ extension AppStoreEmulator {
             guard let record = state.transactions[transactionId], record.state == .purchased, record.cancellationDate == nil else {
                 throw StoreError.notFound("Purchased transaction \(transactionId)")
             }
-            changes.notifications.append(NotificationEvent(type: "CONSUMPTION_REQUEST", subtype: nil, transactionId: record.id, bundleId: record.bundleId,
+            changes.notifications.append(NotificationEvent(type: .consumptionRequest, subtype: nil, transactionId: record.id, bundleId: record.bundleId,
                                                            environment: record.environment, consumptionRequestReason: reason))
             return record
         }
@@ -436,7 +436,7 @@ extension AppStoreEmulator {
             guard let record = state.transactions[transactionId], record.state == .purchased else {
                 throw StoreError.notFound("Purchased transaction \(transactionId)")
             }
-            changes.notify("REFUND_DECLINED", nil, record)
+            changes.notify(.refundDeclined, nil, record)
             return record
         }
     }
@@ -469,7 +469,7 @@ extension AppStoreEmulator {
             }
             AppStoreEmulator.apply(offer, to: &record, changes: &changes, rate: account.renewalRate, now: now, offerType: 3)
             if active, let index = changes.notifications.lastIndex(where: { $0.transactionId == record.id }) {
-                changes.notifications[index].type = "OFFER_REDEEMED"
+                changes.notifications[index].type = .offerRedeemed
             }
             state.insert(record)
             changes.transactions.insert(record.id)

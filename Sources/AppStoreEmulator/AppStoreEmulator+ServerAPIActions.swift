@@ -177,7 +177,7 @@ extension AppStoreEmulator {
         chain.extensions = recent + [now]
         state.chains[originalTransactionId] = chain
         changes.chains.insert(originalTransactionId)
-        changes.notify("RENEWAL_EXTENDED", nil, latest)
+        changes.notify(.renewalExtended, nil, latest)
         return .success((latest.webOrderLineItemId.map(String.init), latest.expiresDate!))
     }
 
@@ -204,7 +204,7 @@ extension AppStoreEmulator {
                     requestIdentifier: request, productId: product, bundleId: bundleId, environment: environment, complete: true,
                     completeDate: now, succeededCount: succeeded, failedCount: failed)
                 changes.settings = true
-                var summary = NotificationEvent(type: "RENEWAL_EXTENSION", subtype: "SUMMARY", transactionId: nil, bundleId: bundleId, environment: environment)
+                var summary = NotificationEvent(type: .renewalExtension, subtype: .summary, transactionId: nil, bundleId: bundleId, environment: environment)
                 summary.summary = NotificationSummary(productId: product, requestIdentifier: request, storefrontCountryCodes: storefronts ?? [],
                                                       succeededCount: succeeded, failedCount: failed)
                 changes.notifications.append(summary)

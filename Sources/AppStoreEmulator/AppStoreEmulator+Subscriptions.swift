@@ -22,92 +22,44 @@ extension AppStoreEmulator {
             guard var latest = state.transactions[chain.latestTransactionId], let account = state.accounts[chain.accountEmail.lowercased()] else { continue }
             var changed = false
             while chain.autoRenewEnabled, let expires = latest.expiresDate, expires <= now {
-                if account.deleted {
-                    chain.autoRenewEnabled = false
-                    chain.expirationIntent = 5
-                    changed = true
-                    break
-                }
-                if chain.environment == .sandbox && chain.renewals >= state.quirks.sandboxMaxRenewals {
-                    chain.autoRenewEnabled = false
-                    chain.expirationIntent = 1
-                    changed = true
-                    break
-                }
-                if chain.billingIssue == true {
-                    // The charge fails: billing retry (up to 60 days, scaled like every period), with grace if the app offers it.
-                    if chain.billingRetryStart == nil {
-                        chain.billingRetryStart = expires
-                        chain.expirationIntent = 2
-                        chain.graceExpiryNotified = nil
-                        if let days = state.gracePeriodDays[chain.bundleId] {
-                            chain.gracePeriodEnd = expires.addingTimeInterval(Self.scaledDays(days, rate: account.renewalRate))
+                let facts = SubscriptionLifecycle.Facts(
+                    latestExpires: expires, accountDeleted: account.deleted, renewalRate: account.renewalRate,
+                    renewalLimitReached: chain.environment == .sandbox && chain.renewals >= state.quirks.sandboxMaxRenewals,
+                    gracePeriodDays: state.gracePeriodDays[chain.bundleId], renewalProduct: state.product(chain.bundleId, chain.autoRenewProductId))
+                let (next, actions) = SubscriptionLifecycle.periodEnded(chain, facts, now: now)
+                changed = changed || next != chain || !actions.isEmpty
+                chain = next
+                var renewed = false
+                for action in actions {
+                    switch action {
+                    case .notify(let type, let subtype):
+                        changes.notify(type, subtype, latest)
+                    case .renew(let productId, let start, let end, let isIntro, let priceAmount):
+                        guard let product = state.product(chain.bundleId, productId) else { continue }
+                        let id = state.nextTransactionId(chain.environment)
+                        var renewal = TransactionRecord(
+                            id: id, originalId: originalId, bundleId: chain.bundleId, productId: productId, productType: .autoRenewable,
+                            accountEmail: chain.accountEmail, deviceId: chain.deviceId, environment: chain.environment, quantity: 1,
+                            purchaseDate: start, originalPurchaseDate: latest.originalPurchaseDate, expiresDate: end,
+                            webOrderLineItemId: state.nextWebOrderLineItemId(chain.environment), isTrialPeriod: false,
+                            isInIntroOfferPeriod: isIntro, cancellationDate: nil, cancellationReason: nil, isUpgraded: false,
+                            state: .purchased, finished: false, error: nil, applicationUsername: latest.applicationUsername,
+                            isRedelivery: false, isRenewal: true, price: product.price(for: account.storefront),
+                            subscriptionGroupId: product.subscriptionGroupId)
+                        if let priceAmount, var price = renewal.price {
+                            price.amount = priceAmount  // the consented price from this renewal on
+                            renewal.price = price
                         }
-                        changes.notify("DID_FAIL_TO_RENEW", chain.gracePeriodEnd == nil ? nil : "GRACE_PERIOD", latest)
-                        changed = true
+                        state.insert(renewal)
+                        changes.transactions.insert(id)
+                        changes.notify(.didRenew, nil, renewal)
+                        AppStoreEmulator.renewFamilyCopies(&state, &changes, purchaserOriginalId: originalId, renewal: renewal)
+                        chain.latestTransactionId = id
+                        latest = renewal
+                        renewed = true
                     }
-                    if let end = chain.gracePeriodEnd, end <= now, chain.graceExpiryNotified != true {
-                        chain.graceExpiryNotified = true
-                        changes.notify("GRACE_PERIOD_EXPIRED", nil, latest)
-                        changed = true
-                    }
-                    if let start = chain.billingRetryStart, now >= start.addingTimeInterval(Self.scaledDays(60, rate: account.renewalRate)) {
-                        chain.autoRenewEnabled = false  // retry ends: the expiry pass below sends EXPIRED / BILLING_RETRY
-                        chain.billingRetryStart = nil
-                        chain.gracePeriodEnd = nil
-                        changed = true
-                    }
-                    break
                 }
-                if chain.priceIncreaseAmount != nil, chain.priceIncreaseConsented != true {
-                    // The customer never agreed to the higher price: the subscription lapses (EXPIRED / PRICE_INCREASE).
-                    chain.autoRenewEnabled = false
-                    chain.expirationIntent = 3
-                    chain.priceIncreaseAmount = nil
-                    changed = true
-                    break
-                }
-                guard let product = state.product(chain.bundleId, chain.autoRenewProductId), product.type == .autoRenewable,
-                      let period = product.period else {
-                    chain.autoRenewEnabled = false
-                    chain.expirationIntent = 4
-                    changed = true
-                    break
-                }
-                var isIntro = false
-                var renewalPeriod = period
-                if chain.introPeriodsRemaining > 0, let offer = product.introductoryOffer, offer.paymentMode == .payAsYouGo {
-                    isIntro = true
-                    renewalPeriod = offer.period
-                    chain.introPeriodsRemaining -= 1
-                }
-                let id = state.nextTransactionId(chain.environment)
-                let renewal = TransactionRecord(
-                    id: id, originalId: originalId, bundleId: chain.bundleId, productId: product.productId, productType: .autoRenewable,
-                    accountEmail: chain.accountEmail, deviceId: chain.deviceId, environment: chain.environment, quantity: 1,
-                    purchaseDate: expires, originalPurchaseDate: latest.originalPurchaseDate,
-                    expiresDate: AppStoreEmulator.periodEnd(from: expires, period: renewalPeriod, rate: account.renewalRate),
-                    webOrderLineItemId: state.nextWebOrderLineItemId(chain.environment), isTrialPeriod: false,
-                    isInIntroOfferPeriod: isIntro, cancellationDate: nil, cancellationReason: nil, isUpgraded: false,
-                    state: .purchased, finished: false, error: nil, applicationUsername: latest.applicationUsername,
-                    isRedelivery: false, isRenewal: true, price: product.price(for: account.storefront),
-                    subscriptionGroupId: product.subscriptionGroupId)
-                var charged = renewal
-                if let amount = chain.priceIncreaseAmount, var price = charged.price {
-                    price.amount = amount  // the consented price from this renewal on
-                    charged.price = price
-                    chain.priceIncreaseAmount = nil
-                    chain.priceIncreaseConsented = nil
-                }
-                state.insert(charged)
-                changes.transactions.insert(id)
-                changes.notify("DID_RENEW", nil, charged)
-                AppStoreEmulator.renewFamilyCopies(&state, &changes, purchaserOriginalId: originalId, renewal: charged)
-                chain.renewals += 1
-                chain.productId = product.productId
-                chain.latestTransactionId = id
-                latest = renewal
-                changed = true
+                if !renewed { break }
             }
             if changed {
                 state.chains[originalId] = chain
@@ -128,14 +80,7 @@ extension AppStoreEmulator {
             chain.expiryNotified = true
             state.chains[originalId] = chain
             changes.chains.insert(originalId)
-            let subtype: String? = switch chain.expirationIntent {
-            case 1: "VOLUNTARY"
-            case 2: "BILLING_RETRY"
-            case 3: "PRICE_INCREASE"
-            case 4: "PRODUCT_NOT_FOR_SALE"
-            default: nil
-            }
-            changes.notify("EXPIRED", subtype, latest)
+            changes.notify(.expired, SubscriptionLifecycle.expiredSubtype(intent: chain.expirationIntent), latest)
         }
     }
 
@@ -158,14 +103,10 @@ extension AppStoreEmulator {
             chain.renewals += 1
             state.chains[memberOriginalId] = chain
             changes.chains.insert(memberOriginalId)
-            changes.notify("DID_RENEW", nil, copy)
+            changes.notify(.didRenew, nil, copy)
         }
     }
 
-    /// `days` of real time at the account's renewal rate (a 30-day month lasts what a monthly period lasts).
-    static func scaledDays(_ days: Int, rate: RenewalRate) -> TimeInterval {
-        rate.acceleratedSeconds(for: .oneMonth).map { Double($0) * Double(days) / 30 } ?? Double(days) * 86_400
-    }
 
     /// Turns a subscription's billing problem on (renewals fail into billing retry) or off (SKTestSession's
     /// "resolve issue": a subscription in retry recovers at once with a new period, DID_RENEW / BILLING_RECOVERY).
@@ -197,7 +138,7 @@ extension AppStoreEmulator {
                 chain.latestTransactionId = id
                 chain.renewals += 1
                 chain.expirationIntent = nil
-                changes.notify("DID_RENEW", "BILLING_RECOVERY", recovered)
+                changes.notify(.didRenew, .billingRecovery, recovered)
             }
             if !failing {
                 chain.billingRetryStart = nil
@@ -221,12 +162,12 @@ extension AppStoreEmulator {
                     throw StoreError(.conflict, "no_price_increase", "Subscription \(originalTransactionId) has no price increase to consent to.")
                 }
                 chain.priceIncreaseConsented = true
-                changes.notify("PRICE_INCREASE", "ACCEPTED", latest)
+                changes.notify(.priceIncrease, .accepted, latest)
             } else {
                 guard let amount, Decimal(string: amount) != nil else { throw StoreError.invalid("The new price is a decimal amount, e.g. 5.99.") }
                 chain.priceIncreaseAmount = amount
                 chain.priceIncreaseConsented = false
-                changes.notify("PRICE_INCREASE", "PENDING", latest)
+                changes.notify(.priceIncrease, .pending, latest)
             }
             state.chains[originalTransactionId] = chain
             changes.chains.insert(originalTransactionId)
@@ -274,7 +215,7 @@ extension AppStoreEmulator {
             record.cancellationReason = nil
             state.transactions[transactionId] = record
             changes.transactions.insert(transactionId)
-            changes.notify("REFUND_REVERSED", nil, record)
+            changes.notify(.refundReversed, nil, record)
             return record
         }
     }
@@ -299,7 +240,7 @@ extension AppStoreEmulator {
             state.chains[originalTransactionId] = chain
             changes.chains.insert(originalTransactionId)
             if changed, let latest = state.transactions[chain.latestTransactionId] {
-                changes.notify("DID_CHANGE_RENEWAL_STATUS", enabled ? "AUTO_RENEW_ENABLED" : "AUTO_RENEW_DISABLED", latest)
+                changes.notify(.didChangeRenewalStatus, enabled ? .autoRenewEnabled : .autoRenewDisabled, latest)
             }
             return chain
         }

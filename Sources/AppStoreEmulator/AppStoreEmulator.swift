@@ -10,6 +10,8 @@ import Synchronization
 ///
 /// State lives in memory behind one lock; every operation runs synchronously under it and yields
 /// the documents it changed, which are then written to the store before the caller gets its answer.
+/// The notifications an operation causes are drafted under the lock and signed after it (an outbox:
+/// `draftNotifications`, `publish`), so ECDSA signing never holds other operations up.
 public final class AppStoreEmulator: Sendable {
     let state: Locked<EmulatorState>
     let store: any DocumentStore
@@ -103,16 +105,18 @@ public final class AppStoreEmulator: Sendable {
         // The App Store records whole seconds (receipts store RFC 3339 dates without fractions).
         let now = Date(timeIntervalSince1970: clock.now().timeIntervalSince1970.rounded(.down))
         let store = self.store
-        let (result, pending): (T, Task<Void, any Error>?) = try state.withLock { state in
+        let (result, drafts, pending): (T, [NotificationDraft], Task<Void, any Error>?) = try state.withLock { state in
             var changes = Changes()
             renewSubscriptions(&state, &changes, now: now)
             let result = try body(&state, &changes, now)
-            if !changes.notifications.isEmpty { recordNotifications(&state, &changes, now: now) }
+            let drafts = changes.notifications.isEmpty ? [] : draftNotifications(state, &changes, now: now)
             let writes = AppStoreEmulator.writes(for: changes, in: state)
             // Enqueued under the lock so batches reach the store in the order the operations ran.
-            return (result, writes.isEmpty ? nil : persistLock.enqueue { try await store.apply(writes) })
+            return (result, drafts, writes.isEmpty ? nil : persistLock.enqueue { try await store.apply(writes) })
         }
         try await pending?.value
+        // The notifications this operation caused are signed outside the lock and stored before it returns.
+        if !drafts.isEmpty { try await publish(drafts) }
         return result
     }
 

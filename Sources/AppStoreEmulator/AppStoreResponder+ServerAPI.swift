@@ -126,7 +126,7 @@ extension AppStoreResponder {
             await serverAPI(request, emulator, rate: 1) { bundle, environment in
                 let uuid = String((request.parameters["token"] ?? "").split(separator: "_").first ?? "")
                 guard let record = try await emulator.notification(uuid), record.bundleId == bundle, record.environment == environment,
-                      record.notificationType == "TEST" else {
+                      record.notificationType == .test else {
                     throw ServerAPIError(404, 4_040_008, "Test notification not found.")
                 }
                 var body = notificationHistoryItem(record)
@@ -155,7 +155,7 @@ extension AppStoreResponder {
                                                                  from: ReceiptDate.date(milliseconds: start),
                                                                  to: ReceiptDate.date(milliseconds: min(end, now.addingReportingOverflow(1).overflow ? now : now + 1)))
                 let matching = all.filter { record in
-                    (type == nil || record.notificationType == type) && (subtype == nil || record.subtype == subtype)
+                    (type == nil || record.notificationType.rawValue == type) && (subtype == nil || record.subtype?.rawValue == subtype)
                         && (transactionId == nil || record.transactionId == transactionId || record.originalTransactionId == transactionId)
                         && (!onlyFailures || !record.delivered)
                 }

@@ -1,5 +1,6 @@
 import AppStoreCrypto
 import AppStoreModels
+import Clocks
 import Foundation
 import HTTPClient
 import Storage
@@ -30,7 +31,9 @@ extension PurchaseServer {
     /// One App Store Server API call for `app`, with a fresh ES256 bearer token (5 minutes) from its key.
     func serverAPICall(app: ServerApp, credentials: ServerAPICredentials, key: PrivateKey, client: HTTPClient, method: String, path: String,
                        environment: AppStoreEnvironment, query: String = "", body: [UInt8] = []) async throws -> HTTPClientResponse {
-        let now = Int64(clock.now().timeIntervalSince1970)
+        // The token's iat and exp are judged by Apple's own clock, so they come from the system clock, not
+        // the server's (which may follow an emulator whose time was moved by days).
+        let now = Int64(SystemClock().now().timeIntervalSince1970)
         var claims = JSONBuffer(capacity: 200)
         claims.object { json in
             json.field("iss", credentials.issuerId)

@@ -38,6 +38,8 @@ struct ModelTests {
     enum Step: CustomStringConvertible {
         case buy(user: Int, product: Int)
         case refund(pick: Int)
+        case refundRequest(pick: Int, granted: Bool)
+        case restoreOnNewDevice(user: Int)
         case reverseRefund(pick: Int)
         case advance(seconds: Int)
         case autoRenew(enabled: Bool)
@@ -52,6 +54,8 @@ struct ModelTests {
             switch self {
             case .buy(let user, let product): return "u\(user + 1) buys \(ModelTests.products[product].id)"
             case .refund(let pick): return "refund purchase #\(pick)"
+            case .refundRequest(let pick, let granted): return "refund requested for #\(pick), \(granted ? "granted" : "declined")"
+            case .restoreOnNewDevice(let user): return "u\(user + 1) restores on a new device"
             case .reverseRefund(let pick): return "reverse refund #\(pick)"
             case .advance(let seconds): return "advance \(seconds) s"
             case .autoRenew(let enabled): return "auto-renew \(enabled ? "on" : "off")"
@@ -83,6 +87,8 @@ struct ModelTests {
         Product(bundle: "com.example.coins", id: "Nada.JPYF02", kind: .consumable),
         Product(bundle: "com.example.football", id: "ProtectiveGloves", kind: .nonConsumable),
         Product(bundle: "com.example.magazine", id: "com.example.magazine.monthly", kind: .autoRenewable),
+        // The same subscription group: buying it while subscribed monthly is a crossgrade in the same chain.
+        Product(bundle: "com.example.magazine", id: "com.example.magazine.yearly", kind: .autoRenewable),
     ]
     static let bundles = ["com.example.coins", "com.example.football", "com.example.magazine"]
 
@@ -91,9 +97,11 @@ struct ModelTests {
         var steps: [(Step, Delivery)] = [(.buy(user: 0, product: 2), .inOrder)]
         for _ in 0..<(4 + random.below(7)) {
             let step: Step
-            switch random.below(20) {
-            case 0...4: step = .buy(user: random.below(2), product: random.below(3))
-            case 5, 6: step = .refund(pick: random.below(8))
+            switch random.below(22) {
+            case 0...4: step = .buy(user: random.below(2), product: random.below(ModelTests.products.count))
+            case 5: step = .refund(pick: random.below(8))
+            case 6: step = .refundRequest(pick: random.below(8), granted: random.below(2) == 0)
+            case 20: step = .restoreOnNewDevice(user: random.below(2))
             case 7: step = .reverseRefund(pick: random.below(8))
             case 8, 9: step = .advance(seconds: 20 + random.below(300))
             case 10: step = .autoRenew(enabled: random.below(2) == 0)
@@ -194,14 +202,16 @@ struct ModelTests {
             missed = false
         }
 
-        func upload(_ bundle: String, user index: Int, naming record: TransactionRecord?) async throws {
-            guard let receipt = try await world.emulator.appReceipt(bundleId: bundle, deviceId: devices[index], refresh: true)?.base64EncodedString() else { return }
+        func upload(_ bundle: String, user index: Int, naming record: TransactionRecord?, device: String? = nil, restore: Bool = false) async throws {
+            guard let receipt = try await world.emulator.appReceipt(bundleId: bundle, deviceId: device ?? devices[index], refresh: true)?
+                .base64EncodedString() else { return }
             var body: [String: Any] = ["appUserId": user(index), "receiptData": receipt]
             if let record {
                 body["transactionId"] = record.id
                 body["productId"] = record.productId
             }
-            let (status, answer) = try await world.client.json(.post, "/v1/receipts?wait=10", json: body,
+            let path = restore ? "/v1/users/\(user(index))/restore?wait=10" : "/v1/receipts?wait=10"
+            let (status, answer) = try await world.client.json(.post, path, json: body,
                                                                 headers: ["Authorization": "Bearer \(world.keys[bundle]!)"])
             precondition(status == 200, "upload answered \(status): \(answer)")
         }
@@ -221,6 +231,15 @@ struct ModelTests {
             case .refund(let pick):
                 guard !purchases.isEmpty else { return }
                 _ = try? await world.emulator.refund(transactionId: purchases[pick % purchases.count].record.id)
+            case .refundRequest(let pick, let granted):
+                guard !purchases.isEmpty else { return }
+                let id = purchases[pick % purchases.count].record.id
+                guard (try? await world.emulator.requestRefund(transactionId: id, reason: "UNINTENDED_PURCHASE")) != nil else { return }
+                _ = granted ? try? await world.emulator.refund(transactionId: id) : try? await world.emulator.declineRefund(transactionId: id)
+            case .restoreOnNewDevice(let index):
+                // The same Apple ID on a device the server has never seen: restoring must change nothing.
+                let device = try await world.emulator.signIn(deviceId: nil, email: emails[index]).id
+                for bundle in ModelTests.bundles { try await upload(bundle, user: index, naming: nil, device: device, restore: true) }
             case .reverseRefund(let pick):
                 guard !purchases.isEmpty else { return }
                 _ = try? await world.emulator.reverseRefund(transactionId: purchases[pick % purchases.count].record.id)
@@ -251,7 +270,7 @@ struct ModelTests {
         }
 
         /// The truth from the emulator's Server API, per user: coins, gloves, magazine.
-        func truth() async throws -> [String: (coins: Int64, gloves: Bool, magazine: Bool)] {
+        func truth() async throws -> [String: (coins: Int64, gloves: Bool, magazine: Bool, magazineExpires: Int64?)] {
             var revoked: Set<String> = []
             for purchase in purchases {
                 guard let history = try? await world.emulator.serverAPIHistory(bundleId: purchase.bundle, environment: .sandbox,
@@ -261,18 +280,24 @@ struct ModelTests {
                     if payload["revocationDate"]?.int64 != nil, let id = payload["transactionId"]?.text { revoked.insert(id) }
                 }
             }
-            var truth: [String: (coins: Int64, gloves: Bool, magazine: Bool)] = [:]
+            var truth: [String: (coins: Int64, gloves: Bool, magazine: Bool, magazineExpires: Int64?)] = [:]
             for index in 0..<2 {
                 let mine = purchases.filter { $0.user == index }
                 let coins = Int64(mine.filter { $0.record.productType == .consumable && !revoked.contains($0.record.id) }.count) * 100
                 let gloves = mine.contains { $0.record.productType == .nonConsumable && !revoked.contains($0.record.id) }
                 var magazine = false
+                var expires: Int64?
                 if let subscription = mine.first(where: { $0.record.productType == .autoRenewable }) {
                     let statuses = try await world.emulator.serverAPISubscriptionStatuses(bundleId: subscription.bundle, environment: .sandbox,
                                                                                          transactionId: subscription.record.id, statuses: [])
-                    magazine = statuses.groups.flatMap(\.last).contains { $0.originalTransactionId == subscription.record.originalId && [1, 4].contains($0.status) }
+                    let mineNow = statuses.groups.flatMap(\.last).filter { $0.originalTransactionId == subscription.record.originalId }
+                    magazine = mineNow.contains { [1, 4].contains($0.status) }
+                    // Active (status 1): the entitlement runs to the latest transaction's expiresDate.
+                    if let active = mineNow.first(where: { $0.status == 1 }) {
+                        expires = try JWS(compact: active.signedTransaction).payloadJSON()["expiresDate"]?.int64
+                    }
                 }
-                truth[user(index)] = (coins, gloves, magazine)
+                truth[user(index)] = (coins, gloves, magazine, expires)
             }
             return truth
         }
@@ -284,6 +309,12 @@ struct ModelTests {
                 let gloves = try await world.user("com.example.football", name).entitlementIds.contains("protective_gloves")
                 let magazineView = try await world.user("com.example.magazine", name)
                 let magazine = magazineView.entitlementIds.contains("magazine")
+                let entitlement = (magazineView["entitlements"] as? [[String: Any]])?.first { $0["id"] as? String == "magazine" && $0["active"] as? Bool == true }
+                let expires = entitlement?["expiresDate"] as? Int64
+                if expected.magazineExpires != nil { ModelTests.tally.withLock { $0.expiries += 1 } }
+                if let truthExpires = expected.magazineExpires, expires != truthExpires {
+                    return "\(name): server says the magazine expires at \(expires.map(String.init) ?? "never"); the App Store says \(truthExpires); the server's magazine transactions \(magazineView["transactions"] ?? "none"), at \(world.server.clock.now().milliseconds)"
+                }
                 if (coins, gloves, magazine) != (expected.coins, expected.gloves, expected.magazine) {
                     return "\(name): server says coins \(coins), gloves \(gloves), magazine \(magazine); the App Store says coins \(expected.coins), gloves \(expected.gloves), magazine \(expected.magazine); the server's magazine transactions \(magazineView["transactions"] ?? "none"), subscriptions \(magazineView["subscriptions"] ?? "none"), at \(world.server.clock.now().milliseconds)"
                 }
@@ -293,7 +324,7 @@ struct ModelTests {
     }
 
     /// Steps run and comparisons made, for the summary line.
-    static let tally = Locked((steps: 0, comparisons: 0))
+    static let tally = Locked((steps: 0, comparisons: 0, expiries: 0))
 
     /// Runs `script`; the step after which the server disagreed, with what it said, or nil.
     static func run(_ script: Script) async throws -> String? {
@@ -352,7 +383,7 @@ struct ModelTests {
                 return
             }
         }
-        let (steps, comparisons) = Self.tally.withLock { ($0.steps, $0.comparisons) }
-        print("model: \(count) scripts, \(steps) steps, \(comparisons) comparisons with the App Store's truth, all equal (STOREKEEPER_MODEL_SEED=\(seed))")
+        let (steps, comparisons, expiries) = Self.tally.withLock { ($0.steps, $0.comparisons, $0.expiries) }
+        print("model: \(count) scripts, \(steps) steps, \(comparisons) comparisons with the App Store's truth (\(expiries) of an active subscription's expiry), all equal (STOREKEEPER_MODEL_SEED=\(seed))")
     }
 }

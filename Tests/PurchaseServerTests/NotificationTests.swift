@@ -11,7 +11,7 @@ struct NotificationTests {
     /// The emulator's notifications of `type` for `bundle` (recorded because the app has a URL; not delivered here).
     static func notifications(_ world: ServerWorld, _ bundle: String, type: String) async throws -> [NotificationRecord] {
         try await world.emulator.notificationHistory(bundleId: bundle, environment: .sandbox, from: .distantPast, to: .distantFuture)
-            .filter { $0.notificationType == type }
+            .filter { $0.notificationType.rawValue == type }
     }
 
     /// The `signedTransactionInfo` inside a notification.

@@ -1,0 +1,105 @@
+import AppStoreModels
+import Foundation
+
+/// The lifecycle of an auto-renewable subscription as a value, like the payment state machine: a chain,
+/// the facts around it and the time in; the chain as it becomes and what the emulator must do out
+/// (notify, charge a renewal). No state, no clock, no I/O: `renewSubscriptions` gathers the facts and
+/// applies the actions, and `SubscriptionLifecycleTests` checks each rule as a table row.
+enum SubscriptionLifecycle {
+    /// What a period end depends on besides the chain.
+    struct Facts: Sendable, Equatable {
+        /// When the chain's latest period ends (or ended).
+        var latestExpires: Date
+        var accountDeleted: Bool
+        var renewalRate: RenewalRate
+        /// Sandbox only: the chain has renewed as often as the sandbox allows.
+        var renewalLimitReached: Bool
+        /// The app's billing grace period, when it offers one.
+        var gracePeriodDays: Int?
+        /// The product the chain renews into (its auto-renew preference), when the catalog still sells it.
+        var renewalProduct: CatalogProduct?
+    }
+
+    /// What the emulator must do.
+    enum Action: Sendable, Equatable {
+        /// A notification about the chain's latest transaction.
+        case notify(NotificationType, NotificationSubtype?)
+        /// Charge the next period: a renewal transaction of `productId` for [start, end); `priceAmount`
+        /// is a consented price increase that applies from this renewal on.
+        case renew(productId: String, start: Date, end: Date, isIntro: Bool, priceAmount: String?)
+    }
+
+    /// The chain's latest period has ended (`facts.latestExpires <= now`) while it auto-renews: it renews,
+    /// fails into billing retry (with grace when the app offers it), or stops renewing with the reason
+    /// Apple gives (`expirationIntent`: 1 the customer or the sandbox limit, 2 billing, 3 a price increase
+    /// not consented to, 4 not for sale, 5 the account is gone). At most one renewal per call.
+    static func periodEnded(_ chain: SubscriptionChain, _ facts: Facts, now: Date) -> (chain: SubscriptionChain, actions: [Action]) {
+        var chain = chain
+        let expires = facts.latestExpires
+        func stop(_ intent: Int) -> (chain: SubscriptionChain, actions: [Action]) {
+            chain.autoRenewEnabled = false
+            chain.expirationIntent = intent
+            return (chain, [])
+        }
+        if facts.accountDeleted { return stop(5) }
+        if facts.renewalLimitReached { return stop(1) }
+        if chain.billingIssue == true {
+            // The charge fails: billing retry for up to 60 days (scaled like every period), with grace if the app offers it.
+            var actions: [Action] = []
+            if chain.billingRetryStart == nil {
+                chain.billingRetryStart = expires
+                chain.expirationIntent = 2
+                chain.graceExpiryNotified = nil
+                if let days = facts.gracePeriodDays { chain.gracePeriodEnd = expires.addingTimeInterval(scaledDays(days, rate: facts.renewalRate)) }
+                actions.append(.notify(.didFailToRenew, chain.gracePeriodEnd == nil ? nil : .gracePeriod))
+            }
+            if let end = chain.gracePeriodEnd, end <= now, chain.graceExpiryNotified != true {
+                chain.graceExpiryNotified = true
+                actions.append(.notify(.gracePeriodExpired, nil))
+            }
+            if let start = chain.billingRetryStart, now >= start.addingTimeInterval(scaledDays(60, rate: facts.renewalRate)) {
+                // Retry ends: the expiry pass sends EXPIRED / BILLING_RETRY.
+                chain.autoRenewEnabled = false
+                chain.billingRetryStart = nil
+                chain.gracePeriodEnd = nil
+            }
+            return (chain, actions)
+        }
+        if chain.priceIncreaseAmount != nil, chain.priceIncreaseConsented != true {
+            // The customer never agreed to the higher price: the subscription lapses (EXPIRED / PRICE_INCREASE).
+            chain.priceIncreaseAmount = nil
+            return stop(3)
+        }
+        guard let product = facts.renewalProduct, product.type == .autoRenewable, let period = product.period else { return stop(4) }
+        var isIntro = false
+        var renewalPeriod = period
+        if chain.introPeriodsRemaining > 0, let offer = product.introductoryOffer, offer.paymentMode == .payAsYouGo {
+            isIntro = true
+            renewalPeriod = offer.period
+            chain.introPeriodsRemaining -= 1
+        }
+        let consentedPrice = chain.priceIncreaseAmount
+        chain.priceIncreaseAmount = nil
+        chain.priceIncreaseConsented = nil
+        chain.renewals += 1
+        chain.productId = product.productId
+        let end = AppStoreEmulator.periodEnd(from: expires, period: renewalPeriod, rate: facts.renewalRate)
+        return (chain, [.renew(productId: product.productId, start: expires, end: end, isIntro: isIntro, priceAmount: consentedPrice)])
+    }
+
+    /// The EXPIRED subtype for a chain that stopped renewing, from its `expirationIntent`.
+    static func expiredSubtype(intent: Int?) -> NotificationSubtype? {
+        switch intent {
+        case 1: .voluntary
+        case 2: .billingRetry
+        case 3: .priceIncrease
+        case 4: .productNotForSale
+        default: nil
+        }
+    }
+
+    /// `days` of real time at the account's renewal rate (a 30-day month lasts what a monthly period lasts).
+    static func scaledDays(_ days: Int, rate: RenewalRate) -> TimeInterval {
+        rate.acceleratedSeconds(for: .oneMonth).map { Double($0) * Double(days) / 30 } ?? Double(days) * 86_400
+    }
+}
