@@ -121,7 +121,7 @@ extension PurchaseServer {
             } catch let error as ReceiptRejection {
                 // Apple signed the envelope, so a nested transaction we cannot verify is our trust store's problem
                 // (a missing intermediate, a stale cache): 503, so that Apple sends it again.
-                throw ServerError(503, "nested_unverifiable", "signedTransactionInfo was refused: \(error.reason); send it again")
+                throw ServerError(.nestedUnverifiable, "signedTransactionInfo was refused: \(error.reason); send it again")
             }
         }
         let transaction = decodedTransaction
@@ -213,7 +213,7 @@ extension PurchaseServer {
     static func verifiedEnvelope(_ body: Data, inspector: SignedTransactionInspector) throws(ServerError)
         -> (signed: String, payload: JSONValue, uuid: String, type: String, signedDate: Int64) {
         guard let json = try? JSONValue.parse(body), let signed = json["signedPayload"]?.text else {
-            throw ServerError(400, "invalid_notification", "The body must be {\"signedPayload\": JWS}.")
+            throw ServerError(.invalidNotification, "The body must be {\"signedPayload\": JWS}.")
         }
         let envelope: JWS
         let payload: JSONValue
@@ -221,16 +221,16 @@ extension PurchaseServer {
             envelope = try JWS(compact: signed)
             payload = try envelope.payloadJSON()
         } catch {
-            throw ServerError(400, "invalid_notification", "signedPayload is not a JWS.")
+            throw ServerError(.invalidNotification, "signedPayload is not a JWS.")
         }
         guard let uuid = payload["notificationUUID"]?.text, let type = payload["notificationType"]?.text,
               let signedDate = payload["signedDate"]?.int64 else {
-            throw ServerError(400, "invalid_notification", "The notification lacks notificationUUID, notificationType or signedDate.")
+            throw ServerError(.invalidNotification, "The notification lacks notificationUUID, notificationType or signedDate.")
         }
         do {
             try inspector.verify(envelope, at: ReceiptDate.date(milliseconds: signedDate), subject: "the notification's")
         } catch {
-            throw ServerError(400, "invalid_signature", "The notification's signature does not verify: \(error.reason)")
+            throw ServerError(.invalidSignature, "The notification's signature does not verify: \(error.reason)")
         }
         return (signed, payload, uuid, type, signedDate)
     }
@@ -240,7 +240,7 @@ extension PurchaseServer {
         do {
             return try await notificationChecks.run(body)
         } catch is BoundedWork.Busy {
-            throw ServerError(503, "busy", "Too many notifications are being checked; Apple retries.")
+            throw ServerError(.busy, "Too many notifications are being checked; Apple retries.")
         }
     }
 }

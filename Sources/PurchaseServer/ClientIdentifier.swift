@@ -11,18 +11,18 @@ public struct ClientIdentifier: Sendable, Hashable, CustomStringConvertible {
         /// The field's name as the API spells it.
         public let field: String
         /// The error code for a value that breaks the rule.
-        public let errorCode: String
+        public let errorCode: ServerError.Code
         /// The most UTF-8 bytes allowed after normalisation.
         public let maximumBytes: Int
 
         /// An app user id (`appUserId`, `/v1/users/{id}`).
-        public static let appUserId = Kind(field: "appUserId", errorCode: "invalid_user_id", maximumBytes: 256)
+        public static let appUserId = Kind(field: "appUserId", errorCode: .invalidUserId, maximumBytes: 256)
         /// A spend's idempotency key.
-        public static let idempotencyKey = Kind(field: "Idempotency-Key", errorCode: "invalid_idempotency_key", maximumBytes: 256)
+        public static let idempotencyKey = Kind(field: "Idempotency-Key", errorCode: .invalidIdempotencyKey, maximumBytes: 256)
         /// A balance's currency (`coins`).
-        public static let currency = Kind(field: "currency", errorCode: "invalid_currency", maximumBytes: 64)
+        public static let currency = Kind(field: "currency", errorCode: .invalidCurrency, maximumBytes: 64)
         /// A product id an upload names (`DeliveryHint`).
-        public static let productId = Kind(field: "productId", errorCode: "invalid_product_id", maximumBytes: 256)
+        public static let productId = Kind(field: "productId", errorCode: .invalidProductId, maximumBytes: 256)
     }
 
     /// The normalised (NFC) text.
@@ -38,7 +38,7 @@ public struct ClientIdentifier: Sendable, Hashable, CustomStringConvertible {
             return
         }
         if let problem = Self.problem(text, kind) {
-            throw ServerError(400, kind.errorCode, "\(kind.field) must be 1–\(kind.maximumBytes) bytes of UTF-8 without control characters; \(problem).")
+            throw ServerError(kind.errorCode, "\(kind.field) must be 1–\(kind.maximumBytes) bytes of UTF-8 without control characters; \(problem).")
         }
         value = text.precomposedStringWithCanonicalMapping
     }

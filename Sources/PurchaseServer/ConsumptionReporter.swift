@@ -45,7 +45,7 @@ extension PurchaseServer {
         let token = try JWS.sign(payload: claims.bytes, key: key, keyId: credentials.keyId)
         var target = serverAPI.url(for: environment).appendingPathComponent(path).absoluteString
         if !query.isEmpty { target += "?" + query }
-        guard let url = URL(string: target) else { throw ServerError(500, "invalid_url", "bad Server API URL \(target)") }
+        guard let url = URL(string: target) else { throw ServerError(.invalidUrl, "bad Server API URL \(target)") }
         return try await client.send(method, url, headers: [("Authorization", "Bearer " + token), ("Content-Type", "application/json"),
                                                             ("Accept", "application/json")], body: body, timeout: 30)
     }

@@ -182,14 +182,78 @@ public enum JobState: String, Codable, Sendable, CaseIterable {
 }
 
 /// A failure with a stable code, mapped to HTTP by the routes.
+/// Why the purchase server refused a request or could not do it: a stable code (with the kind of
+/// problem it is) and a message safe to log. The HTTP status is chosen from the kind at the HTTP edge
+/// (`PurchaseServerResponder`), never here.
 public struct ServerError: Error, Sendable, CustomStringConvertible, Equatable {
-    public let status: Int
-    public let code: String
+    /// The kind of problem, which the HTTP edge turns into a status.
+    public enum Kind: Sendable, Equatable {
+        /// The request is malformed or breaks a rule (400).
+        case invalidRequest
+        /// No or bad credentials (401).
+        case unauthenticated
+        /// The credentials do not allow this (403).
+        case forbidden
+        /// The thing named does not exist (404).
+        case notFound
+        /// The request conflicts with what is stored (409).
+        case conflict
+        /// A dependency is down or the server is saturated; retry later (503).
+        case unavailable
+        /// A fault of this server (500).
+        case internalFailure
+    }
+
+    /// A stable error code, as the JSON error body spells it, with its kind.
+    public struct Code: Sendable, Hashable, CustomStringConvertible {
+        public let rawValue: String
+        public let kind: Kind
+        public init(_ rawValue: String, _ kind: Kind) {
+            self.rawValue = rawValue
+            self.kind = kind
+        }
+        public var description: String { rawValue }
+        public static func == (lhs: Code, rhs: Code) -> Bool { lhs.rawValue == rhs.rawValue }
+        public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
+
+        public static let appExists = Code("app_exists", .conflict)
+        public static let appNotFound = Code("app_not_found", .notFound)
+        public static let busy = Code("busy", .unavailable)
+        public static let idempotencyKeyReused = Code("idempotency_key_reused", .conflict)
+        public static let insufficientBalance = Code("insufficient_balance", .conflict)
+        public static let internalError = Code("internal_error", .internalFailure)
+        public static let invalidAmount = Code("invalid_amount", .invalidRequest)
+        public static let invalidApp = Code("invalid_app", .invalidRequest)
+        public static let invalidCurrency = Code("invalid_currency", .invalidRequest)
+        public static let invalidIdempotencyKey = Code("invalid_idempotency_key", .invalidRequest)
+        public static let invalidNotification = Code("invalid_notification", .invalidRequest)
+        public static let invalidPrice = Code("invalid_price", .invalidRequest)
+        public static let invalidProduct = Code("invalid_product", .invalidRequest)
+        public static let invalidProductId = Code("invalid_product_id", .invalidRequest)
+        public static let invalidServerApiKey = Code("invalid_server_api_key", .invalidRequest)
+        public static let invalidSignature = Code("invalid_signature", .invalidRequest)
+        public static let invalidUrl = Code("invalid_url", .internalFailure)
+        public static let invalidUserId = Code("invalid_user_id", .invalidRequest)
+        public static let invalidUserToken = Code("invalid_user_token", .unauthenticated)
+        public static let invalidUserTokenKey = Code("invalid_user_token_key", .invalidRequest)
+        public static let invalidUserTokenSecret = Code("invalid_user_token_secret", .invalidRequest)
+        public static let keyNotFound = Code("key_not_found", .notFound)
+        public static let masterKeyMismatch = Code("master_key_mismatch", .internalFailure)
+        public static let missingIdempotencyKey = Code("missing_idempotency_key", .invalidRequest)
+        public static let missingUserToken = Code("missing_user_token", .unauthenticated)
+        public static let nestedUnverifiable = Code("nested_unverifiable", .unavailable)
+        public static let secretKeyRequired = Code("secret_key_required", .forbidden)
+        public static let trustFileUnreadable = Code("trust_file_unreadable", .internalFailure)
+        public static let userMismatch = Code("user_mismatch", .forbidden)
+        public static let userTokenExpired = Code("user_token_expired", .unauthenticated)
+    }
+
+    public let code: Code
     public let message: String
-    public init(_ status: Int, _ code: String, _ message: String) {
-        self.status = status
+    public init(_ code: Code, _ message: String) {
         self.code = code
         self.message = message
     }
+    public var kind: Kind { code.kind }
     public var description: String { "\(code): \(message)" }
 }

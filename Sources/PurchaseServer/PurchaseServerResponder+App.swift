@@ -75,7 +75,7 @@ extension PurchaseServerResponder {
                 // A public key sees only its user's verifications (under optional user auth, any it names).
                 guard var job = try await server.store.job(id, appId: key.appId) else { throw HTTPError.notFound("Verification \(id)") }
                 // Authorized as its own user; a token for someone else sees no such verification.
-                do { _ = try await authorize(request, server, key: key, naming: job.appUserId) } catch let error as ServerError where error.code == "user_mismatch" {
+                do { _ = try await authorize(request, server, key: key, naming: job.appUserId) } catch let error as ServerError where error.code == .userMismatch {
                     throw HTTPError.notFound("Verification \(id)")
                 }
                 job = try await server.awaitSettlement(id, appId: key.appId, timeout: .milliseconds(Int(wait * 1000))) ?? job

@@ -54,12 +54,12 @@ public struct PurchaseServerResponder: Responder {
         if let token = request.header(UserToken.header) {
             let subject = try UserToken(token, app: app, now: server.clock.now()).subject
             if let named, try userId(named) != subject {
-                throw ServerError(403, "user_mismatch", "The user token is for another user than the one this request names.")
+                throw ServerError(.userMismatch, "The user token is for another user than the one this request names.")
             }
             return (subject, true)
         }
         guard app.userAuth == .optional else {
-            throw ServerError(401, "missing_user_token",
+            throw ServerError(.missingUserToken,
                               "With a public key, send the user's token as 'Storekeeper-User-Token' (minted by your backend with the app's user-token secret).")
         }
         return (try userId(named), false)
@@ -68,7 +68,7 @@ public struct PurchaseServerResponder: Responder {
     /// Refuses public keys: the endpoint needs the app's secret key.
     static func requireSecret(_ key: APIKeyRecord) throws {
         guard key.kind == .secret else {
-            throw ServerError(403, "secret_key_required", "This endpoint needs the app's secret key (sk_…), which stays on your backend.")
+            throw ServerError(.secretKeyRequired, "This endpoint needs the app's secret key (sk_…), which stays on your backend.")
         }
     }
 
@@ -114,7 +114,7 @@ func guarded(_ body: () async throws -> Response) async -> Response {
     do {
         return try await body()
     } catch let error as ServerError {
-        return HTTPError(HTTPStatus(error.status), code: error.code, message: error.message).response
+        return HTTPError(HTTPStatus(error.kind.httpStatus), code: error.code.rawValue, message: error.message).response
     } catch let error as HTTPError {
         return error.response
     } catch let error as ReceiptRejection {
@@ -125,5 +125,20 @@ func guarded(_ body: () async throws -> Response) async -> Response {
         // Not a database failure, so not "retry": a bug, named by its type (never its text, which may hold input).
         FileHandle.standardError.write(Data("storekeeper: internal error answering a request: \(type(of: error))\n".utf8))
         return HTTPError(.internalServerError, code: "internal_error", message: "The server failed to answer this request.").response
+    }
+}
+
+extension ServerError.Kind {
+    /// The HTTP status of a refusal of this kind: chosen here, at the HTTP edge, and nowhere else.
+    var httpStatus: Int {
+        switch self {
+        case .invalidRequest: 400
+        case .unauthenticated: 401
+        case .forbidden: 403
+        case .notFound: 404
+        case .conflict: 409
+        case .unavailable: 503
+        case .internalFailure: 500
+        }
     }
 }

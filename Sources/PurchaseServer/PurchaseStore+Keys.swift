@@ -40,7 +40,7 @@ extension PurchaseStore {
         let record = APIKeyRecord(id: APIKeyRecord.id(forHash: hash), appId: appId, kind: kind, label: label, hint: String(key.suffix(4)),
                                   createdAt: now.milliseconds, revokedAt: nil)
         try await database.transaction { db in
-            guard try self.apps(db).exists(appId) else { throw ServerError(404, "app_not_found", "App \(appId) is not registered.") }
+            guard try self.apps(db).exists(appId) else { throw ServerError(.appNotFound, "App \(appId) is not registered.") }
             try KeyRepository(db: db).insert(hash: hash, record)
         }
         keyRing.withLock { $0[hash] = record }
@@ -87,7 +87,7 @@ extension PurchaseStore {
             }
             return nil
         }
-        guard let (hash, record) = revoked else { throw ServerError(404, "key_not_found", "App \(appId) has no key \(id).") }
+        guard let (hash, record) = revoked else { throw ServerError(.keyNotFound, "App \(appId) has no key \(id).") }
         keyRing.withLock { ring in
             if record.isLive(at: now.milliseconds) { ring[hash] = record } else { ring[hash] = nil }
         }
@@ -97,11 +97,11 @@ extension PurchaseStore {
     /// Rotates a key: a new key of the same kind and label, and the old one revoked after `grace`. Returns the new key.
     public func rotateKey(appId: String, id: String, grace: TimeInterval, now: Date) async throws -> (key: String, record: APIKeyRecord) {
         guard let old = try await keys(appId: appId).first(where: { $0.id == id }), old.isLive(at: now.milliseconds) else {
-            throw ServerError(404, "key_not_found", "App \(appId) has no live key \(id).")
+            throw ServerError(.keyNotFound, "App \(appId) has no live key \(id).")
         }
         let key = try await createKey(appId: appId, label: old.label, kind: old.kind, now: now)
         try await revokeKey(appId: appId, id: id, effective: now.addingTimeInterval(max(0, grace)), now: now)
-        guard let record = liveKey(key, now: now) else { throw ServerError(500, "internal_error", "The new key is not live.") }
+        guard let record = liveKey(key, now: now) else { throw ServerError(.internalError, "The new key is not live.") }
         return (key, record)
     }
 }
@@ -120,7 +120,7 @@ extension PurchaseStore {
             return try await checkMasterKey()
         }
         guard let secrets, (try? secrets.open(stored)) == expected else {
-            throw ServerError(500, "master_key_mismatch",
+            throw ServerError(.masterKeyMismatch,
                               "The database's secrets are sealed with another master key: give this process the same STOREKEEPER_MASTER_KEY (or DIR/master-key).")
         }
     }

@@ -65,7 +65,7 @@ public final class PurchaseStore: Sendable {
         appsCache.withLock { $0 = nil }
         try await database.transaction { db in
             let apps = self.apps(db)
-            guard try !apps.exists(app.id) else { throw ServerError(409, "app_exists", "App \(app.id) is already registered.") }
+            guard try !apps.exists(app.id) else { throw ServerError(.appExists, "App \(app.id) is already registered.") }
             try apps.insert(app, now: now)
         }
     }
@@ -76,24 +76,24 @@ public final class PurchaseStore: Sendable {
         appsCache.withLock { $0 = nil }
         try Self.validate(app)
         let updated = try await database.transaction { db in try self.apps(db).update(app) }
-        guard updated else { throw ServerError(404, "app_not_found", "App \(app.id) is not registered.") }
+        guard updated else { throw ServerError(.appNotFound, "App \(app.id) is not registered.") }
     }
 
     static func validate(_ app: ServerApp) throws {
         guard !app.id.isEmpty, app.id.count <= 200, !app.bundleIds.isEmpty, app.bundleIds.allSatisfy({ !$0.isEmpty && !$0.contains(",") }) else {
-            throw ServerError(400, "invalid_app", "An app needs an id and bundle ids (without commas).")
+            throw ServerError(.invalidApp, "An app needs an id and bundle ids (without commas).")
         }
         guard app.sandboxAllowList.allSatisfy({ !$0.contains(",") }) else {
-            throw ServerError(400, "invalid_app", "Sandbox allow-list entries cannot contain commas.")
+            throw ServerError(.invalidApp, "Sandbox allow-list entries cannot contain commas.")
         }
         if let key = app.serverAPIKey, (try? PrivateKey(pem: key.privateKey)) == nil || key.keyId.isEmpty || key.issuerId.isEmpty {
-            throw ServerError(400, "invalid_server_api_key", "serverAPIKey needs issuerId, keyId and privateKey (the .p8 PEM of an In-App Purchase key).")
+            throw ServerError(.invalidServerApiKey, "serverAPIKey needs issuerId, keyId and privateKey (the .p8 PEM of an In-App Purchase key).")
         }
         if let pem = app.userTokenPublicKey, pem.utf8.count > 4096 || (try? PublicKey(pem: pem)) == nil {
-            throw ServerError(400, "invalid_user_token_key", "userTokenPublicKey must be a PEM EC P-256 public key.")
+            throw ServerError(.invalidUserTokenKey, "userTokenPublicKey must be a PEM EC P-256 public key.")
         }
         if let secret = app.userTokenSecret, !(16...512).contains(secret.utf8.count) {
-            throw ServerError(400, "invalid_user_token_secret", "userTokenSecret must be 16–512 bytes.")
+            throw ServerError(.invalidUserTokenSecret, "userTokenSecret must be 16–512 bytes.")
         }
     }
 
@@ -118,28 +118,28 @@ public final class PurchaseStore: Sendable {
     /// Creates or replaces what a product grants.
     public func setProduct(appId: String, _ product: ProductMapping) async throws {
         guard CatalogProduct.isValidIdentifier(product.productId) else {
-            throw ServerError(400, "invalid_product_id", "Product identifier '\(product.productId)' may contain only letters, digits, periods and underscores.")
+            throw ServerError(.invalidProductId, "Product identifier '\(product.productId)' may contain only letters, digits, periods and underscores.")
         }
         switch product.type {
         case .consumable:
             guard product.currency != nil, ProductMapping.acceptedAmounts.contains(product.amount ?? 0) else {
-                throw ServerError(400, "invalid_product", "A consumable credits a currency by an amount of 1…\(ProductMapping.acceptedAmounts.upperBound).")
+                throw ServerError(.invalidProduct, "A consumable credits a currency by an amount of 1…\(ProductMapping.acceptedAmounts.upperBound).")
             }
             if let currency = product.currency { _ = try ClientIdentifier(currency, .currency) }
         case .nonRenewing:
             guard product.entitlement != nil, ProductMapping.acceptedDurationDays.contains(product.durationDays ?? 0) else {
-                throw ServerError(400, "invalid_product",
+                throw ServerError(.invalidProduct,
                                   "A non-renewing subscription grants an entitlement for 1…\(ProductMapping.acceptedDurationDays.upperBound) days.")
             }
         default:
-            guard product.entitlement != nil else { throw ServerError(400, "invalid_product", "This product type grants an entitlement.") }
+            guard product.entitlement != nil else { throw ServerError(.invalidProduct, "This product type grants an entitlement.") }
         }
         if let price = product.price, Decimal(string: price) == nil {
-            throw ServerError(400, "invalid_price", "Price '\(price)' is not a decimal number.")
+            throw ServerError(.invalidPrice, "Price '\(price)' is not a decimal number.")
         }
         try await database.transaction { db in
             let apps = self.apps(db)
-            guard try apps.exists(appId) else { throw ServerError(404, "app_not_found", "App \(appId) is not registered.") }
+            guard try apps.exists(appId) else { throw ServerError(.appNotFound, "App \(appId) is not registered.") }
             try apps.setProduct(appId: appId, product)
         }
     }

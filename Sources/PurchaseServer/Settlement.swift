@@ -200,7 +200,7 @@ extension PurchaseStore {
             if let app = apps[id] { return app }
             // No secrets are needed to settle, so none are opened.
             guard let app = try AppRepository(db: db, secrets: nil).app(id) else {
-                throw ServerError(404, "app_not_found", "App \(id) is not registered.")
+                throw ServerError(.appNotFound, "App \(id) is not registered.")
             }
             apps[id] = app
             return app

@@ -29,7 +29,7 @@ public struct TrustStore: Sendable {
         var certificates: [Certificate] = []
         for path in pemFiles {
             guard let data = FileManager.default.contents(atPath: path) else {
-                throw ServerError(500, "trust_file_unreadable", "cannot read trust file \(path)")
+                throw ServerError(.trustFileUnreadable, "cannot read trust file \(path)")
             }
             certificates += try Certificate.parsePEM(String(decoding: data, as: UTF8.self))
         }

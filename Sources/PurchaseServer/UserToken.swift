@@ -23,50 +23,50 @@ public struct UserToken: Sendable, Equatable {
 
     /// Verifies `compact` for `app` at `now`; every failure is a 401 with a code that says which rule broke.
     public init(_ compact: String, app: ServerApp, now: Date) throws(ServerError) {
-        func refuse(_ code: String, _ message: String) -> ServerError { ServerError(401, code, message) }
-        guard compact.utf8.count <= Self.maximumLength else { throw refuse("invalid_user_token", "The user token is longer than \(Self.maximumLength) bytes.") }
+        func refuse(_ code: ServerError.Code, _ message: String) -> ServerError { ServerError(code, message) }
+        guard compact.utf8.count <= Self.maximumLength else { throw refuse(.invalidUserToken, "The user token is longer than \(Self.maximumLength) bytes.") }
         let jws: JWS
-        do { jws = try JWS(compact: compact) } catch { throw refuse("invalid_user_token", "The user token is not a compact JWT.") }
+        do { jws = try JWS(compact: compact) } catch { throw refuse(.invalidUserToken, "The user token is not a compact JWT.") }
         switch jws.header["alg"]?.text {
         case "HS256"?:
             guard let secret = app.userTokenSecret else {
-                throw refuse("invalid_user_token", "This app has no userTokenSecret; sign user tokens with the registered ES256 key.")
+                throw refuse(.invalidUserToken, "This app has no userTokenSecret; sign user tokens with the registered ES256 key.")
             }
             let expected = HMAC.sha256(key: Array(secret.utf8), message: jws.signingInput)
-            guard HMAC.constantTimeEqual(expected, jws.signature) else { throw refuse("invalid_user_token", "The user token's signature is invalid.") }
+            guard HMAC.constantTimeEqual(expected, jws.signature) else { throw refuse(.invalidUserToken, "The user token's signature is invalid.") }
         case "ES256"?:
             guard let pem = app.userTokenPublicKey, let key = try? PublicKey(pem: pem) else {
-                throw refuse("invalid_user_token", "This app has no userTokenPublicKey; sign user tokens with HS256 and the userTokenSecret.")
+                throw refuse(.invalidUserToken, "This app has no userTokenPublicKey; sign user tokens with HS256 and the userTokenSecret.")
             }
-            guard key.isValidES256(jws.signature, for: jws.signingInput) else { throw refuse("invalid_user_token", "The user token's signature is invalid.") }
+            guard key.isValidES256(jws.signature, for: jws.signingInput) else { throw refuse(.invalidUserToken, "The user token's signature is invalid.") }
         default:
-            throw refuse("invalid_user_token", "User tokens are signed HS256 or ES256.")
+            throw refuse(.invalidUserToken, "User tokens are signed HS256 or ES256.")
         }
-        guard let claims = try? jws.payloadJSON(), claims.isObject else { throw refuse("invalid_user_token", "The user token's claims are not a JSON object.") }
+        guard let claims = try? jws.payloadJSON(), claims.isObject else { throw refuse(.invalidUserToken, "The user token's claims are not a JSON object.") }
         func number(_ name: String) -> Double? {
             if case .number(let text)? = claims[name], let value = Double(text), value.isFinite { return value }
             return nil
         }
-        guard case .string(let subject)? = claims["sub"] else { throw refuse("invalid_user_token", "The user token has no sub (the app user id).") }
+        guard case .string(let subject)? = claims["sub"] else { throw refuse(.invalidUserToken, "The user token has no sub (the app user id).") }
         guard let exp = number("exp") else {
-            throw refuse("invalid_user_token", "The user token has no exp (Unix seconds).")
+            throw refuse(.invalidUserToken, "The user token has no exp (Unix seconds).")
         }
         let nowSeconds = now.timeIntervalSince1970
-        guard exp > nowSeconds - Self.allowedSkew else { throw refuse("user_token_expired", "The user token expired; mint a new one.") }
+        guard exp > nowSeconds - Self.allowedSkew else { throw refuse(.userTokenExpired, "The user token expired; mint a new one.") }
         guard exp <= nowSeconds + Self.maximumLifetime + Self.allowedSkew else {
-            throw refuse("invalid_user_token", "A user token may live at most 24 hours (exp is too far ahead).")
+            throw refuse(.invalidUserToken, "A user token may live at most 24 hours (exp is too far ahead).")
         }
         if let nbf = number("nbf"), nbf > nowSeconds + Self.allowedSkew {
-            throw refuse("invalid_user_token", "The user token is not valid yet (nbf).")
+            throw refuse(.invalidUserToken, "The user token is not valid yet (nbf).")
         }
         switch claims["aud"] {
         case nil: break
         case .string(let audience)? where audience == app.id: break
         case .array(let audiences)? where audiences.contains(.string(app.id)) && audiences.allSatisfy({ if case .string = $0 { true } else { false } }):
             break
-        default: throw refuse("invalid_user_token", "The user token is for another app (aud must be, or list, \(app.id)).")
+        default: throw refuse(.invalidUserToken, "The user token is for another app (aud must be, or list, \(app.id)).")
         }
-        do { self.subject = try ClientIdentifier(subject, .appUserId).value } catch { throw refuse("invalid_user_token", "The user token's sub is not a valid user id.") }
+        do { self.subject = try ClientIdentifier(subject, .appUserId).value } catch { throw refuse(.invalidUserToken, "The user token's sub is not a valid user id.") }
         expiresAt = Date(timeIntervalSince1970: exp)
     }
 

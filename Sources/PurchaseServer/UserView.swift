@@ -91,9 +91,9 @@ extension PurchaseStore {
 
     /// Spends from a balance once per idempotency key; never below zero.
     public func spend(appId: String, appUserId: String, currency: String, amount: Int64, idempotencyKey: String, now: Date) async throws -> SpendResult {
-        guard amount > 0 else { throw ServerError(400, "invalid_amount", "The amount to spend must be a positive integer.") }
+        guard amount > 0 else { throw ServerError(.invalidAmount, "The amount to spend must be a positive integer.") }
         guard !idempotencyKey.isEmpty else {
-            throw ServerError(400, "missing_idempotency_key", "Send an Idempotency-Key header (1–256 bytes).")
+            throw ServerError(.missingIdempotencyKey, "Send an Idempotency-Key header (1–256 bytes).")
         }
         let idempotencyKey = try ClientIdentifier(idempotencyKey, .idempotencyKey).value
         let currency = try ClientIdentifier(currency, .currency).value
@@ -101,13 +101,13 @@ extension PurchaseStore {
             let users = UserRepository(db: db, appId: appId)
             if let previous = try users.spend(appUserId, idempotencyKey: idempotencyKey) {
                 guard previous.currency == currency, previous.amount == amount else {
-                    throw ServerError(409, "idempotency_key_reused", "This idempotency key was used for a different spend.")
+                    throw ServerError(.idempotencyKeyReused, "This idempotency key was used for a different spend.")
                 }
                 return SpendResult(currency: currency, amount: amount, balance: previous.balanceAfter, idempotencyKey: idempotencyKey, replayed: true)
             }
             guard let balance = try users.debit(appUserId, currency: currency, amount: amount) else {
                 let current = try users.balance(appUserId, currency: currency)
-                throw ServerError(409, "insufficient_balance", "The \(currency) balance is \(current); \(amount) cannot be spent.")
+                throw ServerError(.insufficientBalance, "The \(currency) balance is \(current); \(amount) cannot be spent.")
             }
             try users.recordSpend(appUserId, idempotencyKey: idempotencyKey, currency: currency, amount: amount, balanceAfter: balance, now: now)
             try self.audit(db).append(appId: appId, userId: appUserId, kind: "balance_spent",

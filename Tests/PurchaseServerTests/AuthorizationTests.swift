@@ -231,8 +231,8 @@ struct ReviewFindingTests {
         #expect(raw?.hasPrefix("v1:") == true)
         #expect(try await first.store.app("com.example.a")?.sharedSecret == "the-shared-secret-42")
         await first.store.database.close()
-        await #expect { _ = try await open(SecretBox.generateKey()) } throws: { ($0 as? ServerError)?.code == "master_key_mismatch" }
-        await #expect { _ = try await open(nil) } throws: { ($0 as? ServerError)?.code == "master_key_mismatch" }
+        await #expect { _ = try await open(SecretBox.generateKey()) } throws: { ($0 as? ServerError)?.code.rawValue == "master_key_mismatch" }
+        await #expect { _ = try await open(nil) } throws: { ($0 as? ServerError)?.code.rawValue == "master_key_mismatch" }
         let again = try await open(key)
         #expect(try await again.store.app("com.example.a")?.sharedSecret == "the-shared-secret-42")
         await again.store.database.close()

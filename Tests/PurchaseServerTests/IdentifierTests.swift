@@ -26,7 +26,7 @@ struct IdentifierTests {
         String(repeating: "e\u{301}", count: 129),        // NFD: 387 bytes, 258 after NFC
     ])
     func refused(input: String) {
-        #expect { try ClientIdentifier(input, .appUserId) } throws: { ($0 as? ServerError)?.code == "invalid_user_id" }
+        #expect { try ClientIdentifier(input, .appUserId) } throws: { ($0 as? ServerError)?.code.rawValue == "invalid_user_id" }
     }
 
     @Test("Over HTTP: a NUL is refused, not truncated; NFC and NFD name one user", arguments: Engine.available)
