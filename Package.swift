@@ -70,7 +70,7 @@ let package = Package(
         .testTarget(name: "SQLiteStorageTests", dependencies: ["Storage", "SQLiteStorage"], swiftSettings: swiftSettings),
         .testTarget(
             name: "PurchaseServerTests",
-            dependencies: ["PurchaseServer", "AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "Storage", "SQLiteStorage",
+            dependencies: ["PurchaseServer", "AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPServer", "Storage", "SQLiteStorage",
                            "PostgresStorage", "StorekeeperTesting", "Locking", "Clocks"],
             swiftSettings: swiftSettings
         ),

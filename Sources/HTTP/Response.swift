@@ -7,6 +7,7 @@ public struct HTTPStatus: Hashable, Sendable {
 
     public static let ok = HTTPStatus(200)
     public static let created = HTTPStatus(201)
+    public static let accepted = HTTPStatus(202)
     public static let noContent = HTTPStatus(204)
     public static let badRequest = HTTPStatus(400)
     public static let unauthorized = HTTPStatus(401)

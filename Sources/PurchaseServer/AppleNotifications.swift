@@ -159,7 +159,16 @@ extension PurchaseServer {
             }
             guard let transaction else { return (true, nil) }
             let owner = try LedgerReader(db: db).firstOwner(appId: app.id, environment: env, originalTransactionId: transaction.originalTransactionId)
-            if let owner { return (true, owner) }
+            if let owner {
+                // Renewal-state changes are news to the developer's backend here; ledger changes come with the settlement.
+                let drafts = WebhookEvents.of(notification: NotificationType(type), subtype: subtype.map(NotificationSubtype.init), owner: owner,
+                                              environment: env, transaction: transaction)
+                if !drafts.isEmpty {
+                    try self.store.recordEvents(drafts, appId: app.id, endpoints: try self.store.webhooks(db).endpoints(appId: app.id).map(\.endpoint),
+                                                db, now: self.clock.now())
+                }
+                return (true, owner)
+            }
             // Nobody owns it yet: its appAccountToken names the user only when an app user with exactly that
             // UUID exists (apps whose user ids are UUIDs). A token is never made into a new user: the purchase
             // waits, unmatched, for its user's own upload.
@@ -167,6 +176,7 @@ extension PurchaseServer {
             return (true, try UserRepository(db: db, appId: app.id).user(uuid: token))
         }
         guard fresh else { return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .duplicate) }
+        store.webhookSignal.wake()
         switch effect {
         case .record:
             try await markNotification(uuid, state: "recorded", verificationId: nil)

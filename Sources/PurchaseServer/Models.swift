@@ -237,15 +237,20 @@ public struct ServerError: Error, Sendable, CustomStringConvertible, Equatable {
         public static let invalidUserToken = Code("invalid_user_token", .unauthenticated)
         public static let invalidUserTokenKey = Code("invalid_user_token_key", .invalidRequest)
         public static let invalidUserTokenSecret = Code("invalid_user_token_secret", .invalidRequest)
+        public static let invalidWebhookSecret = Code("invalid_webhook_secret", .invalidRequest)
+        public static let invalidWebhookUrl = Code("invalid_webhook_url", .invalidRequest)
         public static let keyNotFound = Code("key_not_found", .notFound)
         public static let masterKeyMismatch = Code("master_key_mismatch", .internalFailure)
         public static let missingIdempotencyKey = Code("missing_idempotency_key", .invalidRequest)
         public static let missingUserToken = Code("missing_user_token", .unauthenticated)
         public static let nestedUnverifiable = Code("nested_unverifiable", .unavailable)
         public static let secretKeyRequired = Code("secret_key_required", .forbidden)
+        public static let tooManyWebhooks = Code("too_many_webhooks", .conflict)
         public static let trustFileUnreadable = Code("trust_file_unreadable", .internalFailure)
         public static let userMismatch = Code("user_mismatch", .forbidden)
         public static let userTokenExpired = Code("user_token_expired", .unauthenticated)
+        public static let webhookDeliveryNotFound = Code("webhook_delivery_not_found", .notFound)
+        public static let webhookNotFound = Code("webhook_not_found", .notFound)
     }
 
     public let code: Code

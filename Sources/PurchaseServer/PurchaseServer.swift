@@ -12,6 +12,8 @@ import Synchronization
 public final class PurchaseServer: Sendable {
     public let store: PurchaseStore
     public let worker: VerificationWorker
+    /// Sends webhook events to the developer's endpoints (started by `runWorker`).
+    public let webhooks: WebhookDeliverer
     public let clock: any WallClock
     let waiters: SettlementWaiters
     let adminKeyHash: String
@@ -47,6 +49,8 @@ public final class PurchaseServer: Sendable {
         public var uploadsPerSecond: Double = 5000
         /// Most requests waiting at once on `?wait=` (more answer at once with the current state).
         public var maximumLongPolls = 2048
+        /// Webhook delivery: concurrency, timeout, retries.
+        public var webhooks = WebhookDeliverer.Configuration()
 
         public init(trust: TrustStore, endpoints: AppStoreEndpoints, transport: any HTTPTransport, adminKey: String,
                     worker: VerificationWorker.Configuration = .init(), retry: VerificationEngine.RetryPolicy = .init(), callTimeout: TimeInterval = 15) {
@@ -81,6 +85,7 @@ public final class PurchaseServer: Sendable {
     private init(store: PurchaseStore, worker: VerificationWorker, clock: any WallClock, waiters: SettlementWaiters, adminKeyHash: String,
                  serverAPI: ServerAPIEndpoints, configuration: Configuration) {
         uploadLimiter = UploadRateLimiter(rate: configuration.uploadsPerSecond)
+        webhooks = WebhookDeliverer(store: store, clock: clock, configuration: configuration.webhooks)
         maximumLongPolls = configuration.maximumLongPolls
         self.store = store
         self.worker = worker
@@ -91,12 +96,13 @@ public final class PurchaseServer: Sendable {
         serverAPIClient = try? HTTPClient(configuration: .init(maxConnectionsPerHost: 16))
     }
 
-    /// Starts the verification worker, and the key ring's refresh (every second, so a key revoked by
+    /// Starts the verification worker, webhook delivery, and the key ring's refresh (every second, so a key revoked by
     /// any process sharing the database is refused here within a second); cancel the task to stop both.
     public func runWorker() -> Task<Void, Never> {
-        Task { [worker, store, clock] in
+        Task { [worker, webhooks, store, clock] in
             await withDiscardingTaskGroup { group in
                 group.addTask { await worker.run() }
+                group.addTask { await webhooks.run() }
                 group.addTask {
                     while !Task.isCancelled {
                         try? await Task.sleep(for: .seconds(1))

@@ -14,6 +14,7 @@ public struct PurchaseServerResponder: Responder {
         var router = Router()
         Self.addAppRoutes(&router, server)
         Self.addAdminRoutes(&router, server)
+        Self.addWebhookRoutes(&router, server)
         router.on(.get, "/health") { _ in
             .json(["status": "ok", "inFlight": String(server.worker.inFlight)])
         }

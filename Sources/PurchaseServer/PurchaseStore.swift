@@ -22,6 +22,8 @@ public final class PurchaseStore: Sendable {
     private let appsCache = Locked<(apps: [ServerApp], expires: Date)?>(nil)
     let uploads = GroupCommit<VerificationJob, Void>()
     let settlements = GroupCommit<Settlement, (JobState, SettlementResult)?>(maxBatch: 256)
+    /// Woken when webhook events are written (the deliverer sleeps on it between passes).
+    let webhookSignal = WakeSignal()
 
     public init(database: any SQLDatabase, secrets: SecretBox? = nil, ids: any IDGenerator = RandomIDs()) {
         self.database = database

@@ -161,5 +161,32 @@ enum Schema {
             "ALTER TABLE verification_jobs ADD COLUMN deliver_transaction_id TEXT",
             "ALTER TABLE verification_jobs ADD COLUMN deliver_product_id TEXT",
         ]),
+        // Webhooks: the developer's endpoints; events written in the transaction of the change they report (an
+        // outbox), numbered per user; one delivery per event and endpoint, retried with backoff; every attempt logged.
+        SQLMigration(version: 10, statements: [
+            """
+            CREATE TABLE webhook_endpoints (id TEXT PRIMARY KEY, app_id TEXT NOT NULL, url TEXT NOT NULL, secret TEXT NOT NULL,
+            previous_secret TEXT, previous_secret_until BIGINT, event_types TEXT NOT NULL DEFAULT '', created_at BIGINT NOT NULL)
+            """,
+            "CREATE INDEX webhook_endpoints_app ON webhook_endpoints (app_id)",
+            """
+            CREATE TABLE webhook_events (id TEXT PRIMARY KEY, app_id TEXT NOT NULL, app_user_id TEXT NOT NULL, type TEXT NOT NULL,
+            sequence BIGINT NOT NULL, occurred_at BIGINT NOT NULL, body TEXT NOT NULL)
+            """,
+            "CREATE INDEX webhook_events_user ON webhook_events (app_id, app_user_id, sequence)",
+            "CREATE TABLE webhook_sequences (app_id TEXT NOT NULL, app_user_id TEXT NOT NULL, sequence BIGINT NOT NULL, PRIMARY KEY (app_id, app_user_id))",
+            """
+            CREATE TABLE webhook_deliveries (event_id TEXT NOT NULL, endpoint_id TEXT NOT NULL, state TEXT NOT NULL, attempts BIGINT NOT NULL DEFAULT 0,
+            next_attempt_at BIGINT NOT NULL, lease_owner TEXT, lease_expires_at BIGINT, last_status BIGINT, last_error TEXT,
+            created_at BIGINT NOT NULL, delivered_at BIGINT, PRIMARY KEY (event_id, endpoint_id))
+            """,
+            "CREATE INDEX webhook_deliveries_due ON webhook_deliveries (state, next_attempt_at)",
+            "CREATE INDEX webhook_deliveries_endpoint ON webhook_deliveries (endpoint_id, created_at)",
+            """
+            CREATE TABLE webhook_attempts (id TEXT PRIMARY KEY, event_id TEXT NOT NULL, endpoint_id TEXT NOT NULL, attempted_at BIGINT NOT NULL,
+            status BIGINT, latency_ms BIGINT NOT NULL, outcome TEXT NOT NULL, response_excerpt TEXT)
+            """,
+            "CREATE INDEX webhook_attempts_delivery ON webhook_attempts (event_id, endpoint_id, attempted_at)",
+        ]),
     ]
 }

@@ -169,7 +169,9 @@ extension PurchaseStore {
     /// states, and the job's final state — all in one transaction, guarded by the worker's lease.
     /// Returns nil when the lease was lost (another worker settles the job).
     public func settle(_ settlement: Settlement) async throws -> (JobState, SettlementResult)? {
-        try await settlements.write(settlement) { [self] batch in await self.settle(batch: batch) }
+        let outcome = try await settlements.write(settlement) { [self] batch in await self.settle(batch: batch) }
+        webhookSignal.wake()  // cheap when no deliverer waits; events it wrote go out now rather than at the next poll
+        return outcome
     }
 
     /// Settles a batch in one transaction (one commit for many jobs, applied in order, as if one by
@@ -195,6 +197,14 @@ extension PurchaseStore {
     struct SettlementCatalog {
         var apps: [String: ServerApp] = [:]
         var mappings: [String: [String: ProductMapping]] = [:]
+        var webhooks: [String: [WebhookEndpoint]] = [:]
+
+        mutating func webhooks(_ appId: String, _ repository: WebhookRepository) throws -> [WebhookEndpoint] {
+            if let known = webhooks[appId] { return known }
+            let loaded = try repository.endpoints(appId: appId).map(\.endpoint)
+            webhooks[appId] = loaded
+            return loaded
+        }
 
         mutating func app(_ id: String, _ db: any SQLConnection) throws -> ServerApp {
             if let app = apps[id] { return app }
@@ -225,11 +235,16 @@ extension PurchaseStore {
         let mappings = try catalog.mappings(job.appId, db)
         let ledger = LedgerRepository(db: db, appId: job.appId, environment: env, audit: self.audit(db))
         let known = settlement.transactions.filter { mappings[$0.productId] != nil }
+        let entries = try ledger.entries(known.map(\.transactionId))
         let plan = SettlementPlan.make(.init(appId: job.appId, appUserId: job.appUserId, verificationId: job.id, replayPolicy: app.replayPolicy,
-                                             mappings: mappings, transactions: settlement.transactions,
-                                             ledger: try ledger.entries(known.map(\.transactionId)),
+                                             mappings: mappings, transactions: settlement.transactions, ledger: entries,
                                              owners: try ledger.owners(known.map(\.originalTransactionId)), deliver: job.deliver, now: now))
         try ledger.write(plan.actions, user: job.appUserId, verificationId: job.id, now: settlement.now)
+        let endpoints = try catalog.webhooks(job.appId, webhooks(db))
+        if !endpoints.isEmpty {
+            try recordEvents(WebhookEvents.of(plan.actions, user: job.appUserId, environment: env, ledger: entries), appId: job.appId,
+                             endpoints: endpoints, db, now: settlement.now)
+        }
         let result = plan.result
         let subscriptions = SubscriptionRepository(db: db, appId: job.appId, environment: env)
         for subscription in settlement.subscriptions {

@@ -67,16 +67,19 @@ public struct UserView: Codable, Sendable, Equatable {
 extension PurchaseStore {
     /// Everything a user owns at `now`.
     public func user(appId: String, appUserId: String, now: Date) async throws -> UserView {
-        try await database.transaction { db in
-            let users = UserRepository(db: db, appId: appId)
-            let mappings = Dictionary(try self.apps(db).products(appId: appId).map { ($0.productId, $0) }, uniquingKeysWith: { $1 })
-            let transactions = try users.transactions(appUserId)
-            let (entitlements, subscriptions) = EntitlementCalculator.entitlements(transactions: transactions, subscriptions: try users.subscriptions(appUserId),
-                                                                                    mappings: mappings, now: now.milliseconds)
-            let flag = try users.flag(appUserId)
-            return UserView(appUserId: appUserId, entitlements: entitlements, balances: try users.balances(appUserId), subscriptions: subscriptions,
-                            transactions: transactions, flagged: flag.flagged, flagReason: flag.reason)
-        }
+        try await database.transaction { db in try self.userView(appId: appId, appUserId: appUserId, db, now: now) }
+    }
+
+    /// What a user owns at `now`, inside the caller's transaction.
+    func userView(appId: String, appUserId: String, _ db: any SQLConnection, now: Date) throws -> UserView {
+        let users = UserRepository(db: db, appId: appId)
+        let mappings = Dictionary(try apps(db).products(appId: appId).map { ($0.productId, $0) }, uniquingKeysWith: { $1 })
+        let transactions = try users.transactions(appUserId)
+        let (entitlements, subscriptions) = EntitlementCalculator.entitlements(transactions: transactions, subscriptions: try users.subscriptions(appUserId),
+                                                                                mappings: mappings, now: now.milliseconds)
+        let flag = try users.flag(appUserId)
+        return UserView(appUserId: appUserId, entitlements: entitlements, balances: try users.balances(appUserId), subscriptions: subscriptions,
+                        transactions: transactions, flagged: flag.flagged, flagReason: flag.reason)
     }
 
     /// The answer to a spend request.
@@ -110,6 +113,8 @@ extension PurchaseStore {
                 throw ServerError(.insufficientBalance, "The \(currency) balance is \(current); \(amount) cannot be spent.")
             }
             try users.recordSpend(appUserId, idempotencyKey: idempotencyKey, currency: currency, amount: amount, balanceAfter: balance, now: now)
+            try self.recordEvents([WebhookEventDraft(type: .balanceChanged, appUserId: appUserId, currency: currency, balanceChange: -amount)],
+                                  appId: appId, endpoints: try self.webhooks(db).endpoints(appId: appId).map(\.endpoint), db, now: now)
             try self.audit(db).append(appId: appId, userId: appUserId, kind: "balance_spent",
                                       detail: ["currency": currency, "amount": String(amount), "balanceAfter": String(balance),
                                                "idempotencyKey": idempotencyKey], now: now)

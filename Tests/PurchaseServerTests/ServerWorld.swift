@@ -101,7 +101,10 @@ struct ServerWorld {
                                              TestSupport.jwsAuthority.root, TestSupport.jwsAuthority.intermediate]),
             endpoints: .emulator(URL(string: "http://emulator")!), transport: transport, adminKey: adminKey,
             worker: .init(concurrency: 64, batchSize: 16, lease: 30, pollInterval: .milliseconds(50)), retry: retry, callTimeout: 5)
-        let server = try await PurchaseServer.open(database: try await engine.makeDatabase(), configuration: configuration, clock: EmulatorBackedClock(clock),
+        var configured = configuration
+        // Webhook retries in tens of milliseconds, not seconds, so a receiver's outage passes within a test.
+        configured.webhooks = .init(timeout: 2, retry: .init(baseDelay: 0.02, maxDelay: 0.2), pollInterval: .milliseconds(50))
+        let server = try await PurchaseServer.open(database: try await engine.makeDatabase(), configuration: configured, clock: EmulatorBackedClock(clock),
                                                 ids: ids)
         var keys: [String: String] = [:]
         let mappings = ["com.example.coins": [("Nada.JPYF01", 20), ("Nada.JPYF02", 100), ("Nada.JPYF03", 600)].map {

@@ -74,16 +74,8 @@ struct AppRepository {
         try db.query("INSERT INTO server_settings (name, value) VALUES (?, ?) ON CONFLICT DO NOTHING", [name, value])
     }
 
-    private func seal(_ secret: String?) throws -> String? {
-        guard let secret, let secrets else { return secret }
-        return try secrets.seal(secret)
-    }
-
-    private func unseal(_ stored: String?) -> String? {
-        guard let stored else { return nil }
-        guard SecretBox.isSealed(stored) else { return stored }
-        return try? secrets?.open(stored)
-    }
+    private func seal(_ secret: String?) throws -> String? { try SecretColumns(secrets: secrets).seal(secret) }
+    private func unseal(_ stored: String?) -> String? { SecretColumns(secrets: secrets).unseal(stored) }
 
     private func app(_ row: SQLRow) -> ServerApp {
         func list(_ name: String) -> [String] { (row.string(name) ?? "").split(separator: ",").map(String.init) }
