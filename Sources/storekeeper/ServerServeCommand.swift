@@ -21,6 +21,8 @@ struct ServerOptions {
     var maxAge: Double
     var retryBase: Double
     var retryCap: Double
+    var webhookRetryBase: Double
+    var webhookTimeout: Double
     var lease: Double
     var reconcileInterval: Double
     var followEmulatorClock: Bool
@@ -41,6 +43,9 @@ struct ServerOptions {
       --max-age S           Seconds a verification keeps retrying before it is dead-lettered (default 86400).
       --retry-base S        First retry delay in seconds, doubled per attempt with jitter (default 1).
       --retry-cap S         Longest retry delay in seconds (default 300).
+      --webhook-retry-base S  First delay before a failed webhook delivery is tried again, doubled per attempt with
+                            jitter up to an hour, for 72 hours (default 5).
+      --webhook-timeout S   Seconds a webhook endpoint has to answer (default 10).
       --lease S             Seconds a worker holds a claimed job before another process may take it over (default 120).
       --reconcile-interval S  Seconds between passes over the App Store Server API (Notification History with
                             onlyFailures, Transaction History by revision) for apps with a Server API key (default 600).
@@ -74,6 +79,8 @@ struct ServerOptions {
         maxAge = try number("max-age", 86400)
         retryBase = try number("retry-base", 1)
         retryCap = try number("retry-cap", 300)
+        webhookRetryBase = try number("webhook-retry-base", 5)
+        webhookTimeout = try number("webhook-timeout", 10)
         lease = try number("lease", 120)
         reconcileInterval = try number("reconcile-interval", 600)
         followEmulatorClock = arguments.flag("follow-emulator-clock")
@@ -127,6 +134,7 @@ struct ServerOptions {
         if let appstoreURL, let base = URL(string: appstoreURL) { configuration.serverAPI = .emulator(base) }
         configuration.secrets = try SecretFiles.masterKey(in: directory)
         configuration.uploadsPerSecond = uploadRate
+        configuration.webhooks = .init(timeout: webhookTimeout, retry: .init(baseDelay: webhookRetryBase))
         let server = try await PurchaseServer.open(database: database, configuration: configuration, clock: clock ?? SystemClock())
         for app in try await server.store.apps() where app.userAuth == .optional {
             warn("app \(app.id) has userAuth optional: its public key may act for any user it names (set userAuth required once the app sends user tokens)")

@@ -36,6 +36,12 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
         ("jobs", .group(abstract: "Inspect and replay verification jobs.", children: [
             ("list", .command(ServerJobsListCommand.self)), ("replay", .command(ServerJobsReplayCommand.self)),
         ])),
+        ("webhook", .group(abstract: "Webhook endpoints: what your backend hears when what a user owns changes.", children: [
+            ("add", .command(ServerWebhookAddCommand.self)), ("list", .command(ServerWebhookListCommand.self)),
+            ("remove", .command(ServerWebhookRemoveCommand.self)), ("test", .command(ServerWebhookTestCommand.self)),
+            ("deliveries", .command(ServerWebhookDeliveriesCommand.self)), ("redeliver", .command(ServerWebhookRedeliverCommand.self)),
+            ("rotate", .command(ServerWebhookRotateCommand.self)),
+        ])),
         ("report", .command(ServerReportCommand.self)),
         ("reconcile", .command(ServerReconcileCommand.self)),
     ])),
