@@ -69,6 +69,7 @@ bench: release pydeps
 	bench/run.sh
 	bench/server.sh
 	bench/abuse.sh
+	bench/webhooks.sh
 	bench/storekit2.sh
 	bench/shop.sh
 

@@ -108,16 +108,22 @@ extension PurchaseStore {
     /// Writes events in the caller's transaction (the one that made the change): each is numbered in its
     /// user's sequence and owed to every endpoint of the app that takes its type, carrying the user's
     /// entitlements and balances as they stand after the change. Apps without endpoints record nothing.
-    func recordEvents(_ drafts: [WebhookEventDraft], appId: String, endpoints: [WebhookEndpoint], _ db: any SQLConnection, now: Date) throws {
+    func recordEvents(_ drafts: [WebhookEventDraft], appId: String, endpoints: [WebhookEndpoint], _ db: any SQLConnection, now: Date,
+                      mappings: [String: ProductMapping]? = nil) throws {
         guard !drafts.isEmpty, !endpoints.isEmpty else { return }
-        var views: [String: UserView] = [:]
         let repository = webhooks(db)
-        for draft in drafts {
-            let targets = endpoints.filter { $0.accepts(draft.type) }.map(\.id)
-            guard !targets.isEmpty else { continue }
-            if views[draft.appUserId] == nil { views[draft.appUserId] = try userView(appId: appId, appUserId: draft.appUserId, db, now: now) }
-            let sequence = try repository.nextSequence(appId: appId, appUserId: draft.appUserId)
-            _ = try store(draft, appId: appId, endpoints: targets, view: views[draft.appUserId], sequence: sequence, db, now: now)
+        let routed = drafts.map { draft in (draft, endpoints.filter { $0.accepts(draft.type) }.map(\.id)) }.filter { !$0.1.isEmpty }
+        var users: [String] = []
+        for (draft, _) in routed where !users.contains(draft.appUserId) { users.append(draft.appUserId) }
+        let mappings = try mappings ?? Dictionary(try apps(db).products(appId: appId).map { ($0.productId, $0) }, uniquingKeysWith: { $1 })
+        for user in users {
+            let mine = routed.filter { $0.0.appUserId == user }
+            let view = try userView(appId: appId, appUserId: user, db, now: now, mappings: mappings)
+            // One round trip numbers all of this user's events.
+            let last = try repository.reserveSequence(appId: appId, appUserId: user, count: Int64(mine.count))
+            for (offset, (draft, targets)) in mine.enumerated() {
+                _ = try store(draft, appId: appId, endpoints: targets, view: view, sequence: last - Int64(mine.count - 1 - offset), db, now: now)
+            }
         }
     }
 

@@ -243,7 +243,7 @@ extension PurchaseStore {
         let endpoints = try catalog.webhooks(job.appId, webhooks(db))
         if !endpoints.isEmpty {
             try recordEvents(WebhookEvents.of(plan.actions, user: job.appUserId, environment: env, ledger: entries), appId: job.appId,
-                             endpoints: endpoints, db, now: settlement.now)
+                             endpoints: endpoints, db, now: settlement.now, mappings: mappings)
         }
         let result = plan.result
         let subscriptions = SubscriptionRepository(db: db, appId: job.appId, environment: env)

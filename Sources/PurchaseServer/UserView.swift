@@ -71,9 +71,9 @@ extension PurchaseStore {
     }
 
     /// What a user owns at `now`, inside the caller's transaction.
-    func userView(appId: String, appUserId: String, _ db: any SQLConnection, now: Date) throws -> UserView {
+    func userView(appId: String, appUserId: String, _ db: any SQLConnection, now: Date, mappings: [String: ProductMapping]? = nil) throws -> UserView {
         let users = UserRepository(db: db, appId: appId)
-        let mappings = Dictionary(try apps(db).products(appId: appId).map { ($0.productId, $0) }, uniquingKeysWith: { $1 })
+        let mappings = try mappings ?? Dictionary(try apps(db).products(appId: appId).map { ($0.productId, $0) }, uniquingKeysWith: { $1 })
         let transactions = try users.transactions(appUserId)
         let (entitlements, subscriptions) = EntitlementCalculator.entitlements(transactions: transactions, subscriptions: try users.subscriptions(appUserId),
                                                                                 mappings: mappings, now: now.milliseconds)

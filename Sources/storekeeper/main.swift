@@ -45,6 +45,7 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
         ("report", .command(ServerReportCommand.self)),
         ("reconcile", .command(ServerReconcileCommand.self)),
     ])),
+    ("webhook", .group(abstract: "Webhooks while developing.", children: [("listen", .command(WebhookListenCommand.self))])),
     ("up", .command(UpCommand.self)),
     ("shop", .command(ShopCommand.self)),
     ("shop-bench", .command(ShopBenchCommand.self)),

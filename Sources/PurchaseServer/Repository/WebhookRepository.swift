@@ -53,12 +53,12 @@ struct WebhookRepository {
 
     // MARK: The outbox
 
-    /// The next number in a user's event sequence (1, 2, …).
-    func nextSequence(appId: String, appUserId: String) throws -> Int64 {
+    /// Reserves the next `count` numbers of a user's event sequence (1, 2, …) and returns the last.
+    func reserveSequence(appId: String, appUserId: String, count: Int64) throws -> Int64 {
         try db.query("""
-            INSERT INTO webhook_sequences (app_id, app_user_id, sequence) VALUES (?, ?, 1)
-            ON CONFLICT (app_id, app_user_id) DO UPDATE SET sequence = webhook_sequences.sequence + 1 RETURNING sequence
-            """, [appId, appUserId]).first?.int("sequence") ?? 1
+            INSERT INTO webhook_sequences (app_id, app_user_id, sequence) VALUES (?, ?, ?)
+            ON CONFLICT (app_id, app_user_id) DO UPDATE SET sequence = webhook_sequences.sequence + excluded.sequence RETURNING sequence
+            """, [appId, appUserId, count]).first?.int("sequence") ?? count
     }
 
     /// Stores an event and one delivery per endpoint, all due now.
