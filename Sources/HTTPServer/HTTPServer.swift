@@ -64,7 +64,13 @@ public final class HTTPServer: Sendable {
         var inFlight: [Int: Task<Void, Never>] = [:]
         var nextTaskID = 0
         var port: UInt16 = 0
+        /// Connections suspended and not yet taken back by libmicrohttpd's thread. A response being ready is not
+        /// enough: MHD_stop_daemon aborts the process while any connection is still suspended inside the library.
+        var suspended = 0
     }
+
+    func noteSuspended() { state.withLock { $0.suspended += 1 } }
+    func noteResumed() { state.withLock { $0.suspended -= 1 } }
 
     /// Creates a server; call `start()` to listen.
     public init(configuration: Configuration = Configuration(), responder: any Responder) {
@@ -108,8 +114,21 @@ public final class HTTPServer: Sendable {
         while state.withLock({ !$0.inFlight.isEmpty }) {
             try? await Task.sleep(for: .milliseconds(10))
         }
-        try? await Task.sleep(for: .milliseconds(20))
-        state.withLock { $0.daemon = nil }
+        // Resumed connections are taken back by libmicrohttpd's own threads, which may not have run yet on a busy machine.
+        let resumeDeadline = ContinuousClock.now.advanced(by: .seconds(10))
+        while state.withLock({ $0.suspended > 0 }) && ContinuousClock.now < resumeDeadline {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        let stillSuspended = state.withLock { state -> Bool in
+            state.daemon = nil
+            return state.suspended > 0
+        }
+        // Stopping with a connection still suspended aborts inside libmicrohttpd; leaving the daemon to the
+        // process's exit is the lesser harm (it no longer listens).
+        guard !stillSuspended else {
+            FileHandle.standardError.write(Data("HTTP server: connections still suspended at shutdown; not stopping the daemon\n".utf8))
+            return
+        }
         MHD_stop_daemon(daemon)
     }
 
@@ -165,6 +184,8 @@ final class RequestContext: Sendable {
         var response: Response?
         var startedAt = ContinuousClock.now
         var request: Request?
+        /// Suspended for the responder and not yet taken back (see `HTTPServer.State.suspended`).
+        var suspended = false
     }
     let fields = Locked(Fields())
 
@@ -266,6 +287,10 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
 
     let (ready, tooLarge, started, request) = context.fields.withLock { ($0.response, $0.tooLarge, $0.started, $0.request) }
     if let ready, let request {
+        if context.fields.withLock({ fields -> Bool in
+            defer { fields.suspended = false }
+            return fields.suspended
+        }) { server.noteResumed() }
         server.log(request, status: ready.dropConnection ? 0 : ready.status.code, bytes: ready.body.count,
                    started: context.fields.withLock { $0.startedAt })
         return queue(ready, on: connection)
@@ -287,15 +312,25 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
     request.queryItems = query.items
     request.body = context.fields.withLock { fields in
         fields.started = true
+        fields.suspended = true
         return fields.body
     }
+    server.noteSuspended()
     MHD_suspend_connection(connection)
     server.dispatch(request, context: context, connection: connection)
     return .YES
 }
 
-private let completedHandler: MHD_RequestCompletedCallback = { _, _, requestContext, _ in
+private let completedHandler: MHD_RequestCompletedCallback = { cls, _, requestContext, _ in
     guard let requestContext, let pointer = requestContext.pointee else { return }
-    Unmanaged<RequestContext>.fromOpaque(pointer).release()
+    let context = Unmanaged<RequestContext>.fromOpaque(pointer)
+    // A connection closed while suspended (the client went away) is taken back here instead.
+    if let cls, context.takeUnretainedValue().fields.withLock({ fields -> Bool in
+        defer { fields.suspended = false }
+        return fields.suspended
+    }) {
+        Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue().noteResumed()
+    }
+    context.release()
     requestContext.pointee = nil
 }
