@@ -20,6 +20,16 @@ public struct AppStoreResponder: Responder {
         AppStoreResponder.addServerAPIRoutes(&router, emulator)
         AppStoreResponder.addStoreKit2Routes(&router, emulator)
         router.on(.get, "/health") { _ in .json(["status": "ok"]) }
+        router.on(.get, "/healthz") { _ in .json(["status": "ok"]) }
+        // Ready when its state answers (a read goes through the lock and the store).
+        router.on(.get, "/readyz") { _ in
+            do {
+                _ = try await emulator.apps()
+                return .json(["ready": true])
+            } catch {
+                return .json(["ready": false], status: .serviceUnavailable)
+            }
+        }
         self.router = router
     }
 

@@ -31,6 +31,8 @@ public struct Response: Sendable {
     public var body: Data
     /// When true the transport closes the connection without answering (fault injection).
     public var dropConnection: Bool = false
+    /// The route pattern that answered (`/v1/users/:user`), set by `Router`; not sent. Metrics and logs label by it.
+    public var route: String?
 
     /// Creates a response.
     public init(status: HTTPStatus = .ok, headers: [String: String] = [:], body: Data = Data()) {

@@ -42,7 +42,9 @@ public struct Router: Responder {
             guard route.method == request.method || (request.method == .head && route.method == .get) else { continue }
             var routed = request
             routed.parameters = parameters
-            return await ClosureResponder(route.handler).respond(to: routed)
+            var response = await ClosureResponder(route.handler).respond(to: routed)
+            response.route = "/" + route.segments.joined(separator: "/")
+            return response
         }
         if pathMatched {
             return HTTPError(.methodNotAllowed, code: "method_not_allowed", message: "\(request.method) is not allowed on \(request.path).").response

@@ -69,6 +69,9 @@ public final class HTTPServer: Sendable {
         var suspended = 0
     }
 
+    /// Requests whose responder is running now.
+    public var requestsInFlight: Int { state.withLock { $0.inFlight.count } }
+
     func noteSuspended() { state.withLock { $0.suspended += 1 } }
     func noteResumed() { state.withLock { $0.suspended -= 1 } }
 

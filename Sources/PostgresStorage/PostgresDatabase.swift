@@ -16,6 +16,11 @@ public final class PostgresDatabase: SQLDatabase {
         var idle: [PostgresConnection]
         var waiters: [CheckedContinuation<PostgresConnection, Never>] = []
     }
+    private let size: Int
+
+    public var poolStatistics: (inUse: Int, idle: Int, waiting: Int)? {
+        pool.withLock { pool in (size - pool.idle.count, pool.idle.count, pool.waiters.count) }
+    }
 
     /// Connects `size` connections to `url` (a `postgres://` URL or libpq keyword string) and
     /// listens on `channels` for wake-ups.
@@ -26,6 +31,7 @@ public final class PostgresDatabase: SQLDatabase {
             connections.append(try PostgresConnection(url: url, label: "storekeeper.postgres.\(index)"))
         }
         pool = Locked(Pool(idle: connections))
+        self.size = connections.count
         listener = try PostgresListener(url: url, channels: channels)
     }
 

@@ -84,6 +84,7 @@ extension PurchaseServer {
         let (signed, payload, uuid, type, signedDate) = try await checkedOffPool { () throws(ServerError) in
             try Self.verifiedEnvelope(body, inspector: inspector)
         }
+        metrics.notificationLag(seconds: Double(clock.now().milliseconds - signedDate) / 1000)
         let subtype = payload["subtype"]?.text
         let address = NotificationAddress(payload)
         let section = payload["data"] ?? .null

@@ -46,8 +46,20 @@ extension PurchaseServer {
         var target = serverAPI.url(for: environment).appendingPathComponent(path).absoluteString
         if !query.isEmpty { target += "?" + query }
         guard let url = URL(string: target) else { throw ServerError(.invalidUrl, "bad Server API URL \(target)") }
-        return try await client.send(method, url, headers: [("Authorization", "Bearer " + token), ("Content-Type", "application/json"),
-                                                            ("Accept", "application/json")], body: body, timeout: 30)
+        // Labelled by the path with its ids replaced, so the metric has one series per endpoint.
+        let endpoint = path.split(separator: "/").map { $0.allSatisfy(\.isNumber) || $0.count > 24 ? ":id" : String($0) }.joined(separator: "/")
+        let started = ContinuousClock.now
+        do {
+            let response = try await client.send(method, url, headers: [("Authorization", "Bearer " + token), ("Content-Type", "application/json"),
+                                                                        ("Accept", "application/json")], body: body, timeout: 30)
+            metrics.appleCall(endpoint: "\(method) \(endpoint)", environment: environment.rawValue, outcome: "http_\(response.status)",
+                              seconds: (ContinuousClock.now - started).seconds)
+            return response
+        } catch {
+            metrics.appleCall(endpoint: "\(method) \(endpoint)", environment: environment.rawValue,
+                              outcome: error.code == .timedOut ? "timed_out" : "connection", seconds: (ContinuousClock.now - started).seconds)
+            throw error
+        }
     }
 
     /// Answers a CONSUMPTION_REQUEST with Send Consumption Information (v2): the customer consented through

@@ -15,6 +15,8 @@ public final class PurchaseServer: Sendable {
     /// Sends webhook events to the developer's endpoints (started by `runWorker`).
     public let webhooks: WebhookDeliverer
     public let clock: any WallClock
+    /// Counters and histograms for `GET /metrics`.
+    public let metrics: ServerMetrics
     let waiters: SettlementWaiters
     let adminKeyHash: String
     let serverAPI: ServerAPIEndpoints
@@ -73,19 +75,21 @@ public final class PurchaseServer: Sendable {
         try await store.checkMasterKey()
         try await store.refreshKeys(now: clock.now())
         let waiters = SettlementWaiters()
+        let metrics = ServerMetrics()
         let engine = VerificationEngine(store: store, inspector: ReceiptInspector(trust: configuration.trust),
                                         client: VerifyReceiptClient(endpoints: configuration.endpoints, transport: configuration.transport,
                                                                     timeout: configuration.callTimeout),
-                                        clock: clock, retry: configuration.retry)
+                                        clock: clock, retry: configuration.retry, metrics: metrics)
         let worker = VerificationWorker(engine: engine, configuration: configuration.worker, ids: store.ids) { waiters.settled($0) }
-        return PurchaseServer(store: store, worker: worker, clock: clock, waiters: waiters, adminKeyHash: APIKey.hash(configuration.adminKey),
+        return PurchaseServer(store: store, worker: worker, clock: clock, metrics: metrics, waiters: waiters, adminKeyHash: APIKey.hash(configuration.adminKey),
                               serverAPI: configuration.serverAPI, configuration: configuration)
     }
 
-    private init(store: PurchaseStore, worker: VerificationWorker, clock: any WallClock, waiters: SettlementWaiters, adminKeyHash: String,
+    private init(store: PurchaseStore, worker: VerificationWorker, clock: any WallClock, metrics: ServerMetrics, waiters: SettlementWaiters, adminKeyHash: String,
                  serverAPI: ServerAPIEndpoints, configuration: Configuration) {
         uploadLimiter = UploadRateLimiter(rate: configuration.uploadsPerSecond)
-        webhooks = WebhookDeliverer(store: store, clock: clock, configuration: configuration.webhooks)
+        webhooks = WebhookDeliverer(store: store, clock: clock, configuration: configuration.webhooks, metrics: metrics)
+        self.metrics = metrics
         maximumLongPolls = configuration.maximumLongPolls
         self.store = store
         self.worker = worker

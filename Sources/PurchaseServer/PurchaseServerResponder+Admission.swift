@@ -19,7 +19,7 @@ extension PurchaseServerResponder {
     public func admit(_ head: RequestHead) -> Admission {
         let path = head.path
         if path == "/v1/notifications/apple" { return .accept(bodyLimit: BodyLimit.notification) }
-        if path.hasPrefix("/admin/") {
+        if path.hasPrefix("/admin/") || path == "/metrics" {
             guard let key = Self.bearer(head.header("authorization")), server.isAdmin(key) else {
                 return .refuse(HTTPError(.unauthorized, code: "invalid_admin_key",
                                          message: "This endpoint needs the admin key as 'Authorization: Bearer KEY'.").response)

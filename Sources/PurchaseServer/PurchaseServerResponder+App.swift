@@ -59,7 +59,12 @@ extension PurchaseServerResponder {
         // Apple calls this one: no API key, the signatures are the authentication.
         router.on(.post, "/v1/notifications/apple") { request in
             await guarded {
-                let receipt = try await server.receiveNotification(request.body)
+                let receipt: NotificationReceipt
+                do { receipt = try await server.receiveNotification(request.body) } catch {
+                    server.metrics.notification(outcome: (error as? ServerError)?.kind == .unavailable ? "retry_later" : "refused")
+                    throw error
+                }
+                server.metrics.notification(outcome: receipt.outcome.rawValue)
                 var body: [String: Any] = ["notificationUUID": receipt.notificationUUID, "notificationType": receipt.notificationType,
                                            "outcome": receipt.outcome.rawValue]
                 if let id = receipt.verificationId { body["verificationId"] = id }

@@ -18,11 +18,47 @@ public struct PurchaseServerResponder: Responder {
         router.on(.get, "/health") { _ in
             .json(["status": "ok", "inFlight": String(server.worker.inFlight)])
         }
+        Self.addOperationsRoutes(&router, server)
         self.router = router
     }
 
+    /// Answers through the router, then labels the answer: its latency and status counted under the route
+    /// template, and `X-Request-Id` echoed (or made up) so a client's log line meets the server's.
     public func respond(to request: Request) async -> Response {
-        await router.respond(to: request)
+        let started = ContinuousClock.now
+        var response = await router.respond(to: request)
+        server.metrics.request(route: response.route ?? "unmatched", method: request.method.rawValue, status: response.status.code,
+                               seconds: (ContinuousClock.now - started).seconds)
+        response.headers["X-Request-Id"] = Self.requestId(request.header("x-request-id")) ?? server.store.ids.nextString()
+        return response
+    }
+
+    /// A client's request id, if it is 1–128 characters of letters, digits and `-_.:`.
+    static func requestId(_ header: String?) -> String? {
+        guard let header, (1...128).contains(header.utf8.count),
+              header.utf8.allSatisfy({ $0 < 128 && (isalnum(Int32($0)) != 0 || "-_.:".utf8.contains($0)) }) else { return nil }
+        return header
+    }
+
+    /// Only `/healthz`, `/readyz` and `/metrics`, without authentication: for a port that only the
+    /// monitoring network reaches (`server serve --metrics-port`).
+    public static func operations(_ server: PurchaseServer) -> Router {
+        var router = Router()
+        addOperationsRoutes(&router, server)
+        return router
+    }
+
+    /// `/healthz` (the process answers), `/readyz` (it can do its job), `/metrics` (Prometheus text; the admin key,
+    /// unless served on `--metrics-port`).
+    static func addOperationsRoutes(_ router: inout Router, _ server: PurchaseServer) {
+        router.on(.get, "/healthz") { _ in .json(["status": "ok"]) }
+        router.on(.get, "/readyz") { _ in
+            let readiness = await server.readiness()
+            return .json(readiness, status: readiness.ready ? .ok : .serviceUnavailable)
+        }
+        router.on(.get, "/metrics") { _ in
+            Response(status: .ok, headers: ["Content-Type": "text/plain; version=0.0.4; charset=utf-8"], body: Data(await server.metricsText().utf8))
+        }
     }
 
     static func bearer(_ request: Request) -> String? { bearer(request.header("authorization")) }

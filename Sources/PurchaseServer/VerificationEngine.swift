@@ -32,9 +32,12 @@ public struct VerificationEngine: Sendable {
     public let transactionInspector: SignedTransactionInspector
     public let client: VerifyReceiptClient
     public let clock: any WallClock
+    let metrics: ServerMetrics
     public let retry: RetryPolicy
 
-    public init(store: PurchaseStore, inspector: ReceiptInspector, client: VerifyReceiptClient, clock: any WallClock, retry: RetryPolicy) {
+    public init(store: PurchaseStore, inspector: ReceiptInspector, client: VerifyReceiptClient, clock: any WallClock, retry: RetryPolicy,
+                metrics: ServerMetrics = ServerMetrics()) {
+        self.metrics = metrics
         self.store = store
         self.inspector = inspector
         transactionInspector = SignedTransactionInspector(trust: inspector.trust)
@@ -106,7 +109,11 @@ public struct VerificationEngine: Sendable {
         var answer: (VerifyReceiptResponse, Data)?
         while answer == nil {
             tried.insert(environment)
-            switch await client.verify(job.receiptData, password: app.sharedSecret, environment: environment) {
+            let started = ContinuousClock.now
+            let reply = await client.verify(job.receiptData, password: app.sharedSecret, environment: environment)
+            metrics.appleCall(endpoint: "verifyReceipt", environment: environment.rawValue, outcome: reply.metricOutcome,
+                              seconds: (ContinuousClock.now - started).seconds)
+            switch reply {
             case .retryable(let retry):
                 try await reschedule(job, owner: owner, retry: retry)
                 return job.state

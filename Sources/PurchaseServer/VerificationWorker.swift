@@ -45,6 +45,9 @@ public final class VerificationWorker: Sendable {
     /// Jobs currently being verified by this worker.
     public var inFlight: Int { state.withLock { $0.inFlight } }
 
+    /// Whether `run()` is running.
+    public var isRunning: Bool { state.withLock { $0.running } }
+
     /// Asks the worker to look for jobs now.
     public func wake() { signal.wake() }
 

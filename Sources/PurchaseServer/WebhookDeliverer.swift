@@ -61,7 +61,10 @@ public final class WebhookDeliverer: Sendable {
     private let finished = Locked<[(DueDelivery, WebhookAttempt)]>([])
     private let inFlight = Atomic<Int>(0)
 
-    public init(store: PurchaseStore, clock: any WallClock, configuration: Configuration = .init()) {
+    let metrics: ServerMetrics
+
+    public init(store: PurchaseStore, clock: any WallClock, configuration: Configuration = .init(), metrics: ServerMetrics = ServerMetrics()) {
+        self.metrics = metrics
         self.store = store
         self.clock = clock
         self.configuration = configuration
@@ -135,6 +138,7 @@ public final class WebhookDeliverer: Sendable {
             }
         }
         let elapsed = ContinuousClock.now - started
+        metrics.webhookAttempt(outcome: attempt.outcome, seconds: elapsed.seconds)
         attempt.latencyMs = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
         finished.withLock { $0.append((delivery, attempt)) }
         inFlight.wrappingSubtract(1, ordering: .relaxed)

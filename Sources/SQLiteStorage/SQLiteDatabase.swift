@@ -135,3 +135,36 @@ import Storage
 enum StorageErrorFactory {
     static func make(_ code: String, _ message: String) -> StorageError { StorageError(code: code, message: message) }
 }
+
+extension SQLiteDatabase {
+    /// Copies the whole database into a new file at `destination` with SQLite's online backup API: a
+    /// consistent snapshot while other connections (a running server) keep reading and writing.
+    public func backup(to destination: String) throws {
+        try runSync { database in try database.copy(to: destination) }
+    }
+
+    private func copy(to destination: String) throws {
+        guard !FileManager.default.fileExists(atPath: destination) else {
+            throw StorageErrorFactory.make("backup_exists", "\(destination) exists; back up into a new file")
+        }
+        var target: OpaquePointer?
+        guard sqlite3_open_v2(destination, &target, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nil) == SQLITE_OK, let target else {
+            if let target { sqlite3_close(target) }
+            throw StorageErrorFactory.make("backup_failed", "cannot create \(destination)")
+        }
+        defer { sqlite3_close(target) }
+        guard let backup = sqlite3_backup_init(target, "main", handle, "main") else {
+            throw StorageErrorFactory.make("backup_failed", String(cString: sqlite3_errmsg(target)))
+        }
+        // Pages in steps, so a writer waiting on the source is held up for one step at a time, not the whole copy.
+        var status: Int32
+        repeat {
+            status = sqlite3_backup_step(backup, 1024)
+            if status == SQLITE_BUSY || status == SQLITE_LOCKED { sqlite3_sleep(10) }
+        } while status == SQLITE_OK || status == SQLITE_BUSY || status == SQLITE_LOCKED
+        let finished = sqlite3_backup_finish(backup)
+        guard status == SQLITE_DONE, finished == SQLITE_OK else {
+            throw StorageErrorFactory.make("backup_failed", "backup stopped: \(String(cString: sqlite3_errstr(status)))")
+        }
+    }
+}

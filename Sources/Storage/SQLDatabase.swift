@@ -104,6 +104,12 @@ public protocol SQLDatabase: Sendable {
     func wait(for channel: String, timeout: Duration) async
     /// Closes connections.
     func close() async
+    /// Connections in use and idle, for a database with a pool (nil for one without).
+    var poolStatistics: (inUse: Int, idle: Int, waiting: Int)? { get }
+}
+
+extension SQLDatabase {
+    public var poolStatistics: (inUse: Int, idle: Int, waiting: Int)? { nil }
 }
 
 /// A schema migration: an ordered list of statements identified by a version.

@@ -158,6 +158,9 @@ struct ServerServeCommand: Command {
       --host H              Address to bind (default 127.0.0.1).
       --port P              Port (default 8020; 0 picks a free port, printed on start).
       --quiet               No access log.
+      --metrics-port P      Also serve /metrics, /healthz and /readyz, without the admin key, on this port
+                            (on the main port /metrics needs the admin key; /healthz and /readyz never do).
+      --metrics-host H      Address for --metrics-port (default 127.0.0.1).
     \(ServerOptions.help)
     """
 
@@ -165,9 +168,16 @@ struct ServerServeCommand: Command {
     let host: String
     let port: UInt16
     let quiet: Bool
+    let metricsPort: UInt16?
+    let metricsHost: String
 
     init(_ arguments: inout Arguments) throws {
         options = try ServerOptions(&arguments)
+        metricsPort = try arguments.option("metrics-port").map { text in
+            guard let port = UInt16(text) else { throw UsageError(description: "--metrics-port must be 0–65535") }
+            return port
+        }
+        metricsHost = try arguments.option("metrics-host") ?? "127.0.0.1"
         host = try arguments.option("host") ?? "127.0.0.1"
         guard let port = UInt16(try arguments.option("port") ?? "8020") else { throw UsageError(description: "--port must be 0–65535") }
         self.port = port
@@ -202,13 +212,21 @@ struct ServerServeCommand: Command {
         httpConfiguration.connectionsPerIP = options.connectionsPerIP != .max ? options.connectionsPerIP : (host.hasPrefix("127.") || host == "::1" ? 0 : 64)
         let http = HTTPServer(configuration: httpConfiguration, responder: PurchaseServerResponder(server: server))
         let bound = try http.start()
+        var monitoring: (server: HTTPServer, port: UInt16)?
+        if let metricsPort {
+            let operations = HTTPServer(configuration: .init(host: metricsHost, port: metricsPort, accessLog: false),
+                                        responder: PurchaseServerResponder.operations(server))
+            monitoring = (operations, try operations.start())
+        }
         say("storekeeper server listening on http://\(host):\(bound)")
+        if let monitoring { say("metrics, healthz and readyz on http://\(metricsHost):\(monitoring.port)") }
         say("database: \(options.database == nil ? "sqlite in \(options.data)" : "postgresql")")
         // Shown once, when created; afterwards it is only in DIR/admin-key (0600), never in logs.
         if let adminKey { say("admin key (created now, shown once, kept in \(options.data)/admin-key): \(adminKey)") }
         await ShutdownSignal.wait()
         FileHandle.standardError.write(Data("shutting down\n".utf8))
         await http.shutdown()
+        await monitoring?.server.shutdown()
         reconciler.cancel()
         worker.cancel()
         await server.worker.drain(timeout: .seconds(5))

@@ -43,6 +43,7 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
             ("rotate", .command(ServerWebhookRotateCommand.self)),
         ])),
         ("report", .command(ServerReportCommand.self)),
+        ("backup", .command(ServerBackupCommand.self)),
         ("reconcile", .command(ServerReconcileCommand.self)),
     ])),
     ("webhook", .group(abstract: "Webhooks while developing.", children: [("listen", .command(WebhookListenCommand.self))])),

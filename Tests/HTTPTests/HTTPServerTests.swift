@@ -97,7 +97,9 @@ struct HTTPServerTests {
     func gracefulShutdown() async throws {
         let (server, base) = try Self.makeServer()
         async let slow = Self.fetch(base.appendingPathComponent("slow"))
-        try await Task.sleep(for: .milliseconds(100))
+        // Shut down only once the request is being answered (a sleep races the client on a busy machine).
+        for _ in 0..<500 where server.requestsInFlight == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(server.requestsInFlight == 1)
         await server.shutdown()
         let (status, data) = try await slow
         #expect(status == 200)

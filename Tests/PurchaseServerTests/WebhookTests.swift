@@ -117,8 +117,14 @@ struct WebhookTests {
             #expect(!WebhookSignature.verify(header: delivery.signature, body: Array(delivery.body), secret: secret + "x", now: now))
         }
         // The outage is in the delivery log: three 500s, then every delivery succeeded.
-        let log = try await world.server.store.webhookDeliveries(appId: "com.example.coins", id: coins.id, state: nil, limit: 100)
-            + (try await world.server.store.webhookDeliveries(appId: "com.example.magazine", id: magazine.id, state: nil, limit: 100))
+        // The receiver has every event; the server records each outcome just after its answer.
+        var log: [WebhookDelivery] = []
+        for _ in 0..<100 {
+            log = try await world.server.store.webhookDeliveries(appId: "com.example.coins", id: coins.id, state: nil, limit: 100)
+                + (try await world.server.store.webhookDeliveries(appId: "com.example.magazine", id: magazine.id, state: nil, limit: 100))
+            if log.allSatisfy({ $0.state == "delivered" }) { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
         #expect(log.count == 6 && log.allSatisfy { $0.state == "delivered" })
         #expect(log.flatMap(\.log).filter { $0.status == 500 }.count == 3)
         #expect(log.flatMap(\.log).filter { $0.outcome == "http_status" }.allSatisfy { $0.responseExcerpt == "down for maintenance" })

@@ -1,0 +1,66 @@
+import Foundation
+import Storage
+
+/// What `GET /readyz` answers.
+public struct Readiness: Codable, Sendable, Equatable {
+    public var ready: Bool
+    public var database: String
+    public var schemaVersion: Int64?
+    public var expectedSchemaVersion: Int64
+    public var worker: String
+    public var problems: [String]
+}
+
+extension PurchaseServer {
+    /// Ready to take traffic: the database answers, every migration this build knows is applied, and the
+    /// verification worker runs. A load balancer stops routing to a process that is not.
+    public func readiness() async -> Readiness {
+        let expected = Int64(Schema.migrations.map(\.version).max() ?? 0)
+        var problems: [String] = []
+        var version: Int64?
+        do {
+            version = try await store.database.transaction { db in try HealthRepository(db: db).schemaVersion() }
+        } catch {
+            problems.append("database: \(error)")
+        }
+        if let version, version < expected { problems.append("schema version \(version), this build needs \(expected)") }
+        if !worker.isRunning { problems.append("the verification worker is not running") }
+        return Readiness(ready: problems.isEmpty, database: version == nil ? "unreachable" : "ok", schemaVersion: version,
+                         expectedSchemaVersion: expected, worker: worker.isRunning ? "running" : "stopped", problems: problems)
+    }
+
+    /// `GET /metrics`: the in-memory counters, and gauges read from the database now.
+    public func metricsText() async -> String {
+        let now = clock.now().milliseconds
+        var gauges: [ServerMetrics.Gauge] = []
+        let jobs = (try? await store.jobCounts()) ?? [:]
+        gauges.append(.init(name: "storekeeper_verification_jobs", help: "Verification jobs by state.", labels: ["state"],
+                            samples: JobState.allCases.map { ([$0.rawValue], Double(jobs[$0.rawValue] ?? 0)) }))
+        let deliveries = (try? await store.webhookDeliveryCounts()) ?? [:]
+        gauges.append(.init(name: "storekeeper_webhook_deliveries", help: "Webhook deliveries by state (pending is the backlog).", labels: ["state"],
+                            samples: ["pending", "delivered", "failed"].map { ([$0], Double(deliveries[$0] ?? 0)) }))
+        let ages = try? await store.database.transaction { db -> (Int64?, Int64?, Int64?) in
+            let health = HealthRepository(db: db)
+            return (try health.oldestWaitingJob(), try health.oldestPendingDelivery(), try health.newestNotification())
+        }
+        func age(_ since: Int64?) -> Double { since.map { max(0, Double(now - $0) / 1000) } ?? 0 }
+        gauges.append(.init(name: "storekeeper_verification_oldest_waiting_seconds",
+                            help: "Age of the oldest verification not yet settled (0 when none waits).", samples: [([], age(ages?.0))]))
+        gauges.append(.init(name: "storekeeper_webhook_oldest_pending_seconds",
+                            help: "Age of the oldest webhook delivery still owed (0 when none).", samples: [([], age(ages?.1))]))
+        gauges.append(.init(name: "storekeeper_notification_last_received_seconds",
+                            help: "Seconds since the last App Store Server Notification arrived (0 when none ever did).",
+                            samples: [([], ages?.2 == nil ? 0 : age(ages?.2))]))
+        gauges.append(.init(name: "storekeeper_verifications_in_flight", help: "Verifications this process is working on.",
+                            samples: [([], Double(worker.inFlight))]))
+        gauges.append(.init(name: "storekeeper_webhooks_sending", help: "Webhook deliveries this process is sending.",
+                            samples: [([], Double(webhooks.sending))]))
+        gauges.append(.init(name: "storekeeper_long_polls", help: "Requests waiting on ?wait= now.",
+                            samples: [([], Double(longPolls.load(ordering: .relaxed)))]))
+        if let pool = store.database.poolStatistics {
+            gauges.append(.init(name: "storekeeper_database_connections", help: "Database connections by use.", labels: ["state"],
+                                samples: [(["in_use"], Double(pool.inUse)), (["idle"], Double(pool.idle)), (["waiting"], Double(pool.waiting))]))
+        }
+        return metrics.render(gauges: gauges)
+    }
+}

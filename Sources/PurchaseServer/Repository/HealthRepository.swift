@@ -1,0 +1,27 @@
+import Foundation
+import Storage
+
+/// The SQL of readiness and of the gauges `GET /metrics` reads at scrape time.
+struct HealthRepository {
+    let db: any SQLConnection
+
+    /// The newest schema version applied (the database answers at all when this returns).
+    func schemaVersion() throws -> Int64 {
+        try db.query("SELECT MAX(version) AS version FROM schema_migrations").first?.int("version") ?? 0
+    }
+
+    /// When the oldest verification still waiting (pending or timed out) was uploaded (ms), or nil.
+    func oldestWaitingJob() throws -> Int64? {
+        try db.query("SELECT MIN(created_at) AS oldest FROM verification_jobs WHERE state IN ('pending', 'timed_out', 'verifying')").first?.int("oldest")
+    }
+
+    /// When the oldest webhook delivery still owed was created (ms), or nil.
+    func oldestPendingDelivery() throws -> Int64? {
+        try db.query("SELECT MIN(created_at) AS oldest FROM webhook_deliveries WHERE state = 'pending'").first?.int("oldest")
+    }
+
+    /// When the newest notification arrived (ms), or nil.
+    func newestNotification() throws -> Int64? {
+        try db.query("SELECT MAX(received_at) AS newest FROM apple_notifications").first?.int("newest")
+    }
+}

@@ -1,0 +1,70 @@
+"""What operators run on, against the real server: probes, the Prometheus exposition (parsed by the official
+client library), request ids, and an online SQLite backup taken while the server runs."""
+import sqlite3
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import BIN, ROOT
+from server_support import Server, emulator_buy
+
+
+def get(url, headers=None):
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, dict(response.headers), response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read().decode()
+
+
+def test_probes_metrics_request_ids_and_backup(emulator):
+    with tempfile.TemporaryDirectory() as data_dir:
+        server = Server(emulator, data_dir, extra=["--metrics-port", "0"])
+        try:
+            metrics_url = server.process.stdout.readline().strip().split(" on ")[1]
+            key = server.setup_app("com.example.coins")
+            bought = emulator_buy(emulator, "com.example.coins", "Nada.JPYF02", "acceptance@example.com")
+            assert server.upload(key, "olivia", bought["receipt"])["state"] == "verified"
+
+            assert get(server.url + "/healthz")[0] == 200
+            status, _, body = get(server.url + "/readyz")
+            assert status == 200 and '"ready":true' in body.replace(" ", "")
+            assert get(server.url + "/metrics")[0] == 401
+            status, headers, text = get(server.url + "/metrics", {"Authorization": "Bearer " + server.admin_key})
+            assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            families = {family.name: family for family in text_string_to_metric_families(text)}
+            for name in ["storekeeper_http_requests", "storekeeper_http_request_duration_seconds", "storekeeper_apple_calls",
+                         "storekeeper_verification_jobs", "storekeeper_webhook_deliveries", "storekeeper_notification_lag_seconds"]:
+                assert name in families, sorted(families)
+            uploads = [sample for sample in families["storekeeper_http_requests"].samples
+                       if sample.labels.get("route") == "/v1/receipts" and sample.labels.get("status") == "200"]
+            assert [sample.value for sample in uploads] == [1.0]
+            verified = [s.value for s in families["storekeeper_verification_jobs"].samples if s.labels["state"] == "verified"]
+            assert verified == [1.0]
+            # The monitoring port needs no key, and serves nothing else.
+            assert get(metrics_url + "/metrics")[0] == 200 and get(metrics_url + "/readyz")[0] == 200
+            assert get(metrics_url + "/admin/v1/apps", {"Authorization": "Bearer " + server.admin_key})[0] == 404
+            # Request ids: echoed, or made up.
+            assert get(server.url + "/healthz", {"X-Request-Id": "trace-7"})[1]["X-Request-Id"] == "trace-7"
+            assert len(get(server.url + "/healthz")[1]["X-Request-Id"]) == 36
+
+            backup = data_dir + "/copy.sqlite"
+            result = subprocess.run([BIN, "server", "backup", backup, "--data", data_dir], cwd=ROOT, capture_output=True, text=True, timeout=60)
+            assert result.returncode == 0, result.stderr
+            copy = sqlite3.connect(backup)
+            assert copy.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+            assert copy.execute("SELECT app_user_id FROM ledger WHERE transaction_id = ?", (bought["transaction_id"],)).fetchone() == ("olivia",)
+            copy.close()
+            again = subprocess.run([BIN, "server", "backup", backup, "--data", data_dir], cwd=ROOT, capture_output=True, text=True, timeout=60)
+            assert again.returncode != 0 and "exists" in again.stderr
+        finally:
+            server.stop()
+
+
+def test_emulator_probes(emulator):
+    assert get(emulator.url + "/healthz")[0] == 200
+    assert get(emulator.url + "/readyz")[0] == 200
