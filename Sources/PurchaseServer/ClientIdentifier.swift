@@ -21,6 +21,10 @@ public struct ClientIdentifier: Sendable, Hashable, CustomStringConvertible {
         public static let idempotencyKey = Kind(field: "Idempotency-Key", errorCode: .invalidIdempotencyKey, maximumBytes: 256)
         /// A balance's currency (`coins`).
         public static let currency = Kind(field: "currency", errorCode: .invalidCurrency, maximumBytes: 64)
+        /// An entitlement a promotional grant names.
+        public static let entitlement = Kind(field: "entitlement", errorCode: .invalidEntitlement, maximumBytes: 64)
+        /// Why support granted, revoked or adjusted something.
+        public static let reason = Kind(field: "reason", errorCode: .invalidReason, maximumBytes: 512)
         /// A product id an upload names (`DeliveryHint`).
         public static let productId = Kind(field: "productId", errorCode: .invalidProductId, maximumBytes: 256)
     }

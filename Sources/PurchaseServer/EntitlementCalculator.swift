@@ -30,6 +30,22 @@ public struct SubscriptionRecord: Sendable, Equatable {
     }
 }
 
+/// An entitlement given by support or a campaign, not bought (`source: "promotional"`).
+public struct PromotionalGrant: Sendable, Equatable, Codable {
+    public var entitlement: String
+    /// When it ends (ms); nil never.
+    public var expiresDate: Int64?
+    public var reason: String
+    public var grantedAt: Int64
+
+    public init(entitlement: String, expiresDate: Int64?, reason: String, grantedAt: Int64) {
+        self.entitlement = entitlement
+        self.expiresDate = expiresDate
+        self.reason = reason
+        self.grantedAt = grantedAt
+    }
+}
+
 /// What a user owns at a moment, from their ledger rows and subscription states alone: no database,
 /// no clock of its own. `PurchaseStore.user` reads the rows; every rule of "what is active" is here.
 public enum EntitlementCalculator {
@@ -44,8 +60,10 @@ public enum EntitlementCalculator {
     }
 
     /// Entitlements and subscriptions of `transactions` (sorted by purchase date) and `subscriptions` (the user's) at `now`.
+    /// Promotional grants count like purchases: active until they end, and a purchase with a later (or no) end wins.
     public static func entitlements(transactions: [UserView.Transaction], subscriptions: [SubscriptionRecord], mappings: [String: ProductMapping],
-                                    now: Int64) -> (entitlements: [UserView.Entitlement], subscriptions: [UserView.Subscription]) {
+                                    promotional: [PromotionalGrant] = [], now: Int64)
+        -> (entitlements: [UserView.Entitlement], subscriptions: [UserView.Subscription]) {
         var entitlements: [String: UserView.Entitlement] = [:]
         // One entitlement from many purchases: an active one beats an inactive one; then the later expiry (never expiring beats all).
         func offer(_ candidate: UserView.Entitlement) {
@@ -93,6 +111,10 @@ public enum EntitlementCalculator {
             case .consumable:
                 continue
             }
+        }
+        for grant in promotional {
+            offer(.init(id: grant.entitlement, active: grant.expiresDate.map { now < $0 } ?? true, expiresDate: grant.expiresDate,
+                        source: "promotional", productId: "", environment: ""))
         }
         let owned = Set(transactions.map { $0.environment + "|" + $0.originalTransactionId })
         var views: [UserView.Subscription] = []

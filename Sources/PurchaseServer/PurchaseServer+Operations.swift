@@ -64,3 +64,18 @@ extension PurchaseServer {
         return metrics.render(gauges: gauges)
     }
 }
+
+extension PurchaseServer {
+    /// Subscription metrics of an app per interval in [from, to) (`SubscriptionMetrics` has the definitions).
+    public func subscriptionMetrics(appId: String, from: Date, to: Date, interval: SubscriptionMetrics.Interval, environment: String?) async throws
+        -> [MetricsInterval] {
+        guard from < to else { throw ServerError(.invalidDate, "from must be before to.") }
+        let boundaries = SubscriptionMetrics.boundaries(from: from.milliseconds, to: to.milliseconds, interval: interval)
+        guard boundaries.count < 1000 else { throw ServerError(.invalidDate, "At most 999 intervals: choose a longer interval or a shorter range.") }
+        let (rows, reasons) = try await store.database.transaction { db in
+            let reader = LedgerReader(db: db)
+            return (try reader.metricsRows(appId: appId, environment: environment, before: to.milliseconds), try reader.expirationIntents(appId: appId))
+        }
+        return SubscriptionMetrics.compute(rows: rows, churnReasons: reasons, boundaries: boundaries, now: clock.now().milliseconds)
+    }
+}

@@ -137,15 +137,18 @@ extension PurchaseServerResponder {
         return verificationResponse(job)
     }
 
-    static func revenue(_ request: Request, _ server: PurchaseServer, appId: String?) async throws -> RevenueReport {
-        func date(_ name: String, _ fallback: Date) throws -> Date {
-            guard let text = request.query[name] else { return fallback }
-            if let date = ReceiptDate.parseRFC3339(text) ?? ReceiptDate.parseRFC3339(text + "T00:00:00Z") ?? Int64(text).map(ReceiptDate.date(milliseconds:)),
-               ReceiptDate.isAccepted(date) {
-                return date
-            }
-            throw HTTPError.badRequest("\(name) must be a date (2026-01-31), an RFC 3339 time or Unix milliseconds, in 1970–9999.", code: "invalid_date")
+    /// A `from`/`to` query value: a date (2026-01-31), an RFC 3339 time or Unix milliseconds, in 1970–9999.
+    static func queryDate(_ request: Request, _ name: String, _ fallback: Date) throws -> Date {
+        guard let text = request.query[name] else { return fallback }
+        if let date = ReceiptDate.parseRFC3339(text) ?? ReceiptDate.parseRFC3339(text + "T00:00:00Z") ?? Int64(text).map(ReceiptDate.date(milliseconds:)),
+           ReceiptDate.isAccepted(date) {
+            return date
         }
+        throw HTTPError.badRequest("\(name) must be a date (2026-01-31), an RFC 3339 time or Unix milliseconds, in 1970–9999.", code: "invalid_date")
+    }
+
+    static func revenue(_ request: Request, _ server: PurchaseServer, appId: String?) async throws -> RevenueReport {
+        func date(_ name: String, _ fallback: Date) throws -> Date { try queryDate(request, name, fallback) }
         let now = server.clock.now()
         let from = try date("from", now.addingTimeInterval(-30 * 86400))
         let to = try date("to", now.addingTimeInterval(1))

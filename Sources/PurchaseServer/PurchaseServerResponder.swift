@@ -15,6 +15,7 @@ public struct PurchaseServerResponder: Responder {
         Self.addAppRoutes(&router, server)
         Self.addAdminRoutes(&router, server)
         Self.addWebhookRoutes(&router, server)
+        Self.addCustomerRoutes(&router, server)
         router.on(.get, "/health") { _ in
             .json(["status": "ok", "inFlight": String(server.worker.inFlight)])
         }

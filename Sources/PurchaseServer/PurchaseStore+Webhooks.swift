@@ -161,6 +161,8 @@ enum WebhookEventBody {
                     json.field("amount", view?.balances[currency] ?? 0)
                 }
             }
+            json.field("entitlement", draft.entitlement)
+            json.field("reason", draft.reason)
             if let from = draft.fromUsers {
                 json.key("fromUsers")
                 json.array(from) { json, user in json.string(user) }

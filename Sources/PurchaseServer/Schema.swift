@@ -188,5 +188,18 @@ enum Schema {
             """,
             "CREATE INDEX webhook_attempts_delivery ON webhook_attempts (event_id, endpoint_id, attempted_at)",
         ]),
+        // Customer tools: promotional entitlements (one live grant per user and entitlement; a revoked one keeps its row
+        // for the record) and support's balance adjustments, once per idempotency key.
+        SQLMigration(version: 11, statements: [
+            """
+            CREATE TABLE promotional_entitlements (app_id TEXT NOT NULL, app_user_id TEXT NOT NULL, entitlement TEXT NOT NULL,
+            expires_date BIGINT, reason TEXT NOT NULL, granted_at BIGINT NOT NULL, revoked_at BIGINT, PRIMARY KEY (app_id, app_user_id, entitlement))
+            """,
+            """
+            CREATE TABLE balance_adjustments (app_id TEXT NOT NULL, app_user_id TEXT NOT NULL, idempotency_key TEXT NOT NULL, currency TEXT NOT NULL,
+            amount BIGINT NOT NULL, balance_after BIGINT NOT NULL, reason TEXT NOT NULL, created_at BIGINT NOT NULL,
+            PRIMARY KEY (app_id, app_user_id, idempotency_key))
+            """,
+        ]),
     ]
 }

@@ -56,10 +56,15 @@ public struct WebhookEventDraft: Sendable, Equatable {
     public var balanceChange: Int64?
     /// Other users concerned (a transfer's previous owners).
     public var fromUsers: [String]?
+    /// For `ENTITLEMENT_GRANTED` / `ENTITLEMENT_REVOKED`: the entitlement, and why.
+    public var entitlement: String?
+    public var reason: String?
 
     public init(type: WebhookEventType, appUserId: String, environment: String? = nil, transactionId: String? = nil,
                 originalTransactionId: String? = nil, productId: String? = nil, expiresDate: Int64? = nil, currency: String? = nil,
-                balanceChange: Int64? = nil, fromUsers: [String]? = nil) {
+                balanceChange: Int64? = nil, fromUsers: [String]? = nil, entitlement: String? = nil, reason: String? = nil) {
+        self.entitlement = entitlement
+        self.reason = reason
         self.type = type
         self.appUserId = appUserId
         self.environment = environment

@@ -301,18 +301,65 @@ struct ServerReportCommand: Command {
         }
         let columns = ["day", "productId", "currency", "environment", "transactions", "units", "gross", "refunds", "refunded", "net"]
         let present = columns.filter { column in rows.contains { $0[column] != nil } || ["transactions", "units", "gross", "refunds", "refunded", "net"].contains(column) }
-        let table = rows.map { row in present.map { row[$0].map { "\($0)" } ?? "" } }
-        if format == "csv" {
-            print(present.joined(separator: ","))
-            for line in table { print(line.map { $0.contains(",") ? "\"\($0)\"" : $0 }.joined(separator: ",")) }
-        } else {
-            let widths = present.indices.map { index in max(present[index].count, table.map { $0[index].count }.max() ?? 0) }
-            func render(_ cells: [String]) -> String { zip(cells, widths).map { $0.padding(toLength: $1, withPad: " ", startingAt: 0) }.joined(separator: "  ") }
-            print(render(present))
-            for line in table { print(render(line)) }
+        printTable(columns: present, rows: rows.map { row in present.map { row[$0].map { "\($0)" } ?? "" } }, csv: format == "csv")
+        if format != "csv" {
             if let totals = report["totals"] as? [String: String], !totals.isEmpty {
                 print("net total: " + totals.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", "))
             }
         }
+    }
+}
+
+/// Prints rows as aligned columns, or as CSV (cells with commas or quotes quoted).
+func printTable(columns: [String], rows: [[String]], csv: Bool) {
+    if csv {
+        func cell(_ text: String) -> String { text.contains(",") || text.contains("\"") ? "\"" + text.replacingOccurrences(of: "\"", with: "\"\"") + "\"" : text }
+        print(columns.map(cell).joined(separator: ","))
+        for row in rows { print(row.map(cell).joined(separator: ",")) }
+        return
+    }
+    let widths = columns.indices.map { index in max(columns[index].count, rows.map { $0[index].count }.max() ?? 0) }
+    func render(_ cells: [String]) -> String { zip(cells, widths).map { $0.padding(toLength: $1, withPad: " ", startingAt: 0) }.joined(separator: "  ") }
+    print(render(columns))
+    for row in rows { print(render(row)) }
+}
+
+/// `storekeeper server metrics`
+struct ServerMetricsCommand: Command {
+    static let abstract = "Subscription metrics of an app per day, week or month: active, new, trials, conversions, renewals, churn, refunds, MRR, revenue."
+    static let help = "APP_ID [--from DATE] [--to DATE] [--interval day|week|month] [--environment Sandbox|Production] [--format table|csv|json] [--url URL] [--admin-key KEY]\n\n\(serverConnectionHelp)"
+    let client: AdminClient
+    let path: String
+    let format: String
+
+    init(_ arguments: inout Arguments) throws {
+        client = try serverClient(&arguments)
+        var parts: [String] = []
+        for name in ["from", "to", "interval", "environment"] {
+            if let value = try arguments.option(name) { parts.append("\(name)=\(value.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-:"))) ?? value)") }
+        }
+        format = try arguments.option("format") ?? "table"
+        guard ["table", "csv", "json"].contains(format) else { throw UsageError(description: "--format is table, csv or json") }
+        path = "/admin/v1/apps/\(pathSegment(try arguments.single("APP_ID")))/metrics" + (parts.isEmpty ? "" : "?" + parts.joined(separator: "&"))
+    }
+
+    func run() async throws {
+        let data = try await client.send("GET", path)
+        guard format != "json" else {
+            try printJSON(try JSONSerialization.jsonObject(with: data))
+            return
+        }
+        guard let intervals = try JSONSerialization.jsonObject(with: data) as? [[String: Any]] else { throw CommandFailure(description: "unexpected metrics shape") }
+        let columns = ["start", "active", "trials", "new", "trialsStarted", "conversions", "renewals", "churned", "refunds", "mrr", "gross", "net"]
+        func money(_ value: Any?) -> String {
+            ((value as? [String: String]) ?? [:]).sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: " ")
+        }
+        let rows = intervals.map { interval -> [String] in
+            let start = (interval["start"] as? NSNumber).map { ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: $0.doubleValue / 1000)) } ?? ""
+            let numbers = ["activeSubscriptions", "activeTrials", "newSubscriptions", "trialsStarted", "trialConversions", "renewals", "churned", "refunds"]
+                .map { "\(interval[$0] ?? 0)" }
+            return [String(start.prefix(10))] + numbers + [money(interval["mrr"]), money(interval["grossRevenue"]), money(interval["netRevenue"])]
+        }
+        printTable(columns: columns, rows: rows, csv: format == "csv")
     }
 }

@@ -44,6 +44,7 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
         ])),
         ("report", .command(ServerReportCommand.self)),
         ("backup", .command(ServerBackupCommand.self)),
+        ("metrics", .command(ServerMetricsCommand.self)),
         ("reconcile", .command(ServerReconcileCommand.self)),
     ])),
     ("webhook", .group(abstract: "Webhooks while developing.", children: [("listen", .command(WebhookListenCommand.self))])),

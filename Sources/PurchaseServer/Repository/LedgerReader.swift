@@ -1,3 +1,4 @@
+import AppStoreModels
 import Foundation
 import Storage
 
@@ -72,5 +73,35 @@ struct LedgerReader {
             facts.balance = try UserRepository(db: db, appId: appId).balance(user, currency: currency)
         }
         return facts
+    }
+
+    /// Every row of an app purchased before `to` (ms), of one environment when given: what subscription metrics read.
+    func metricsRows(appId: String, environment: String?, before to: Int64) throws -> [MetricsRow] {
+        var sql = """
+            SELECT transaction_id, original_transaction_id, environment, product_type, purchase_date, expires_date, cancellation_date, is_trial,
+            quantity, price, currency FROM ledger WHERE app_id = ? AND purchase_date < ?
+            """
+        var parameters: [any SQLBindable] = [appId, to]
+        if let environment {
+            sql += " AND environment = ?"
+            parameters.append(environment)
+        }
+        return try db.query(sql, parameters).map { row in
+            MetricsRow(transactionId: row.string("transaction_id") ?? "", originalTransactionId: row.string("original_transaction_id") ?? "",
+                       environment: row.string("environment") ?? "", productType: ProductType(rawValue: row.string("product_type") ?? "") ?? .consumable,
+                       purchaseDate: row.int("purchase_date") ?? 0, expiresDate: row.int("expires_date"), cancellationDate: row.int("cancellation_date"),
+                       isTrial: row.bool("is_trial"), quantity: row.int("quantity") ?? 1, price: row.string("price").flatMap { Decimal(string: $0) },
+                       currency: row.string("currency"))
+        }
+    }
+
+    /// Why each of an app's subscriptions stopped renewing (Apple's `expirationIntent`), by `environment|originalTransactionId`.
+    func expirationIntents(appId: String) throws -> [String: String] {
+        var intents: [String: String] = [:]
+        for row in try db.query("SELECT environment, original_transaction_id, expiration_intent FROM subscriptions WHERE app_id = ? AND expiration_intent IS NOT NULL",
+                                [appId]) {
+            intents[(row.string("environment") ?? "") + "|" + (row.string("original_transaction_id") ?? "")] = row.string("expiration_intent")
+        }
+        return intents
     }
 }

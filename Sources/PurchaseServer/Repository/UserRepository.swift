@@ -84,3 +84,64 @@ struct UserRepository {
             """, [appId, appUserId, idempotencyKey, currency, amount, balanceAfter, now.milliseconds])
     }
 }
+
+extension UserRepository {
+    /// Creates the user if it does not exist (a grant or an adjustment makes a customer, as a purchase does).
+    func ensureUser(_ appUserId: String, now: Int64) throws {
+        try db.query("INSERT INTO users (app_id, app_user_id, flagged, created_at) VALUES (?, ?, 0, ?) ON CONFLICT DO NOTHING", [appId, appUserId, now])
+    }
+
+    /// The user's live promotional grants (not revoked; expired ones included, the calculator judges them).
+    func promotional(_ appUserId: String) throws -> [PromotionalGrant] {
+        try db.query("""
+            SELECT * FROM promotional_entitlements WHERE app_id = ? AND app_user_id = ? AND revoked_at IS NULL ORDER BY entitlement
+            """, [appId, appUserId]).map {
+            PromotionalGrant(entitlement: $0.string("entitlement") ?? "", expiresDate: $0.int("expires_date"), reason: $0.string("reason") ?? "",
+                             grantedAt: $0.int("granted_at") ?? 0)
+        }
+    }
+
+    /// Grants (or replaces the grant of) an entitlement.
+    func grant(_ appUserId: String, _ grant: PromotionalGrant) throws {
+        try db.query("""
+            INSERT INTO promotional_entitlements (app_id, app_user_id, entitlement, expires_date, reason, granted_at) VALUES (?, ?, ?, ?, ?, ?)
+            ON CONFLICT (app_id, app_user_id, entitlement) DO UPDATE SET expires_date = excluded.expires_date, reason = excluded.reason,
+            granted_at = excluded.granted_at, revoked_at = NULL
+            """, [appId, appUserId, grant.entitlement, grant.expiresDate, grant.reason, grant.grantedAt])
+    }
+
+    /// Revokes a live grant; false when there is none.
+    func revoke(_ appUserId: String, entitlement: String, now: Int64) throws -> Bool {
+        try !db.query("""
+            UPDATE promotional_entitlements SET revoked_at = ? WHERE app_id = ? AND app_user_id = ? AND entitlement = ? AND revoked_at IS NULL
+            RETURNING entitlement
+            """, [now, appId, appUserId, entitlement]).isEmpty
+    }
+
+    /// An adjustment recorded under this idempotency key.
+    func adjustment(_ appUserId: String, idempotencyKey: String) throws -> (currency: String, amount: Int64, balanceAfter: Int64)? {
+        try db.query("SELECT * FROM balance_adjustments WHERE app_id = ? AND app_user_id = ? AND idempotency_key = ?",
+                     [appId, appUserId, idempotencyKey]).first.map { ($0.string("currency") ?? "", $0.int("amount") ?? 0, $0.int("balance_after") ?? 0) }
+    }
+
+    /// Adds `amount` (negative to take) unless the balance would go below zero; the new balance, or nil.
+    func adjust(_ appUserId: String, currency: String, by amount: Int64) throws -> Int64? {
+        guard amount < 0 else {
+            return try db.query("""
+                INSERT INTO balances (app_id, app_user_id, currency, amount) VALUES (?, ?, ?, ?)
+                ON CONFLICT (app_id, app_user_id, currency) DO UPDATE SET amount = balances.amount + excluded.amount RETURNING amount
+                """, [appId, appUserId, currency, amount]).first?.int("amount")
+        }
+        return try db.query("""
+            UPDATE balances SET amount = amount + ? WHERE app_id = ? AND app_user_id = ? AND currency = ? AND amount + ? >= 0 RETURNING amount
+            """, [amount, appId, appUserId, currency, amount]).first?.int("amount")
+    }
+
+    func recordAdjustment(_ appUserId: String, idempotencyKey: String, currency: String, amount: Int64, balanceAfter: Int64, reason: String,
+                          now: Int64) throws {
+        try db.query("""
+            INSERT INTO balance_adjustments (app_id, app_user_id, idempotency_key, currency, amount, balance_after, reason, created_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+            """, [appId, appUserId, idempotencyKey, currency, amount, balanceAfter, reason, now])
+    }
+}

@@ -1,0 +1,108 @@
+import Foundation
+import Storage
+
+/// The SQL of finding a customer and of their timeline, across the tables that mention them.
+struct CustomerRepository {
+    let db: any SQLConnection
+    let appId: String
+
+    /// Users whose id starts with `prefix` (LIKE with its wildcards escaped), first 20 by id.
+    func users(prefix: String, limit: Int) throws -> [String] {
+        let escaped = prefix.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "%", with: "\\%").replacingOccurrences(of: "_", with: "\\_")
+        return try db.query("SELECT app_user_id FROM users WHERE app_id = ? AND app_user_id LIKE ? ESCAPE '\\' ORDER BY app_user_id LIMIT ?",
+                            [appId, escaped + "%", limit]).compactMap { $0.string("app_user_id") }
+    }
+
+    /// Who a transaction was recorded to, and the owners of its original transaction.
+    func users(transactionId: String) throws -> [String] {
+        try db.query("""
+            SELECT app_user_id FROM ledger WHERE app_id = ? AND transaction_id = ?
+            UNION SELECT o.app_user_id FROM ownership o JOIN ledger l ON l.app_id = o.app_id AND l.environment = o.environment
+                AND l.original_transaction_id = o.original_transaction_id WHERE l.app_id = ? AND l.transaction_id = ?
+            """, [appId, transactionId, appId, transactionId]).compactMap { $0.string("app_user_id") }
+    }
+
+    /// The owners of an original transaction.
+    func users(originalTransactionId: String) throws -> [String] {
+        try db.query("SELECT DISTINCT app_user_id FROM ownership WHERE app_id = ? AND original_transaction_id = ? ORDER BY app_user_id",
+                     [appId, originalTransactionId]).compactMap { $0.string("app_user_id") }
+    }
+
+    /// Verification jobs of a user before `before` (ms, inclusive), newest first.
+    func jobs(_ user: String, before: Int64, limit: Int) throws -> [TimelineItem] {
+        try db.query("""
+            SELECT id, kind, state, reason, environment, created_at, settled_at FROM verification_jobs
+            WHERE app_id = ? AND app_user_id = ? AND created_at <= ? ORDER BY created_at DESC, id LIMIT ?
+            """, [appId, user, before, limit]).map { row in
+            TimelineItem(at: row.int("created_at") ?? 0, kind: "verification", id: row.string("id") ?? "",
+                         detail: ["kind": row.string("kind"), "state": row.string("state"), "reason": row.string("reason"),
+                                  "environment": row.string("environment"), "settledAt": row.int("settled_at").map(String.init)].compactMapValues { $0 })
+        }
+    }
+
+    /// Notifications about the user's original transactions before `before`, newest first.
+    func notifications(_ user: String, before: Int64, limit: Int) throws -> [TimelineItem] {
+        try db.query("""
+            SELECT notification_uuid, notification_type, subtype, state, transaction_id, received_at FROM apple_notifications
+            WHERE app_id = ? AND received_at <= ? AND original_transaction_id IN
+                (SELECT original_transaction_id FROM ownership WHERE app_id = ? AND app_user_id = ?)
+            ORDER BY received_at DESC, notification_uuid LIMIT ?
+            """, [appId, before, appId, user, limit]).map { row in
+            TimelineItem(at: row.int("received_at") ?? 0, kind: "notification", id: row.string("notification_uuid") ?? "",
+                         detail: ["type": row.string("notification_type"), "subtype": row.string("subtype"), "state": row.string("state"),
+                                  "transactionId": row.string("transaction_id")].compactMapValues { $0 })
+        }
+    }
+
+    /// Webhook events about the user before `before`, newest first, with how their deliveries stand.
+    func webhookEvents(_ user: String, before: Int64, limit: Int) throws -> [TimelineItem] {
+        try db.query("""
+            SELECT e.id, e.type, e.sequence, e.occurred_at,
+                (SELECT COUNT(*) FROM webhook_deliveries d WHERE d.event_id = e.id AND d.state = 'delivered') AS delivered,
+                (SELECT COUNT(*) FROM webhook_deliveries d WHERE d.event_id = e.id) AS deliveries
+            FROM webhook_events e WHERE e.app_id = ? AND e.app_user_id = ? AND e.occurred_at <= ? ORDER BY e.occurred_at DESC, e.id LIMIT ?
+            """, [appId, user, before, limit]).map { row in
+            TimelineItem(at: row.int("occurred_at") ?? 0, kind: "webhook", id: row.string("id") ?? "",
+                         detail: ["type": row.string("type") ?? "", "sequence": String(row.int("sequence") ?? 0),
+                                  "delivered": "\(row.int("delivered") ?? 0)/\(row.int("deliveries") ?? 0)"])
+        }
+    }
+
+    /// Audit events of the user before `before`, newest first.
+    func audit(_ user: String, before: Int64, limit: Int) throws -> [TimelineItem] {
+        try db.query("""
+            SELECT id, kind, detail, created_at FROM audit_events WHERE app_id = ? AND app_user_id = ? AND created_at <= ?
+            ORDER BY created_at DESC, id LIMIT ?
+            """, [appId, user, before, limit]).map { row in
+            TimelineItem(at: row.int("created_at") ?? 0, kind: "audit", id: row.string("id") ?? "",
+                         detail: ["event": row.string("kind") ?? "", "detail": row.string("detail") ?? ""])
+        }
+    }
+}
+
+extension CustomerRepository {
+    /// Replaces a user's id everywhere by `tombstone` and drops what is personal: uploaded receipts, the user's own
+    /// audit details, webhook events about them. Amounts stay in the ledger for the books. False when the user is unknown.
+    func erase(_ user: String, tombstone: String) throws -> Bool {
+        let known = try !db.query("SELECT app_user_id FROM users WHERE app_id = ? AND app_user_id = ?", [appId, user]).isEmpty
+            || !db.query("SELECT app_user_id FROM verification_jobs WHERE app_id = ? AND app_user_id = ? LIMIT 1", [appId, user]).isEmpty
+        guard known else { return false }
+        for table in ["ledger", "ownership", "balances", "spends", "balance_adjustments", "promotional_entitlements", "users"] {
+            try db.query("UPDATE \(table) SET app_user_id = ? WHERE app_id = ? AND app_user_id = ?", [tombstone, appId, user])
+        }
+        try db.query("UPDATE users SET flag_reason = NULL WHERE app_id = ? AND app_user_id = ?", [appId, tombstone])
+        try db.query("UPDATE verification_jobs SET app_user_id = ?, receipt_data = '', result = NULL WHERE app_id = ? AND app_user_id = ?",
+                     [tombstone, appId, user])
+        try db.query("UPDATE audit_events SET app_user_id = ?, detail = '{\"redacted\":\"customer deleted\"}' WHERE app_id = ? AND app_user_id = ?",
+                     [tombstone, appId, user])
+        try db.query("""
+            DELETE FROM webhook_attempts WHERE event_id IN (SELECT id FROM webhook_events WHERE app_id = ? AND app_user_id = ?)
+            """, [appId, user])
+        try db.query("""
+            DELETE FROM webhook_deliveries WHERE event_id IN (SELECT id FROM webhook_events WHERE app_id = ? AND app_user_id = ?)
+            """, [appId, user])
+        try db.query("DELETE FROM webhook_events WHERE app_id = ? AND app_user_id = ?", [appId, user])
+        try db.query("DELETE FROM webhook_sequences WHERE app_id = ? AND app_user_id = ?", [appId, user])
+        return true
+    }
+}
