@@ -90,7 +90,11 @@ class Server:
                 self.connection.request(method, path, body=json.dumps(body) if body is not None else None, headers=all_headers)
                 response = self.connection.getresponse()
                 data = response.read()
-                return response.status, (json.loads(data) if data else None)
+                if not data:
+                    return response.status, None
+                if "json" not in (response.getheader("Content-Type") or "json"):
+                    return response.status, data.decode()
+                return response.status, json.loads(data)
             except (http.client.HTTPException, ConnectionError, OSError):
                 self.connection = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=60)
                 if attempt == 1:
