@@ -150,6 +150,7 @@ extension PurchaseServer {
                                                             signed: signed, transaction: transaction, state: "received", reason: nil, now: self.clock.now()) else {
                 return (false, nil)
             }
+            try self.store.forwardNotification(String(decoding: body, as: UTF8.self), appId: app.id, db, now: self.clock.now())
             if let renewal, let original = renewal["originalTransactionId"]?.text ?? transaction?.originalTransactionId {
                 try SubscriptionRepository(db: db, appId: app.id, environment: env).record(SubscriptionState(
                     originalTransactionId: original, productId: renewal["productId"]?.text ?? transaction?.productId ?? "",

@@ -8,6 +8,8 @@ extension PurchaseServerResponder {
         var eventTypes: [String]?
         /// A signing secret of your own (16–512 bytes); generated when absent.
         var secret: String?
+        /// `events` (default) or `apple`: Apple's notifications forwarded unchanged.
+        var format: WebhookFormat?
     }
 
     struct RotateWebhookBody: Decodable {
@@ -29,14 +31,14 @@ extension PurchaseServerResponder {
             let body = try request.decode(WebhookBody.self)
             var types: [WebhookEventType] = []
             for name in body.eventTypes ?? [] {
-                guard let type = WebhookEventType(rawValue: name), type != .test else {
+                guard let type = WebhookEventType(rawValue: name), type != .test, type != .appleNotification else {
                     throw HTTPError.badRequest("Unknown event type \(name.prefix(64)); the types are \(WebhookEventType.allCases.filter { $0 != .test }.map(\.rawValue).joined(separator: ", ")).",
                                                code: "invalid_event_type")
                 }
                 if !types.contains(type) { types.append(type) }
             }
             let (endpoint, secret) = try await server.store.createWebhook(appId: app, url: body.url, eventTypes: types, secret: body.secret,
-                                                                          now: server.clock.now())
+                                                                          format: body.format ?? .events, now: server.clock.now())
             return .json(WebhookCreated(endpoint: endpoint, secret: secret), status: .created)
         }
         admin(.get, "/admin/v1/apps/:app/webhooks") { _, app in .json(try await server.store.webhooks(appId: app)) }

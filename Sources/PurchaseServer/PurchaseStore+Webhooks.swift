@@ -13,7 +13,8 @@ extension PurchaseStore {
     static let maximumWebhooks = 16
 
     /// Adds an endpoint and returns it with its signing secret (shown once; `whsec_` and 32 random bytes unless given).
-    public func createWebhook(appId: String, url: String, eventTypes: [WebhookEventType], secret: String?, now: Date) async throws
+    public func createWebhook(appId: String, url: String, eventTypes: [WebhookEventType], secret: String?, format: WebhookFormat = .events,
+                              now: Date) async throws
         -> (endpoint: WebhookEndpoint, secret: String) {
         guard url.utf8.count <= Self.maximumWebhookURLLength, let parsed = URL(string: url), ["http", "https"].contains(parsed.scheme?.lowercased() ?? ""),
               !(parsed.host ?? "").isEmpty else {
@@ -24,7 +25,8 @@ extension PurchaseStore {
         }
         let secret = secret ?? "whsec_" + APIKey.random()
         let endpoint = WebhookEndpoint(id: "wh_" + ids.nextString().replacingOccurrences(of: "-", with: "").prefix(20), appId: appId, url: url,
-                                       eventTypes: eventTypes, createdAt: now.milliseconds, secretHint: String(secret.suffix(4)))
+                                       eventTypes: format == .apple ? [] : eventTypes, createdAt: now.milliseconds, secretHint: String(secret.suffix(4)),
+                                       format: format)
         try await database.transaction { db in
             guard try self.apps(db).exists(appId) else { throw ServerError(.appNotFound, "App \(appId) is not registered.") }
             let repository = self.webhooks(db)
@@ -125,6 +127,15 @@ extension PurchaseStore {
                 _ = try store(draft, appId: appId, endpoints: targets, view: view, sequence: last - Int64(mine.count - 1 - offset), db, now: now)
             }
         }
+    }
+
+    /// Forwards an App Store Server Notification's body, unchanged, to the app's endpoints of format `apple`,
+    /// in the caller's transaction (the one that recorded the notification).
+    func forwardNotification(_ body: String, appId: String, _ db: any SQLConnection, now: Date) throws {
+        let targets = try webhooks(db).endpoints(appId: appId).map(\.endpoint).filter { $0.accepts(.appleNotification) }.map(\.id)
+        guard !targets.isEmpty else { return }
+        try webhooks(db).insert(event: StoredWebhookEvent(id: ids.nextString(), appId: appId, appUserId: "", type: .appleNotification, sequence: 0,
+                                                          occurredAt: now.milliseconds, body: body), endpointIds: targets)
     }
 
     private func store(_ draft: WebhookEventDraft, appId: String, endpoints: [String], view: UserView?, sequence: Int64,

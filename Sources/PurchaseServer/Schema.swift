@@ -201,5 +201,9 @@ enum Schema {
             PRIMARY KEY (app_id, app_user_id, idempotency_key))
             """,
         ]),
+        // An endpoint either receives our events, or Apple's notifications forwarded unchanged (for teams moving from another backend).
+        SQLMigration(version: 12, statements: [
+            "ALTER TABLE webhook_endpoints ADD COLUMN format TEXT NOT NULL DEFAULT 'events'",
+        ]),
     ]
 }

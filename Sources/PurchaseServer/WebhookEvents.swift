@@ -40,6 +40,16 @@ public enum WebhookEventType: String, Codable, Sendable, CaseIterable {
     case balanceChanged = "BALANCE_CHANGED"
     /// Sent on request (`webhook test`), to check an endpoint.
     case test = "TEST"
+    /// An App Store Server Notification, forwarded unchanged to endpoints of format `apple`.
+    case appleNotification = "APPLE_NOTIFICATION"
+}
+
+/// What an endpoint receives.
+public enum WebhookFormat: String, Codable, Sendable {
+    /// Storekeeper's events (the table in the README).
+    case events
+    /// Apple's notifications as Apple sent them (`{"signedPayload": …}`, byte for byte), for another backend.
+    case apple
 }
 
 /// An event as the rules decide it, before it is numbered and stored (`WebhookRepository.record`).

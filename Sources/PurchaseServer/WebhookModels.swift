@@ -12,10 +12,15 @@ public struct WebhookEndpoint: Codable, Sendable, Equatable {
     public var secretHint: String
     /// While a rotation's grace lasts, the previous secret also signs, until this time (ms).
     public var previousSecretUntil: Int64?
+    /// `events`, or `apple` (Apple's notifications forwarded unchanged).
+    public var format: WebhookFormat = .events
 
     /// Whether events of `type` go to this endpoint (`TEST` is sent only when asked for, to one endpoint).
     public func accepts(_ type: WebhookEventType) -> Bool {
-        type != .test && (eventTypes.isEmpty || eventTypes.contains(type))
+        switch format {
+        case .apple: type == .appleNotification
+        case .events: type != .test && type != .appleNotification && (eventTypes.isEmpty || eventTypes.contains(type))
+        }
     }
 }
 

@@ -4,10 +4,11 @@ import Foundation
 struct ServerWebhookAddCommand: Command {
     static let abstract = "Add a webhook endpoint to an app; its signing secret is printed once."
     static let help = """
-    APP_ID URL [--events TYPE,TYPE…] [--secret SECRET] [--url URL] [--admin-key KEY]
+    APP_ID URL [--events TYPE,TYPE…] [--secret SECRET] [--format events|apple] [--url URL] [--admin-key KEY]
 
       --events    Only these event types (INITIAL_PURCHASE, RENEWAL, REFUND, BALANCE_CHANGED, …); every type by default.
       --secret    Your own signing secret (16–512 bytes) instead of a generated whsec_… one.
+      --format    apple: forward Apple's App Store Server Notifications unchanged instead (to another backend, while migrating).
 
     Deliveries are POSTs of the event's JSON with Storekeeper-Signature: t=UNIX_SECONDS,v1=HEX(HMAC-SHA256(secret, "t.BODY")).
 
@@ -22,6 +23,10 @@ struct ServerWebhookAddCommand: Command {
         var body: [String: Any] = [:]
         if let events = try arguments.option("events") { body["eventTypes"] = events.split(separator: ",").map(String.init) }
         if let secret = try arguments.option("secret") { body["secret"] = secret }
+        if let format = try arguments.option("format") {
+            guard ["events", "apple"].contains(format) else { throw UsageError(description: "--format is events or apple") }
+            body["format"] = format
+        }
         let words = try arguments.positionals(2, "APP_ID URL")
         app = words[0]
         body["url"] = words[1]

@@ -160,6 +160,34 @@ struct WebhookTests {
         #expect(try await world.server.store.webhooks(appId: "com.example.coins").isEmpty)
     }
 
+    @Test("An endpoint of format apple gets Apple's notifications byte for byte, once; event endpoints do not", arguments: Engine.available)
+    func forwardsAppleNotifications(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        let forward = try WebhookReceiver()
+        let events = try WebhookReceiver()
+        defer { Task { await forward.server.shutdown(grace: .zero); await events.server.shutdown(grace: .zero) } }
+        let (status, _) = try await world.client.json(.post, "/admin/v1/apps/com.example.magazine/webhooks",
+                                                      json: ["url": forward.url, "format": "apple"], headers: Self.admin)
+        #expect(status == 201)
+        _ = try await Self.addEndpoint(world, "com.example.magazine", url: events.url)
+        try await world.emulator.setNotificationURLs(bundleId: "com.example.magazine", NotificationURLs(sandbox: "http://127.0.0.1:9/unused"))
+        let (_, receipt) = try await world.buy("com.example.magazine", "com.example.magazine.monthly")
+        _ = try await world.upload("com.example.magazine", user: "frank", receipt: receipt)
+        let record = try #require(try await NotificationTests.notifications(world, "com.example.magazine", type: "SUBSCRIBED").first)
+        let body = Data(#"{"signedPayload": "\#(record.signedPayload)"}"#.utf8)   // spacing of our own: forwarded as it came
+        for _ in 0..<2 {
+            let answer = try await world.client.send(.post, "/v1/notifications/apple", body: body)
+            #expect(answer.status == .ok)
+        }
+        for _ in 0..<100 where forward.deliveries.isEmpty { try await Task.sleep(for: .milliseconds(50)) }
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(forward.deliveries.map(\.body) == [body])
+        try await events.wait(for: 1)
+        #expect(events.events.values.allSatisfy { $0["type"] as? String != "APPLE_NOTIFICATION" })
+        #expect(events.deliveries.allSatisfy { $0.body != body })
+    }
+
     @Test("Signatures: the documented recipe, a rotation's two secrets, a stale timestamp refused")
     func signatures() {
         let body = Array(#"{"id":"e1"}"#.utf8)

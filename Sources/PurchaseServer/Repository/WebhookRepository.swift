@@ -11,9 +11,9 @@ struct WebhookRepository {
 
     func insert(_ endpoint: WebhookEndpoint, secret: String) throws {
         try db.query("""
-            INSERT INTO webhook_endpoints (id, app_id, url, secret, event_types, created_at) VALUES (?, ?, ?, ?, ?, ?)
+            INSERT INTO webhook_endpoints (id, app_id, url, secret, event_types, created_at, format) VALUES (?, ?, ?, ?, ?, ?, ?)
             """, [endpoint.id, endpoint.appId, endpoint.url, try secrets.seal(secret), endpoint.eventTypes.map(\.rawValue).joined(separator: ","),
-                  endpoint.createdAt])
+                  endpoint.createdAt, endpoint.format.rawValue])
     }
 
     /// An app's endpoints with their signing secrets (the current one, and the one a rotation keeps until its deadline).
@@ -47,7 +47,8 @@ struct WebhookRepository {
         let endpoint = WebhookEndpoint(id: row.string("id") ?? "", appId: row.string("app_id") ?? "", url: row.string("url") ?? "",
                                        eventTypes: (row.string("event_types") ?? "").split(separator: ",").compactMap { WebhookEventType(rawValue: String($0)) },
                                        createdAt: row.int("created_at") ?? 0, secretHint: String(secret.suffix(4)),
-                                       previousSecretUntil: row.int("previous_secret_until"))
+                                       previousSecretUntil: row.int("previous_secret_until"),
+                                       format: WebhookFormat(rawValue: row.string("format") ?? "") ?? .events)
         return WebhookTarget(endpoint: endpoint, secret: secret, previousSecret: secrets.unseal(row.string("previous_secret")))
     }
 
