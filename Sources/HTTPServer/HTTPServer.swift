@@ -32,6 +32,13 @@ public final class HTTPServer: Sendable {
         public var connectionsPerIP: UInt32 = 0
         /// Seconds a request may take from its headers to its last body byte; slower uploads are cut.
         public var requestDeadline: Double = 60
+        /// `text` (one readable line) or `json` (one object per line, for log pipelines).
+        public var logFormat: LogFormat = .text
+
+        /// How access log lines are written.
+        public enum LogFormat: String, Sendable {
+            case text, json
+        }
 
         /// Creates a configuration with loopback-only defaults.
         public init(host: String = "127.0.0.1", port: UInt16 = 0, maxBodySize: Int = 4 << 20,
@@ -154,10 +161,14 @@ public final class HTTPServer: Sendable {
         }
     }
 
-    func log(_ request: Request, status: Int, bytes: Int, started: ContinuousClock.Instant) {
+    func log(_ request: Request, status: Int, bytes: Int, started: ContinuousClock.Instant, response: Response? = nil) {
         guard configuration.accessLog else { return }
         let elapsed = ContinuousClock.now - started
         let millis = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+        if configuration.logFormat == .json {
+            FileHandle.standardError.write(Data(AccessLogLine.json(request, status: status, bytes: bytes, millis: millis, response: response).utf8))
+            return
+        }
         let line = "\(request.method) \(request.path) \(status) \(bytes)B \(String(format: "%.1f", millis))ms\n"
         FileHandle.standardError.write(Data(line.utf8))
     }
@@ -295,7 +306,7 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
             return fields.suspended
         }) { server.noteResumed() }
         server.log(request, status: ready.dropConnection ? 0 : ready.status.code, bytes: ready.body.count,
-                   started: context.fields.withLock { $0.startedAt })
+                   started: context.fields.withLock { $0.startedAt }, response: ready)
         return queue(ready, on: connection)
     }
     guard var request, !started else { return .YES }
@@ -336,4 +347,29 @@ private let completedHandler: MHD_RequestCompletedCallback = { cls, _, requestCo
     }
     context.release()
     requestContext.pointee = nil
+}
+
+/// One access log line as a JSON object: time, level, request id, method, route, path, status, latency, bytes.
+enum AccessLogLine {
+    static func json(_ request: Request, status: Int, bytes: Int, millis: Double, response: Response?) -> String {
+        func quoted(_ text: String) -> String {
+            var out = "\""
+            for scalar in text.unicodeScalars {
+                switch scalar {
+                case "\"": out += "\\\""
+                case "\\": out += "\\\\"
+                case _ where scalar.value < 0x20 || scalar.value == 0x7f: out += String(format: "\\u%04x", scalar.value)
+                default: out.unicodeScalars.append(scalar)
+                }
+            }
+            return out + "\""
+        }
+        let time = ISO8601DateFormatter().string(from: Date())
+        var fields = ["\"time\":\(quoted(time))", "\"level\":\(quoted(status >= 500 ? "error" : status >= 400 ? "warn" : "info"))",
+                      "\"method\":\(quoted(request.method.rawValue))", "\"path\":\(quoted(String(request.path.prefix(512))))",
+                      "\"status\":\(status)", "\"latencyMs\":\(String(format: "%.1f", millis))", "\"bytes\":\(bytes)"]
+        if let route = response?.route { fields.append("\"route\":\(quoted(route))") }
+        if let id = response?.headers["X-Request-Id"] { fields.append("\"requestId\":\(quoted(id))") }
+        return "{" + fields.joined(separator: ",") + "}\n"
+    }
 }

@@ -158,6 +158,8 @@ struct ServerServeCommand: Command {
       --host H              Address to bind (default 127.0.0.1).
       --port P              Port (default 8020; 0 picks a free port, printed on start).
       --quiet               No access log.
+      --log-format F        text (default) or json: one object per line (time, level, requestId, method, route, path,
+                            status, latencyMs, bytes) on standard error.
       --metrics-port P      Also serve /metrics, /healthz and /readyz, without the admin key, on this port
                             (on the main port /metrics needs the admin key; /healthz and /readyz never do).
       --metrics-host H      Address for --metrics-port (default 127.0.0.1).
@@ -170,6 +172,7 @@ struct ServerServeCommand: Command {
     let quiet: Bool
     let metricsPort: UInt16?
     let metricsHost: String
+    let logFormat: HTTPServer.Configuration.LogFormat
 
     init(_ arguments: inout Arguments) throws {
         options = try ServerOptions(&arguments)
@@ -178,6 +181,10 @@ struct ServerServeCommand: Command {
             return port
         }
         metricsHost = try arguments.option("metrics-host") ?? "127.0.0.1"
+        guard let logFormat = HTTPServer.Configuration.LogFormat(rawValue: try arguments.option("log-format") ?? "text") else {
+            throw UsageError(description: "--log-format is text or json")
+        }
+        self.logFormat = logFormat
         host = try arguments.option("host") ?? "127.0.0.1"
         guard let port = UInt16(try arguments.option("port") ?? "8020") else { throw UsageError(description: "--port must be 0–65535") }
         self.port = port
@@ -209,6 +216,7 @@ struct ServerServeCommand: Command {
         var httpConfiguration = HTTPServer.Configuration(host: host, port: port, maxBodySize: 4 << 20, connectionTimeout: 15,
                                                          connectionLimit: FileLimits.connectionLimit(share: 0.25), accessLog: !quiet)
         // Unset: unlimited on loopback (local tools and benchmarks are one address), 64 on any other address.
+        httpConfiguration.logFormat = logFormat
         httpConfiguration.connectionsPerIP = options.connectionsPerIP != .max ? options.connectionsPerIP : (host.hasPrefix("127.") || host == "::1" ? 0 : 64)
         let http = HTTPServer(configuration: httpConfiguration, responder: PurchaseServerResponder(server: server))
         let bound = try http.start()
