@@ -223,6 +223,7 @@ public struct ServerError: Error, Sendable, CustomStringConvertible, Equatable {
         public static let idempotencyKeyReused = Code("idempotency_key_reused", .conflict)
         public static let insufficientBalance = Code("insufficient_balance", .conflict)
         public static let internalError = Code("internal_error", .internalFailure)
+        public static let invalidAlias = Code("invalid_alias", .invalidRequest)
         public static let invalidAmount = Code("invalid_amount", .invalidRequest)
         public static let invalidApp = Code("invalid_app", .invalidRequest)
         public static let invalidCurrency = Code("invalid_currency", .invalidRequest)

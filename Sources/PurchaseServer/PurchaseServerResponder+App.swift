@@ -56,6 +56,23 @@ extension PurchaseServerResponder {
                 return verificationResponse(job)
             }
         }
+        // An anonymous id merged into a logged-in one: the secret key, or with a public key a user token for each
+        // (Storekeeper-User-Token for the user, Storekeeper-Alias-Token for the alias), so neither can be claimed by someone else.
+        router.on(.post, "/v1/users/:user/alias") { request in
+            await guarded {
+                let key = try authenticate(request, server)
+                let (user, authenticated) = try await authorize(request, server, key: key, naming: request.parameters["user"])
+                struct AliasBody: Decodable { var alias: String }
+                let alias = try userId(try request.decode(AliasBody.self).alias)
+                if key.kind == .public {
+                    guard authenticated, let app = try await server.store.cachedApp(key.appId), let token = request.header("storekeeper-alias-token"),
+                          try UserToken(token, app: app, now: server.clock.now()).subject == alias else {
+                        throw ServerError(.userMismatch, "With a public key, send user tokens for both: Storekeeper-User-Token and Storekeeper-Alias-Token.")
+                    }
+                }
+                return .json(try await server.store.alias(appId: key.appId, appUserId: user, alias: alias, now: server.clock.now()))
+            }
+        }
         // Apple calls this one: no API key, the signatures are the authentication.
         router.on(.post, "/v1/notifications/apple") { request in
             await guarded {

@@ -110,3 +110,35 @@ extension PurchaseStore {
         return tombstone
     }
 }
+
+extension PurchaseStore {
+    /// What an alias merge did.
+    public struct AliasResult: Codable, Sendable, Equatable {
+        public var appUserId: String
+        public var alias: String
+        /// Original transactions that moved (or, under `share`, were shared) to `appUserId`.
+        public var transferred: [String]
+        public var user: UserView
+    }
+
+    /// Merges an anonymous app user id into a logged-in one: the alias's purchases follow under the app's
+    /// replay policy (`share` keeps them on both, otherwise they move), balances add up; audited and announced
+    /// (`TRANSFER`, with `fromUsers`). Merging a user into itself is refused.
+    public func alias(appId: String, appUserId: String, alias: String, now: Date) async throws -> AliasResult {
+        guard alias != appUserId else { throw ServerError(.invalidAlias, "A user cannot be its own alias.") }
+        return try await database.transaction { db in
+            guard let app = try self.apps(db).app(appId) else { throw ServerError(.appNotFound, "App \(appId) is not registered.") }
+            let users = UserRepository(db: db, appId: appId)
+            try users.ensureUser(appUserId, now: now.milliseconds)
+            let moved = try CustomerRepository(db: db, appId: appId).merge(alias: alias, into: appUserId, share: app.replayPolicy == .share,
+                                                                           now: now.milliseconds)
+            try self.audit(db).append(appId: appId, userId: appUserId, kind: "alias_merged",
+                                      detail: ["alias": alias, "transferred": moved.joined(separator: ",")], now: now)
+            if !moved.isEmpty {
+                try self.recordEvents([WebhookEventDraft(type: .transfer, appUserId: appUserId, fromUsers: [alias])], appId: appId,
+                                      endpoints: try self.webhooks(db).endpoints(appId: appId).map(\.endpoint), db, now: now)
+            }
+            return AliasResult(appUserId: appUserId, alias: alias, transferred: moved, user: try self.userView(appId: appId, appUserId: appUserId, db, now: now))
+        }
+    }
+}

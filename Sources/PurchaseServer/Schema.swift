@@ -204,6 +204,8 @@ enum Schema {
         // An endpoint either receives our events, or Apple's notifications forwarded unchanged (for teams moving from another backend).
         SQLMigration(version: 12, statements: [
             "ALTER TABLE webhook_endpoints ADD COLUMN format TEXT NOT NULL DEFAULT 'events'",
+            // An anonymous app user id merged into a logged-in one (POST /v1/users/{id}/alias), for the record.
+            "CREATE TABLE user_aliases (app_id TEXT NOT NULL, alias TEXT NOT NULL, app_user_id TEXT NOT NULL, created_at BIGINT NOT NULL, PRIMARY KEY (app_id, alias))",
         ]),
     ]
 }

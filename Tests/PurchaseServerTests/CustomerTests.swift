@@ -157,4 +157,30 @@ struct CustomerTests {
         #expect(jobs.allSatisfy { $0.0.isEmpty && $0.1 == tombstone })
         #expect(try await world.client.json(.delete, "/admin/v1/apps/com.example.football/users/erin@example.com", headers: Self.admin).0 == 404)
     }
+
+    @Test("An anonymous user merged into a logged-in one: purchases and balances follow; a public key needs both users' tokens",
+          arguments: [ReplayPolicy.reject, .share])
+    func alias(policy: ReplayPolicy) async throws {
+        let world = try await ServerWorld.make(.sqlite, policies: { $0.replayPolicy = policy })
+        defer { Task { await world.stop() } }
+        let (_, gloves) = try await world.buy("com.example.football", "ProtectiveGloves")
+        _ = try await world.upload("com.example.football", user: "anon-1", receipt: gloves)
+        let (_, bottle) = try await world.buy("com.example.football", "EnergyBottle")
+        _ = try await world.upload("com.example.football", user: "anon-1", receipt: bottle)
+        let secret = ["Authorization": "Bearer \(world.keys["com.example.football"]!)"]
+        let (status, body) = try await world.client.json(.post, "/v1/users/grace/alias", json: ["alias": "anon-1"], headers: secret)
+        #expect(status == 200, "\(body)")
+        #expect((body["transferred"] as? [String])?.count == 2)
+        let grace = try await world.user("com.example.football", "grace")
+        #expect(grace.entitlementIds.contains("protective_gloves"))
+        #expect((grace["balances"] as? [String: Any])?["energy_bottles"] as? Int64 == 1)
+        let anonymous = try await world.user("com.example.football", "anon-1")
+        #expect(anonymous.entitlementIds.contains("protective_gloves") == (policy == .share))
+        #expect(((anonymous["balances"] as? [String: Any]) ?? [:]).isEmpty)
+        #expect(try await world.client.json(.post, "/v1/users/grace/alias", json: ["alias": "grace"], headers: secret).0 == 400)
+        let publicKey = try await world.server.store.createKey(appId: "com.example.football", label: nil, kind: .public, now: Date())
+        let (refused, _) = try await world.client.json(.post, "/v1/users/grace/alias", json: ["alias": "anon-2"],
+                                                       headers: ["Authorization": "Bearer \(publicKey)"])
+        #expect(refused == 401 || refused == 403)
+    }
 }

@@ -106,3 +106,35 @@ extension CustomerRepository {
         return true
     }
 }
+
+extension CustomerRepository {
+    /// Merges `alias` (an anonymous id) into `user`: ownership moves (or, with `share`, is added), balances are
+    /// added up, promotional grants move unless `user` has the same one, and the alias is recorded.
+    /// Returns the original transactions that changed hands.
+    func merge(alias: String, into user: String, share: Bool, now: Int64) throws -> [String] {
+        let moved = try db.query("SELECT DISTINCT original_transaction_id FROM ownership WHERE app_id = ? AND app_user_id = ?", [appId, alias])
+            .compactMap { $0.string("original_transaction_id") }
+        try db.query("""
+            INSERT INTO ownership (app_id, environment, original_transaction_id, app_user_id, product_id, granted_at)
+            SELECT app_id, environment, original_transaction_id, ?, product_id, ? FROM ownership WHERE app_id = ? AND app_user_id = ?
+            ON CONFLICT DO NOTHING
+            """, [user, now, appId, alias])
+        if !share { try db.query("DELETE FROM ownership WHERE app_id = ? AND app_user_id = ?", [appId, alias]) }
+        for row in try db.query("SELECT currency, amount FROM balances WHERE app_id = ? AND app_user_id = ?", [appId, alias]) {
+            try db.query("""
+                INSERT INTO balances (app_id, app_user_id, currency, amount) VALUES (?, ?, ?, ?)
+                ON CONFLICT (app_id, app_user_id, currency) DO UPDATE SET amount = balances.amount + excluded.amount
+                """, [appId, user, row.string("currency") ?? "", row.int("amount") ?? 0])
+        }
+        try db.query("DELETE FROM balances WHERE app_id = ? AND app_user_id = ?", [appId, alias])
+        try db.query("""
+            UPDATE promotional_entitlements SET app_user_id = ? WHERE app_id = ? AND app_user_id = ? AND entitlement NOT IN
+                (SELECT entitlement FROM promotional_entitlements WHERE app_id = ? AND app_user_id = ?)
+            """, [user, appId, alias, appId, user])
+        try db.query("""
+            INSERT INTO user_aliases (app_id, alias, app_user_id, created_at) VALUES (?, ?, ?, ?)
+            ON CONFLICT (app_id, alias) DO UPDATE SET app_user_id = excluded.app_user_id, created_at = excluded.created_at
+            """, [appId, alias, user, now])
+        return moved
+    }
+}
