@@ -169,7 +169,11 @@ public final class HTTPServer: Sendable {
             FileHandle.standardError.write(Data(AccessLogLine.json(request, status: status, bytes: bytes, millis: millis, response: response).utf8))
             return
         }
-        let line = "\(request.method) \(request.path) \(status) \(bytes)B \(String(format: "%.1f", millis))ms\n"
+        // Control characters in a path (or an invented method) would forge log lines: shown escaped.
+        func clean(_ text: String) -> String {
+            String(String.UnicodeScalarView(text.prefix(512).unicodeScalars.flatMap { $0.value < 0x20 || $0.value == 0x7f ? Array("\\x\(String($0.value, radix: 16))".unicodeScalars) : [$0] }))
+        }
+        let line = "\(clean(request.method.rawValue)) \(clean(request.path)) \(status) \(bytes)B \(String(format: "%.1f", millis))ms\n"
         FileHandle.standardError.write(Data(line.utf8))
     }
 }
@@ -366,7 +370,7 @@ enum AccessLogLine {
         }
         let time = ISO8601DateFormatter().string(from: Date())
         var fields = ["\"time\":\(quoted(time))", "\"level\":\(quoted(status >= 500 ? "error" : status >= 400 ? "warn" : "info"))",
-                      "\"method\":\(quoted(request.method.rawValue))", "\"path\":\(quoted(String(request.path.prefix(512))))",
+                      "\"method\":\(quoted(String(request.method.rawValue.prefix(16))))", "\"path\":\(quoted(String(request.path.prefix(512))))",
                       "\"status\":\(status)", "\"latencyMs\":\(String(format: "%.1f", millis))", "\"bytes\":\(bytes)"]
         if let route = response?.route { fields.append("\"route\":\(quoted(route))") }
         if let id = response?.headers["X-Request-Id"] { fields.append("\"requestId\":\(quoted(id))") }

@@ -47,7 +47,11 @@ extension PurchaseServer {
         if !query.isEmpty { target += "?" + query }
         guard let url = URL(string: target) else { throw ServerError(.invalidUrl, "bad Server API URL \(target)") }
         // Labelled by the path with its ids replaced, so the metric has one series per endpoint.
-        let endpoint = path.split(separator: "/").map { $0.allSatisfy(\.isNumber) || $0.count > 24 ? ":id" : String($0) }.joined(separator: "/")
+        // Any segment with a digit but a version (v1, v2) is an id: transaction ids, order ids.
+        let endpoint = path.split(separator: "/").map { segment in
+            segment.contains(where: \.isNumber) && !(segment.first == "v" && segment.dropFirst().allSatisfy(\.isNumber)) || segment.count > 24
+                ? ":id" : String(segment)
+        }.joined(separator: "/")
         let started = ContinuousClock.now
         do {
             let response = try await client.send(method, url, headers: [("Authorization", "Bearer " + token), ("Content-Type", "application/json"),

@@ -15,13 +15,22 @@ extension PurchaseServer {
     /// Ready to take traffic: the database answers, every migration this build knows is applied, and the
     /// verification worker runs. A load balancer stops routing to a process that is not.
     public func readiness() async -> Readiness {
+        if let cached = lastReadiness.withLock({ $0 }), ContinuousClock.now - cached.at < .seconds(1) { return cached.answer }
+        let answer = await checkReadiness()
+        lastReadiness.withLock { $0 = (ContinuousClock.now, answer) }
+        return answer
+    }
+
+    private func checkReadiness() async -> Readiness {
         let expected = Int64(Schema.migrations.map(\.version).max() ?? 0)
         var problems: [String] = []
         var version: Int64?
         do {
             version = try await store.database.transaction { db in try HealthRepository(db: db).schemaVersion() }
         } catch {
-            problems.append("database: \(error)")
+            // The detail (hosts, users) goes to the log, not to an unauthenticated answer.
+            FileHandle.standardError.write(Data("readyz: database: \(error)\n".utf8))
+            problems.append("database unreachable")
         }
         if let version, version < expected { problems.append("schema version \(version), this build needs \(expected)") }
         if !worker.isRunning { problems.append("the verification worker is not running") }
@@ -71,7 +80,7 @@ extension PurchaseServer {
         -> [MetricsInterval] {
         guard from < to else { throw ServerError(.invalidDate, "from must be before to.") }
         let boundaries = SubscriptionMetrics.boundaries(from: from.milliseconds, to: to.milliseconds, interval: interval)
-        guard boundaries.count < 1000 else { throw ServerError(.invalidDate, "At most 999 intervals: choose a longer interval or a shorter range.") }
+        guard boundaries.count <= 400 else { throw ServerError(.invalidDate, "At most 400 intervals: choose a longer interval or a shorter range.") }
         let (rows, reasons) = try await store.database.transaction { db in
             let reader = LedgerReader(db: db)
             return (try reader.metricsRows(appId: appId, environment: environment, before: to.milliseconds), try reader.expirationIntents(appId: appId))

@@ -3,6 +3,7 @@ import AppStoreCrypto
 import AppStoreModels
 import Foundation
 import HTTPClient
+import Locking
 import HTTP
 import Storage
 import Synchronization
@@ -17,6 +18,8 @@ public final class PurchaseServer: Sendable {
     public let clock: any WallClock
     /// Counters and histograms for `GET /metrics`.
     public let metrics: ServerMetrics
+    /// The last readiness answer and when it was made: `/readyz` is unauthenticated, so a flood of it asks the database once a second.
+    let lastReadiness = Locked<(at: ContinuousClock.Instant, answer: Readiness)?>(nil)
     let waiters: SettlementWaiters
     let adminKeyHash: String
     let serverAPI: ServerAPIEndpoints

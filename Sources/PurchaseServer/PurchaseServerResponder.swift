@@ -28,7 +28,9 @@ public struct PurchaseServerResponder: Responder {
     public func respond(to request: Request) async -> Response {
         let started = ContinuousClock.now
         var response = await router.respond(to: request)
-        server.metrics.request(route: response.route ?? "unmatched", method: request.method.rawValue, status: response.status.code,
+        // Label values from fixed sets only: any method a client invents is OTHER.
+        let method = ["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH", "OPTIONS"].contains(request.method.rawValue) ? request.method.rawValue : "OTHER"
+        server.metrics.request(route: response.route ?? "unmatched", method: method, status: response.status.code,
                                seconds: (ContinuousClock.now - started).seconds)
         response.headers["X-Request-Id"] = Self.requestId(request.header("x-request-id")) ?? server.store.ids.nextString()
         return response

@@ -95,12 +95,12 @@ extension PurchaseStore {
 }
 
 extension PurchaseStore {
-    /// A privacy request: the user's id is replaced everywhere by a tombstone (`deleted-` and 20 hex digits of a
-    /// hash, the same for the same user), uploaded receipts and the user's audit details are dropped, and webhook
-    /// events about them removed. Ledger rows keep their amounts, so the revenue report still reconciles to the cent.
-    /// Returns the tombstone.
+    /// A privacy request: the user's id is replaced everywhere by a tombstone (`deleted-` and 32 random hex digits:
+    /// nobody can compute it to claim what it holds, and a returning customer deleted again gets another), uploaded
+    /// receipts and the user's audit details are dropped, and webhook events and aliases about them removed. Ledger
+    /// rows keep their amounts, so the revenue report still reconciles to the cent. Returns the tombstone.
     public func deleteCustomer(appId: String, appUserId: String, now: Date) async throws -> String {
-        let tombstone = "deleted-" + Digest.sha256.hash(Array("\(appId)\u{0}\(appUserId)".utf8)).hexString.prefix(20)
+        let tombstone = "deleted-" + ids.nextString().replacingOccurrences(of: "-", with: "")
         try await database.transaction { db in
             guard try CustomerRepository(db: db, appId: appId).erase(appUserId, tombstone: tombstone) else {
                 throw ServerError(.userNotFound, "App \(appId) has no user \(appUserId).")
@@ -130,8 +130,8 @@ extension PurchaseStore {
             guard let app = try self.apps(db).app(appId) else { throw ServerError(.appNotFound, "App \(appId) is not registered.") }
             let users = UserRepository(db: db, appId: appId)
             try users.ensureUser(appUserId, now: now.milliseconds)
-            let moved = try CustomerRepository(db: db, appId: appId).merge(alias: alias, into: appUserId, share: app.replayPolicy == .share,
-                                                                           now: now.milliseconds)
+            let moved = try CustomerRepository(db: db, appId: appId, dialect: self.database.dialect)
+                .merge(alias: alias, into: appUserId, share: app.replayPolicy == .share, now: now.milliseconds)
             try self.audit(db).append(appId: appId, userId: appUserId, kind: "alias_merged",
                                       detail: ["alias": alias, "transferred": moved.joined(separator: ",")], now: now)
             if !moved.isEmpty {

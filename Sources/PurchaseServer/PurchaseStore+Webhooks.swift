@@ -17,8 +17,9 @@ extension PurchaseStore {
                               now: Date) async throws
         -> (endpoint: WebhookEndpoint, secret: String) {
         guard url.utf8.count <= Self.maximumWebhookURLLength, let parsed = URL(string: url), ["http", "https"].contains(parsed.scheme?.lowercased() ?? ""),
-              !(parsed.host ?? "").isEmpty else {
-            throw ServerError(.invalidWebhookUrl, "The webhook URL must be an absolute http(s) URL of at most \(Self.maximumWebhookURLLength) bytes.")
+              !(parsed.host ?? "").isEmpty, parsed.user == nil, parsed.password == nil else {
+            throw ServerError(.invalidWebhookUrl,
+                              "The webhook URL must be an absolute http(s) URL of at most \(Self.maximumWebhookURLLength) bytes, without credentials (the signature authenticates).")
         }
         if let secret, !(16...512).contains(secret.utf8.count) {
             throw ServerError(.invalidWebhookSecret, "A webhook secret is 16–512 bytes.")

@@ -118,7 +118,10 @@ public final class WebhookDeliverer: Sendable {
         let now = clock.now()
         let bytes = Array(body.utf8)
         var attempt = WebhookAttempt(attemptedAt: now.milliseconds, status: nil, latencyMs: 0, outcome: "connection_failed", responseExcerpt: nil)
-        if let client, let url = URL(string: target.endpoint.url) {
+        if target.secret.isEmpty {
+            // Its secret does not open (another master key): never sign with an empty key.
+            attempt.outcome = "secret_unavailable"
+        } else if let client, let url = URL(string: target.endpoint.url) {
             // The signature's timestamp is the system clock's: receivers judge it by their own.
             let timestamp = Int64(SystemClock().now().timeIntervalSince1970)
             let headers = [("Content-Type", "application/json"), ("Storekeeper-Event-Id", delivery.eventId),

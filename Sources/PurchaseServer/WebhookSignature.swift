@@ -28,7 +28,9 @@ public enum WebhookSignature {
             guard pair.count == 2 else { continue }
             if pair[0] == "t" { timestamp = Int64(pair[1]) } else if pair[0] == "v1" { signatures.append(pair[1]) }
         }
-        guard let timestamp, abs(now - timestamp) <= tolerance else { return false }
+        // Compared without subtracting: an attacker's t=-9223372036854775808 must not overflow.
+        guard let timestamp, timestamp >= now.subtractingReportingOverflow(tolerance).partialValue,
+              timestamp <= now.addingReportingOverflow(tolerance).partialValue else { return false }
         let expected = Array(signature(body: body, timestamp: timestamp, secret: secret).utf8)
         return signatures.contains { HMAC.constantTimeEqual(Array($0.utf8), expected) }
     }

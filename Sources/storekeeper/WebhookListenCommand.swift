@@ -86,7 +86,10 @@ final class WebhookSink: Sendable {
             }
             state.received += 1
             let fresh = state.unique.insert(id).inserted
-            if fresh, let occurred = (event["occurredAt"] as? NSNumber)?.int64Value { state.delays.append(now - occurred) }
+            if fresh, let occurred = (event["occurredAt"] as? NSNumber)?.int64Value {
+                let (delay, overflow) = now.subtractingReportingOverflow(occurred)
+                if !overflow { state.delays.append(delay) }
+            }
             state.first = state.first ?? now
             state.last = now
             return false

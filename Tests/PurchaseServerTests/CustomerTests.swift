@@ -165,7 +165,7 @@ struct CustomerTests {
         defer { Task { await world.stop() } }
         let (_, gloves) = try await world.buy("com.example.football", "ProtectiveGloves")
         _ = try await world.upload("com.example.football", user: "anon-1", receipt: gloves)
-        let (_, bottle) = try await world.buy("com.example.football", "EnergyBottle")
+        let (bottleRecord, bottle) = try await world.buy("com.example.football", "EnergyBottle")
         _ = try await world.upload("com.example.football", user: "anon-1", receipt: bottle)
         let secret = ["Authorization": "Bearer \(world.keys["com.example.football"]!)"]
         let (status, body) = try await world.client.json(.post, "/v1/users/grace/alias", json: ["alias": "anon-1"], headers: secret)
@@ -178,6 +178,13 @@ struct CustomerTests {
         #expect(anonymous.entitlementIds.contains("protective_gloves") == (policy == .share))
         #expect(((anonymous["balances"] as? [String: Any]) ?? [:]).isEmpty)
         #expect(try await world.client.json(.post, "/v1/users/grace/alias", json: ["alias": "grace"], headers: secret).0 == 400)
+        // The bottle's credit moved with the merge, so its refund takes it back from grace, not from the retired id.
+        _ = try await world.emulator.refund(transactionId: bottleRecord.id)
+        let refunded = try await world.emulator.appReceipt(bundleId: "com.example.football", deviceId: world.device, refresh: true)!.base64EncodedString()
+        _ = try await world.upload("com.example.football", user: "grace", receipt: refunded)
+        let after = try await world.user("com.example.football", "grace")
+        #expect((after["balances"] as? [String: Any])?["energy_bottles"] as? Int64 == 0 && after["flagged"] as? Bool == false)
+        #expect(try await world.user("com.example.football", "anon-1")["flagged"] as? Bool == false)
         let publicKey = try await world.server.store.createKey(appId: "com.example.football", label: nil, kind: .public, now: Date())
         let (refused, _) = try await world.client.json(.post, "/v1/users/grace/alias", json: ["alias": "anon-2"],
                                                        headers: ["Authorization": "Bearer \(publicKey)"])

@@ -42,12 +42,16 @@ struct OperationsTests {
         #expect(unknown == 404)
         let (refused, _) = try await world.client.json(.post, "/v1/notifications/apple", json: ["signedPayload": "not.a.jws"])
         #expect(refused == 400)
+        for invented in ["XYZ1", "XYZ2", "XYZ3"] { _ = try await world.client.send(HTTPMethod(rawValue: invented), "/healthz") }
 
         let samples = try await Self.metrics(world)
         // Route templates, not paths: two users are one series.
         #expect(samples[#"storekeeper_http_requests_total{route="/v1/users/:user",method="GET",status="200"}"#] == 2)
         #expect(samples[#"storekeeper_http_requests_total{route="/v1/receipts",method="POST",status="200"}"#] == 1)
         #expect(samples[#"storekeeper_http_requests_total{route="unmatched",method="GET",status="404"}"#] == 1)
+        // Methods a client invents are one series, not one each.
+        #expect(samples[#"storekeeper_http_requests_total{route="unmatched",method="OTHER",status="405"}"#] == 3)
+        #expect(!samples.keys.contains { $0.contains("XYZ") })
         #expect(samples[#"storekeeper_http_request_duration_seconds_count{route="/v1/users/:user",method="GET"}"#] == 2)
         #expect(samples[#"storekeeper_http_request_duration_seconds_bucket{route="/v1/users/:user",method="GET",le="+Inf"}"#] == 2)
         // The receipt says it is a sandbox one, so the sandbox is asked first, once.
@@ -100,7 +104,7 @@ struct OperationsTests {
         #expect(notReady == 503 && body["ready"] as? Bool == false && body["database"] as? String == "ok")
         let worker = world.server.runWorker()
         defer { worker.cancel() }
-        try await Task.sleep(for: .milliseconds(100))
+        try await Task.sleep(for: .milliseconds(1100))   // the answer is cached for a second
         let (ready, readyBody) = try await world.client.json(.get, "/readyz")
         #expect(ready == 200 && readyBody["schemaVersion"] as? Int == readyBody["expectedSchemaVersion"] as? Int)
         #expect(try await world.client.send(.get, "/metrics").status.code == 401)

@@ -150,8 +150,10 @@ struct WebhookTests {
         for _ in 0..<100 where receiver.deliveries.count < 3 { try await Task.sleep(for: .milliseconds(50)) }
         #expect(receiver.deliveries.count == 3 && receiver.events.count == 2)  // the same id twice: de-duplicated
 
-        let (bad, answer) = try await world.client.json(.post, "/admin/v1/apps/com.example.coins/webhooks", json: ["url": "ftp://example.com/x"], headers: Self.admin)
-        #expect(bad == 400 && (answer["error"] as? [String: Any])?["code"] as? String == "invalid_webhook_url")
+        for url in ["ftp://example.com/x", "http://user:secret@example.com/hook", "/relative", String(repeating: "a", count: 3000)] {
+            let (bad, answer) = try await world.client.json(.post, "/admin/v1/apps/com.example.coins/webhooks", json: ["url": url], headers: Self.admin)
+            #expect(bad == 400 && (answer["error"] as? [String: Any])?["code"] as? String == "invalid_webhook_url", "\(url.prefix(40))")
+        }
         let (unknown, _) = try await world.client.json(.post, "/admin/v1/apps/com.example.coins/webhooks",
                                                        json: ["url": receiver.url, "eventTypes": ["NOPE"]], headers: Self.admin)
         #expect(unknown == 400)
@@ -200,6 +202,11 @@ struct WebhookTests {
         #expect(!WebhookSignature.verify(header: header, body: body, secret: "other-secret-0123456", now: 1_800_000_100))
         #expect(!WebhookSignature.verify(header: header, body: body + [0x20], secret: "new-secret-0123456789", now: 1_800_000_100))
         #expect(!WebhookSignature.verify(header: header, body: body, secret: "new-secret-0123456789", now: 1_800_000_301))
+        // Timestamps at the ends of Int64 are refused, not an overflow.
+        for extreme in ["t=-9223372036854775808,v1=00", "t=9223372036854775807,v1=00"] {
+            #expect(!WebhookSignature.verify(header: extreme, body: body, secret: "k", now: 1_800_000_000))
+            #expect(!WebhookSignature.verify(header: extreme, body: body, secret: "k", now: .min))
+        }
         // The recipe by hand: HMAC-SHA256 over "t.BODY", hex.
         #expect(WebhookSignature.signature(body: body, timestamp: 1, secret: "k") == HMAC.sha256(key: Array("k".utf8), message: Array("1.".utf8) + body).hexString)
     }

@@ -5,6 +5,7 @@ import Storage
 struct CustomerRepository {
     let db: any SQLConnection
     let appId: String
+    var dialect: SQLDialect = .sqlite
 
     /// Users whose id starts with `prefix` (LIKE with its wildcards escaped), first 20 by id.
     func users(prefix: String, limit: Int) throws -> [String] {
@@ -103,6 +104,7 @@ extension CustomerRepository {
             """, [appId, user])
         try db.query("DELETE FROM webhook_events WHERE app_id = ? AND app_user_id = ?", [appId, user])
         try db.query("DELETE FROM webhook_sequences WHERE app_id = ? AND app_user_id = ?", [appId, user])
+        try db.query("DELETE FROM user_aliases WHERE app_id = ? AND (alias = ? OR app_user_id = ?)", [appId, user, user])
         return true
     }
 }
@@ -112,21 +114,32 @@ extension CustomerRepository {
     /// added up, promotional grants move unless `user` has the same one, and the alias is recorded.
     /// Returns the original transactions that changed hands.
     func merge(alias: String, into user: String, share: Bool, now: Int64) throws -> [String] {
-        let moved = try db.query("SELECT DISTINCT original_transaction_id FROM ownership WHERE app_id = ? AND app_user_id = ?", [appId, alias])
-            .compactMap { $0.string("original_transaction_id") }
-        try db.query("""
-            INSERT INTO ownership (app_id, environment, original_transaction_id, app_user_id, product_id, granted_at)
-            SELECT app_id, environment, original_transaction_id, ?, product_id, ? FROM ownership WHERE app_id = ? AND app_user_id = ?
-            ON CONFLICT DO NOTHING
-            """, [user, now, appId, alias])
-        if !share { try db.query("DELETE FROM ownership WHERE app_id = ? AND app_user_id = ?", [appId, alias]) }
-        for row in try db.query("SELECT currency, amount FROM balances WHERE app_id = ? AND app_user_id = ?", [appId, alias]) {
+        // Taken with DELETE … RETURNING (or locked, to share): two merges of one alias at once, or a merge racing a
+        // spend, cannot both read the same rows; the second finds them gone (PostgreSQL runs at read committed).
+        let ownership: [SQLRow]
+        if share {
+            ownership = try db.query("""
+                SELECT environment, original_transaction_id, product_id FROM ownership WHERE app_id = ? AND app_user_id = ?\(dialect == .postgres ? " FOR UPDATE" : "")
+                """, [appId, alias])
+        } else {
+            ownership = try db.query("""
+                DELETE FROM ownership WHERE app_id = ? AND app_user_id = ? RETURNING environment, original_transaction_id, product_id
+                """, [appId, alias])
+        }
+        for row in ownership {
+            try db.query("""
+                INSERT INTO ownership (app_id, environment, original_transaction_id, app_user_id, product_id, granted_at) VALUES (?, ?, ?, ?, ?, ?)
+                ON CONFLICT DO NOTHING
+                """, [appId, row.string("environment") ?? "", row.string("original_transaction_id") ?? "", user, row.string("product_id") ?? "", now])
+        }
+        for row in try db.query("DELETE FROM balances WHERE app_id = ? AND app_user_id = ? RETURNING currency, amount", [appId, alias]) {
             try db.query("""
                 INSERT INTO balances (app_id, app_user_id, currency, amount) VALUES (?, ?, ?, ?)
                 ON CONFLICT (app_id, app_user_id, currency) DO UPDATE SET amount = balances.amount + excluded.amount
                 """, [appId, user, row.string("currency") ?? "", row.int("amount") ?? 0])
         }
-        try db.query("DELETE FROM balances WHERE app_id = ? AND app_user_id = ?", [appId, alias])
+        // The credits moved, so a refund's claw-back must find them with the user who has them now.
+        try db.query("UPDATE ledger SET app_user_id = ? WHERE app_id = ? AND app_user_id = ? AND product_type = 'consumable'", [user, appId, alias])
         try db.query("""
             UPDATE promotional_entitlements SET app_user_id = ? WHERE app_id = ? AND app_user_id = ? AND entitlement NOT IN
                 (SELECT entitlement FROM promotional_entitlements WHERE app_id = ? AND app_user_id = ?)
@@ -135,6 +148,6 @@ extension CustomerRepository {
             INSERT INTO user_aliases (app_id, alias, app_user_id, created_at) VALUES (?, ?, ?, ?)
             ON CONFLICT (app_id, alias) DO UPDATE SET app_user_id = excluded.app_user_id, created_at = excluded.created_at
             """, [appId, alias, user, now])
-        return moved
+        return Array(Set(ownership.compactMap { $0.string("original_transaction_id") })).sorted()
     }
 }
