@@ -80,7 +80,6 @@ extension PurchaseServer {
         guard let credentials = app.serverAPIKey, let client = serverAPIClient, let key = try? PrivateKey(pem: credentials.privateKey) else {
             return "consumption_not_sent: no Server API key"
         }
-        let env = environment.rawValue
         let facts = try? await store.database.transaction { db in
             try LedgerReader(db: db).consumption(appId: app.id, environment: environment.rawValue, transactionId: transactionId)
         }

@@ -50,7 +50,10 @@ extension PurchaseServerResponder {
             router.on(method, path) { request in
                 await guarded {
                     try authenticateAdmin(request, server)
-                    return try await handler(request, request.parameters["app"] ?? "", try userId(request.parameters["user"]))
+                    // Two statements, not one call with a `try` inside its arguments: that form crashes the 6.3 optimiser
+                    // (signal 11 while splitting the coroutine) in release builds.
+                    let user = try userId(request.parameters["user"])
+                    return try await handler(request, request.parameters["app"] ?? "", user)
                 }
             }
         }

@@ -119,15 +119,23 @@ extension PurchaseStore {
         var users: [String] = []
         for (draft, _) in routed where !users.contains(draft.appUserId) { users.append(draft.appUserId) }
         let mappings = try mappings ?? Dictionary(try apps(db).products(appId: appId).map { ($0.productId, $0) }, uniquingKeysWith: { $1 })
+        var stored: [(event: StoredWebhookEvent, endpointIds: [String])] = []
         for user in users {
             let mine = routed.filter { $0.0.appUserId == user }
             let view = try userView(appId: appId, appUserId: user, db, now: now, mappings: mappings)
             // One round trip numbers all of this user's events.
             let last = try repository.reserveSequence(appId: appId, appUserId: user, count: Int64(mine.count))
             for (offset, (draft, targets)) in mine.enumerated() {
-                _ = try store(draft, appId: appId, endpoints: targets, view: view, sequence: last - Int64(mine.count - 1 - offset), db, now: now)
+                stored.append((event(draft, appId: appId, view: view, sequence: last - Int64(mine.count - 1 - offset), now: now), targets))
             }
         }
+        try repository.insert(events: stored)
+    }
+
+    private func event(_ draft: WebhookEventDraft, appId: String, view: UserView?, sequence: Int64, now: Date) -> StoredWebhookEvent {
+        let id = ids.nextString()
+        return StoredWebhookEvent(id: id, appId: appId, appUserId: draft.appUserId, type: draft.type, sequence: sequence, occurredAt: now.milliseconds,
+                                  body: WebhookEventBody.json(id: id, draft: draft, appId: appId, sequence: sequence, occurredAt: now.milliseconds, view: view))
     }
 
     /// Forwards an App Store Server Notification's body, unchanged, to the app's endpoints of format `apple`,
@@ -141,11 +149,9 @@ extension PurchaseStore {
 
     private func store(_ draft: WebhookEventDraft, appId: String, endpoints: [String], view: UserView?, sequence: Int64,
                        _ db: any SQLConnection, now: Date) throws -> String {
-        let id = ids.nextString()
-        let body = WebhookEventBody.json(id: id, draft: draft, appId: appId, sequence: sequence, occurredAt: now.milliseconds, view: view)
-        try webhooks(db).insert(event: StoredWebhookEvent(id: id, appId: appId, appUserId: draft.appUserId, type: draft.type, sequence: sequence,
-                                                          occurredAt: now.milliseconds, body: body), endpointIds: endpoints)
-        return id
+        let stored = event(draft, appId: appId, view: view, sequence: sequence, now: now)
+        try webhooks(db).insert(event: stored, endpointIds: endpoints)
+        return stored.id
     }
 }
 

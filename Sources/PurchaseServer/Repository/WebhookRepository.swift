@@ -62,6 +62,23 @@ struct WebhookRepository {
             """, [appId, appUserId, count]).first?.int("sequence") ?? count
     }
 
+    /// Stores events and one delivery per endpoint each, all due now, in two statements (a settlement's events go in one round trip each).
+    func insert(events: [(event: StoredWebhookEvent, endpointIds: [String])]) throws {
+        for chunk in stride(from: 0, to: events.count, by: 100).map({ Array(events[$0..<min($0 + 100, events.count)]) }) {
+            try db.query("INSERT INTO webhook_events (id, app_id, app_user_id, type, sequence, occurred_at, body) VALUES " +
+                         Array(repeating: "(?, ?, ?, ?, ?, ?, ?)", count: chunk.count).joined(separator: ", "),
+                         chunk.flatMap { item -> [any SQLBindable] in
+                             let event = item.event
+                             return [event.id, event.appId, event.appUserId, event.type.rawValue, event.sequence, event.occurredAt, event.body]
+                         })
+            let deliveries = chunk.flatMap { item in item.endpointIds.map { (item.event, $0) } }
+            guard !deliveries.isEmpty else { continue }
+            try db.query("INSERT INTO webhook_deliveries (event_id, endpoint_id, state, attempts, next_attempt_at, created_at) VALUES " +
+                         Array(repeating: "(?, ?, 'pending', 0, ?, ?)", count: deliveries.count).joined(separator: ", "),
+                         deliveries.flatMap { event, endpoint -> [any SQLBindable] in [event.id, endpoint, event.occurredAt, event.occurredAt] })
+        }
+    }
+
     /// Stores an event and one delivery per endpoint, all due now.
     func insert(event: StoredWebhookEvent, endpointIds: [String]) throws {
         try db.query("INSERT INTO webhook_events (id, app_id, app_user_id, type, sequence, occurred_at, body) VALUES (?, ?, ?, ?, ?, ?, ?)",
