@@ -75,10 +75,11 @@ extension PurchaseStore {
         let users = UserRepository(db: db, appId: appId)
         let mappings = try mappings ?? Dictionary(try apps(db).products(appId: appId).map { ($0.productId, $0) }, uniquingKeysWith: { $1 })
         let transactions = try users.transactions(appUserId)
-        let (entitlements, subscriptions) = EntitlementCalculator.entitlements(transactions: transactions, subscriptions: try users.subscriptions(appUserId),
-                                                                                mappings: mappings, promotional: try users.promotional(appUserId),
-                                                                                now: now.milliseconds)
         let flag = try users.flag(appUserId)
+        let (entitlements, subscriptions) = EntitlementCalculator.entitlements(transactions: transactions, subscriptions: try users.subscriptions(appUserId),
+                                                                                mappings: mappings,
+                                                                                promotional: flag.promotional ? try users.promotional(appUserId) : [],
+                                                                                now: now.milliseconds)
         return UserView(appUserId: appUserId, entitlements: entitlements, balances: try users.balances(appUserId), subscriptions: subscriptions,
                         transactions: transactions, flagged: flag.flagged, flagReason: flag.reason)
     }

@@ -141,6 +141,10 @@ extension CustomerRepository {
         // The credits moved, so a refund's claw-back must find them with the user who has them now.
         try db.query("UPDATE ledger SET app_user_id = ? WHERE app_id = ? AND app_user_id = ? AND product_type = 'consumable'", [user, appId, alias])
         try db.query("""
+            UPDATE users SET promotional = 1 WHERE app_id = ? AND app_user_id = ? AND EXISTS
+                (SELECT 1 FROM promotional_entitlements WHERE app_id = ? AND app_user_id = ?)
+            """, [appId, user, appId, alias])
+        try db.query("""
             UPDATE promotional_entitlements SET app_user_id = ? WHERE app_id = ? AND app_user_id = ? AND entitlement NOT IN
                 (SELECT entitlement FROM promotional_entitlements WHERE app_id = ? AND app_user_id = ?)
             """, [user, appId, alias, appId, user])

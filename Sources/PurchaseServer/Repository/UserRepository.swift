@@ -8,10 +8,10 @@ struct UserRepository {
     let db: any SQLConnection
     let appId: String
 
-    /// Whether a refund drove one of the user's balances negative, and why.
-    func flag(_ appUserId: String) throws -> (flagged: Bool, reason: String?) {
-        let row = try db.query("SELECT flagged, flag_reason FROM users WHERE app_id = ? AND app_user_id = ?", [appId, appUserId]).first
-        return (row?.bool("flagged") ?? false, row?.string("flag_reason"))
+    /// Whether a refund drove one of the user's balances negative, and why; and whether the user ever had a promotional grant.
+    func flag(_ appUserId: String) throws -> (flagged: Bool, reason: String?, promotional: Bool) {
+        let row = try db.query("SELECT flagged, flag_reason, promotional FROM users WHERE app_id = ? AND app_user_id = ?", [appId, appUserId]).first
+        return (row?.bool("flagged") ?? false, row?.string("flag_reason"), row?.bool("promotional") ?? false)
     }
 
     /// The user whose id is this UUID, compared without case (an `appAccountToken`), or nil.
@@ -103,6 +103,7 @@ extension UserRepository {
 
     /// Grants (or replaces the grant of) an entitlement.
     func grant(_ appUserId: String, _ grant: PromotionalGrant) throws {
+        try db.query("UPDATE users SET promotional = 1 WHERE app_id = ? AND app_user_id = ?", [appId, appUserId])
         try db.query("""
             INSERT INTO promotional_entitlements (app_id, app_user_id, entitlement, expires_date, reason, granted_at) VALUES (?, ?, ?, ?, ?, ?)
             ON CONFLICT (app_id, app_user_id, entitlement) DO UPDATE SET expires_date = excluded.expires_date, reason = excluded.reason,
