@@ -56,6 +56,8 @@ test: pydeps
 	trap 'scripts/postgres.sh stop' EXIT; \
 	export STOREKEEPER_TEST_POSTGRES=$$pg_url STOREKEEPER_BIN=$(CURDIR)/.build/debug/storekeeper; \
 	swift test && $(VENV)/bin/python -m pytest -q Tests/acceptance
+	@# make run builds with -c release, where the optimiser has crashed on code the debug build takes: build it too.
+	swift build -c release --product storekeeper
 
 test-swift: deps
 	swift test
