@@ -109,87 +109,118 @@ public enum SubscriptionMetrics {
         return months[nearest]
     }
 
-    /// The metrics of each interval.
+    /// The metrics of each interval, in one pass over the rows: each row's dates are placed in their interval by
+    /// binary search, and a chain is looked at only for the intervals it was alive in (rows × log intervals, not
+    /// rows × intervals).
     /// - Parameter churnReasons: a subscription's `expirationIntent` by `environment|originalTransactionId` (`1` voluntary, `2` billing).
     public static func compute(rows: [MetricsRow], churnReasons: [String: String], boundaries: [(Int64, Int64)], now: Int64) -> [MetricsInterval] {
+        guard let first = boundaries.first?.0, let last = boundaries.last?.1 else { return [] }
+        /// The interval holding `time`, if any.
+        func interval(of time: Int64) -> Int? {
+            guard time >= first, time < last else { return nil }
+            var low = 0, high = boundaries.count - 1
+            while low < high {
+                let middle = (low + high + 1) / 2
+                if boundaries[middle].0 <= time { low = middle } else { high = middle - 1 }
+            }
+            return low
+        }
+        // "Active at the end": the last instant of each interval that has happened.
+        let ends = boundaries.map { min($0.1, now) - 1 }
+        var result = boundaries.map { start, end in
+            MetricsInterval(start: start, end: end, activeSubscriptions: 0, activeTrials: 0, newSubscriptions: 0, trialsStarted: 0, trialConversions: 0,
+                            trialsEnded: 0, trialConversionRate: nil, renewals: 0, churned: 0, churnedVoluntary: 0, churnedBilling: 0, refunds: 0,
+                            refundRate: nil, mrr: [:], arr: [:], grossRevenue: [:], netRevenue: [:])
+        }
+        var mrr = Array(repeating: [String: Decimal](), count: boundaries.count)
+        var gross = mrr, net = mrr
+        var paidStarted = Array(repeating: 0, count: boundaries.count)
+        func amount(_ row: MetricsRow) -> Decimal { (row.price ?? 0) * Decimal(row.quantity) }
+
+        for row in rows {
+            guard let currency = row.currency else { continue }
+            if let index = interval(of: row.purchaseDate), !row.isTrial {
+                gross[index][currency, default: 0] += amount(row)
+                net[index][currency, default: 0] += amount(row)
+            }
+            if let refunded = row.cancellationDate, let index = interval(of: refunded) {
+                result[index].refunds += 1
+                net[index][currency, default: 0] -= amount(row)
+            }
+        }
+        // Refunds of rows without a price count too.
+        for row in rows where row.currency == nil {
+            if let refunded = row.cancellationDate, let index = interval(of: refunded) { result[index].refunds += 1 }
+        }
+
         var chains: [String: [MetricsRow]] = [:]
         for row in rows where row.productType == .autoRenewable {
             chains[row.environment + "|" + row.originalTransactionId, default: []].append(row)
         }
-        for key in chains.keys { chains[key]?.sort { ($0.purchaseDate, $0.transactionId) < ($1.purchaseDate, $1.transactionId) } }
-        func amount(_ row: MetricsRow) -> Decimal { (row.price ?? 0) * Decimal(row.quantity) }
-
-        return boundaries.map { start, end in
-            var interval = MetricsInterval(start: start, end: end, activeSubscriptions: 0, activeTrials: 0, newSubscriptions: 0, trialsStarted: 0,
-                                           trialConversions: 0, trialsEnded: 0, trialConversionRate: nil, renewals: 0, churned: 0,
-                                           churnedVoluntary: 0, churnedBilling: 0, refunds: 0, refundRate: nil, mrr: [:], arr: [:],
-                                           grossRevenue: [:], netRevenue: [:])
-            var mrr: [String: Decimal] = [:]
-            var paidStarted = 0
-            let at = min(end, now) - 1   // "active at the end": the last instant of the interval that has happened
-            for (key, periods) in chains {
-                let valid = periods.filter { $0.cancellationDate == nil }
+        for (key, unsorted) in chains {
+            let periods = unsorted.sorted { ($0.purchaseDate, $0.transactionId) < ($1.purchaseDate, $1.transactionId) }
+            var seenTrial = false, seenPaid = false
+            for (position, period) in periods.enumerated() {
+                let index = interval(of: period.purchaseDate)
+                if period.isTrial {
+                    if !seenTrial, let index { result[index].trialsStarted += 1 }
+                    seenTrial = true
+                    continue
+                }
+                if let index {
+                    paidStarted[index] += 1
+                    if seenPaid {
+                        result[index].renewals += 1
+                    } else if position > 0, periods[position - 1].isTrial {
+                        result[index].trialConversions += 1
+                    } else {
+                        result[index].newSubscriptions += 1
+                    }
+                }
+                seenPaid = true
+            }
+            let valid = periods.filter { $0.cancellationDate == nil }
+            for period in valid where period.isTrial {
+                if let expires = period.expiresDate, expires <= now, let index = interval(of: expires) { result[index].trialsEnded += 1 }
+            }
+            // Churn: the chain's last valid period was a paid one, ended, and nothing follows (an unconverted trial is in trialsEnded).
+            if let final = valid.last, !final.isTrial, let expires = final.expiresDate, expires <= now, let index = interval(of: expires) {
+                result[index].churned += 1
+                switch churnReasons[key] {
+                case "1": result[index].churnedVoluntary += 1
+                case "2": result[index].churnedBilling += 1
+                default: break
+                }
+            }
+            // Active at each interval's end, only over the intervals the chain was alive in.
+            guard let born = valid.first?.purchaseDate else { continue }
+            let died = valid.map { $0.expiresDate ?? .max }.max() ?? .max
+            var index = ends.partitionPoint { $0 < born }
+            while index < ends.count, ends[index] < died {
+                let at = ends[index]
                 if let current = valid.last(where: { $0.purchaseDate <= at && ($0.expiresDate ?? .max) > at }) {
                     if current.isTrial {
-                        interval.activeTrials += 1
+                        result[index].activeTrials += 1
                     } else {
-                        interval.activeSubscriptions += 1
+                        result[index].activeSubscriptions += 1
                         if let currency = current.currency, let expires = current.expiresDate {
-                            mrr[currency, default: 0] += amount(current) / monthsPerPeriod(length: expires - current.purchaseDate, environment: current.environment)
+                            mrr[index][currency, default: 0] += amount(current) / monthsPerPeriod(length: expires - current.purchaseDate,
+                                                                                                   environment: current.environment)
                         }
                     }
                 }
-                for (index, period) in periods.enumerated() where (start..<end).contains(period.purchaseDate) {
-                    if period.isTrial {
-                        if index == 0 || periods[..<index].allSatisfy({ !$0.isTrial }) { interval.trialsStarted += 1 }
-                        continue
-                    }
-                    paidStarted += 1
-                    let earlierPaid = periods[..<index].contains { !$0.isTrial }
-                    if earlierPaid {
-                        interval.renewals += 1
-                    } else if index > 0, periods[index - 1].isTrial {
-                        interval.trialConversions += 1
-                    } else {
-                        interval.newSubscriptions += 1
-                    }
-                }
-                // Trials that ended in the interval, converted or not.
-                interval.trialsEnded += valid.filter { period in
-                    period.isTrial && period.expiresDate.map { (start..<end).contains($0) && $0 <= now } == true
-                }.count
-                // Churn: the chain's last valid period was a paid one, ended in the interval, and nothing follows
-                // (a trial that ends unconverted is counted in trialsEnded, not as churn).
-                if let last = valid.last, !last.isTrial, let expires = last.expiresDate, (start..<end).contains(expires), expires <= now {
-                    interval.churned += 1
-                    switch churnReasons[key] {
-                    case "1": interval.churnedVoluntary += 1
-                    case "2": interval.churnedBilling += 1
-                    default: break
-                    }
-                }
+                index += 1
             }
-            var gross: [String: Decimal] = [:]
-            var net: [String: Decimal] = [:]
-            for row in rows {
-                guard let currency = row.currency else { continue }
-                if (start..<end).contains(row.purchaseDate), !row.isTrial {
-                    gross[currency, default: 0] += amount(row)
-                    net[currency, default: 0] += amount(row)
-                }
-                if let refunded = row.cancellationDate, (start..<end).contains(refunded) {
-                    interval.refunds += 1
-                    net[currency, default: 0] -= amount(row)
-                }
-            }
-            interval.trialConversionRate = interval.trialsEnded == 0 ? nil : Double(interval.trialConversions) / Double(interval.trialsEnded)
-            interval.refundRate = paidStarted == 0 ? nil : Double(interval.refunds) / Double(paidStarted)
-            interval.mrr = mrr.mapValues(money)
-            interval.arr = mrr.mapValues { money($0 * 12) }
-            interval.grossRevenue = gross.mapValues(money)
-            interval.netRevenue = net.mapValues(money)
-            return interval
         }
+        for index in result.indices {
+            result[index].trialConversionRate = result[index].trialsEnded == 0 ? nil : Double(result[index].trialConversions) / Double(result[index].trialsEnded)
+            result[index].refundRate = paidStarted[index] == 0 ? nil : Double(result[index].refunds) / Double(paidStarted[index])
+            result[index].mrr = mrr[index].mapValues(money)
+            result[index].arr = mrr[index].mapValues { money($0 * 12) }
+            result[index].grossRevenue = gross[index].mapValues(money)
+            result[index].netRevenue = net[index].mapValues(money)
+        }
+        return result
     }
 
     /// Two decimals, rounded half-even.
@@ -201,5 +232,17 @@ public enum SubscriptionMetrics {
         guard let dot = text.firstIndex(of: ".") else { return text + ".00" }
         let decimals = text.distance(from: dot, to: text.endIndex) - 1
         return decimals >= 2 ? text : text + String(repeating: "0", count: 2 - decimals)
+    }
+}
+
+extension Array {
+    /// The index of the first element for which `isBefore` is false (the array is partitioned by it).
+    func partitionPoint(_ isBefore: (Element) -> Bool) -> Int {
+        var low = 0, high = count
+        while low < high {
+            let middle = (low + high) / 2
+            if isBefore(self[middle]) { low = middle + 1 } else { high = middle }
+        }
+        return low
     }
 }
