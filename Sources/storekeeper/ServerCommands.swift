@@ -281,11 +281,7 @@ struct ServerReportCommand: Command {
 
     init(_ arguments: inout Arguments) throws {
         client = try serverClient(&arguments)
-        var parts: [String] = []
-        for name in ["app", "from", "to", "group"] {
-            if let value = try arguments.option(name) { parts.append("\(name)=\(value.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: ",-:"))) ?? value)") }
-        }
-        query = parts.isEmpty ? "" : "?" + parts.joined(separator: "&")
+        query = try queryString(&arguments, ["app", "from", "to", "group"])
         format = try arguments.option("format") ?? "table"
         guard ["table", "csv", "json"].contains(format) else { throw UsageError(description: "--format is table, csv or json") }
     }
@@ -334,13 +330,10 @@ struct ServerMetricsCommand: Command {
 
     init(_ arguments: inout Arguments) throws {
         client = try serverClient(&arguments)
-        var parts: [String] = []
-        for name in ["from", "to", "interval", "environment"] {
-            if let value = try arguments.option(name) { parts.append("\(name)=\(value.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-:"))) ?? value)") }
-        }
+        let query = try queryString(&arguments, ["from", "to", "interval", "environment"])
         format = try arguments.option("format") ?? "table"
         guard ["table", "csv", "json"].contains(format) else { throw UsageError(description: "--format is table, csv or json") }
-        path = "/admin/v1/apps/\(pathSegment(try arguments.single("APP_ID")))/metrics" + (parts.isEmpty ? "" : "?" + parts.joined(separator: "&"))
+        path = "/admin/v1/apps/\(pathSegment(try arguments.single("APP_ID")))/metrics" + query
     }
 
     func run() async throws {
@@ -362,4 +355,15 @@ struct ServerMetricsCommand: Command {
         }
         printTable(columns: columns, rows: rows, csv: format == "csv")
     }
+}
+
+/// `?name=value&…` from the options given (percent-encoded; commas, hyphens and colons kept), or "" when none is.
+func queryString(_ arguments: inout Arguments, _ names: [String]) throws -> String {
+    var parts: [String] = []
+    for name in names {
+        if let value = try arguments.option(name) {
+            parts.append("\(name)=\(value.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: ",-:"))) ?? value)")
+        }
+    }
+    return parts.isEmpty ? "" : "?" + parts.joined(separator: "&")
 }

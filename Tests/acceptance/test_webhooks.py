@@ -13,7 +13,6 @@ import uuid
 
 import pytest
 
-from conftest import Emulator
 from server_support import ENGINES, Server, emulator_buy, fresh_postgres_url
 
 
@@ -68,16 +67,6 @@ def verify(header, body, secret, tolerance=300):
         return False
     expected = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
     return any(hmac.compare_digest(expected, value) for name, value in parts if name == "v1")
-
-
-@pytest.fixture(scope="module")
-def emulator():
-    with tempfile.TemporaryDirectory() as data_dir:
-        running = Emulator(data_dir)
-        try:
-            yield running
-        finally:
-            running.stop()
 
 
 @pytest.mark.parametrize("engine", ENGINES)
