@@ -72,6 +72,7 @@ bench: release pydeps
 	bench/server.sh
 	bench/abuse.sh
 	bench/webhooks.sh
+	bench/metrics.sh
 	bench/storekit2.sh
 	bench/shop.sh
 

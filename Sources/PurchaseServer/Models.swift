@@ -141,6 +141,15 @@ public struct ProductMapping: Codable, Sendable, Equatable {
 extension ProductMapping {
     /// The quantities a transaction may carry: StoreKit sells 1…10 units, this allows some room.
     public static let acceptedQuantities: ClosedRange<Int64> = 1...100
+    /// Whether a list price is a plain decimal (`9.99`) from 0 to a billion with at most 6 decimals: what
+    /// reports and metrics add to the millionth.
+    public static func isValidPrice(_ text: String) -> Bool {
+        let parts = text.split(separator: ".", omittingEmptySubsequences: false)
+        guard (1...2).contains(parts.count), let whole = parts.first, (1...10).contains(whole.count), whole.allSatisfy(\.isWholeNumber) && whole.allSatisfy(\.isASCII) else { return false }
+        if parts.count == 2 { guard (1...6).contains(parts[1].count), parts[1].allSatisfy({ $0.isASCII && $0.isWholeNumber }) else { return false } }
+        return (Decimal(string: text) ?? -1) >= 0 && (Decimal(string: text) ?? .greatestFiniteMagnitude) <= 1_000_000_000
+    }
+
     /// The credit a consumable may give per unit (`amount`).
     public static let acceptedAmounts: ClosedRange<Int64> = 1...1_000_000_000
     /// The length a non-renewing subscription may have (`durationDays`), up to a century.
@@ -249,6 +258,7 @@ public struct ServerError: Error, Sendable, CustomStringConvertible, Equatable {
         public static let invalidWebhookUrl = Code("invalid_webhook_url", .invalidRequest)
         public static let keyNotFound = Code("key_not_found", .notFound)
         public static let masterKeyMismatch = Code("master_key_mismatch", .internalFailure)
+        public static let metricsRebuilding = Code("metrics_rebuilding", .unavailable)
         public static let missingIdempotencyKey = Code("missing_idempotency_key", .invalidRequest)
         public static let missingUserToken = Code("missing_user_token", .unauthenticated)
         public static let nestedUnverifiable = Code("nested_unverifiable", .unavailable)

@@ -81,9 +81,24 @@ extension PurchaseServer {
         guard from < to else { throw ServerError(.invalidDate, "from must be before to.") }
         let boundaries = SubscriptionMetrics.boundaries(from: from.milliseconds, to: to.milliseconds, interval: interval)
         guard boundaries.count <= 400 else { throw ServerError(.invalidDate, "At most 400 intervals: choose a longer interval or a shorter range.") }
+        // The worker keeps the rollup current; what it has not reached yet is done here, so that the answer is exact.
+        // A rebuild in progress (hundreds of thousands of chains) is not waited for.
+        let backlog = try await store.refreshMetrics(limit: 50_000)
+        guard backlog == 0 else {
+            throw ServerError(.metricsRebuilding, "The metrics are being computed again (\(backlog) subscriptions left); ask again shortly.")
+        }
+        let now = clock.now().milliseconds
+        let (days, moments) = try await store.metricsRollup(appId: appId, environment: environment, before: boundaries.last?.1 ?? 0, now: now)
+        return SubscriptionMetricsRollup.intervals(days: days, moments: moments, boundaries: boundaries, now: now)
+    }
+
+    /// The same figures computed from every ledger row (`SubscriptionMetrics.compute`): the rollup's oracle, for tests.
+    func subscriptionMetricsFromLedger(appId: String, from: Date, to: Date, interval: SubscriptionMetrics.Interval, environment: String?) async throws
+        -> [MetricsInterval] {
+        let boundaries = SubscriptionMetrics.boundaries(from: from.milliseconds, to: to.milliseconds, interval: interval)
         let (rows, reasons) = try await store.database.transaction { db in
             let reader = LedgerReader(db: db)
-            return (try reader.metricsRows(appId: appId, environment: environment, before: to.milliseconds), try reader.expirationIntents(appId: appId))
+            return (try reader.metricsRows(appId: appId, environment: environment), try reader.expirationIntents(appId: appId))
         }
         return SubscriptionMetrics.compute(rows: rows, churnReasons: reasons, boundaries: boundaries, now: clock.now().milliseconds)
     }

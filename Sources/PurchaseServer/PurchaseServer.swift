@@ -116,6 +116,13 @@ public final class PurchaseServer: Sendable {
                         try? await store.refreshKeys(now: clock.now())
                     }
                 }
+                group.addTask {
+                    // The metrics rollup follows settlements within a second, in batches.
+                    while !Task.isCancelled {
+                        try? await Task.sleep(for: .seconds(1))
+                        try? await store.refreshMetrics()
+                    }
+                }
             }
         }
     }

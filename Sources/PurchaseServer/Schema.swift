@@ -213,5 +213,22 @@ enum Schema {
             "ALTER TABLE users ADD COLUMN promotional BIGINT NOT NULL DEFAULT 0",
             "UPDATE users SET promotional = 1 WHERE EXISTS (SELECT 1 FROM promotional_entitlements p WHERE p.app_id = users.app_id AND p.app_user_id = users.app_user_id)",
         ]),
+        // The subscription-metrics rollup (MetricsRepository): chains to bring up to date, each chain's stored contribution,
+        // the moments (changes seen from an instant on) and the totals per day and currency. Every existing chain starts marked.
+        SQLMigration(version: 14, statements: [
+            "CREATE TABLE metrics_dirty (app_id TEXT NOT NULL, environment TEXT NOT NULL, original_transaction_id TEXT NOT NULL, PRIMARY KEY (app_id, environment, original_transaction_id))",
+            "CREATE TABLE metrics_chains (app_id TEXT NOT NULL, environment TEXT NOT NULL, original_transaction_id TEXT NOT NULL, days TEXT NOT NULL, PRIMARY KEY (app_id, environment, original_transaction_id))",
+            """
+            CREATE TABLE metrics_moments (app_id TEXT NOT NULL, environment TEXT NOT NULL, original_transaction_id TEXT NOT NULL, visible_at BIGINT NOT NULL,
+            day BIGINT NOT NULL, currency TEXT NOT NULL, active_subscriptions BIGINT NOT NULL, active_trials BIGINT NOT NULL, mrr_micros BIGINT NOT NULL, trials_ended BIGINT NOT NULL, churned BIGINT NOT NULL, churned_voluntary BIGINT NOT NULL, churned_billing BIGINT NOT NULL)
+            """,
+            "CREATE INDEX metrics_moments_chain ON metrics_moments (app_id, environment, original_transaction_id)",
+            "CREATE INDEX metrics_moments_day ON metrics_moments (app_id, day)",
+            """
+            CREATE TABLE metrics_days (app_id TEXT NOT NULL, environment TEXT NOT NULL, day BIGINT NOT NULL, currency TEXT NOT NULL, new_subscriptions BIGINT NOT NULL, trials_started BIGINT NOT NULL, trial_conversions BIGINT NOT NULL, renewals BIGINT NOT NULL, paid_started BIGINT NOT NULL, sales BIGINT NOT NULL, refunds BIGINT NOT NULL, gross_micros BIGINT NOT NULL, net_micros BIGINT NOT NULL, active_subscriptions BIGINT NOT NULL, active_trials BIGINT NOT NULL, mrr_micros BIGINT NOT NULL, trials_ended BIGINT NOT NULL, churned BIGINT NOT NULL, churned_voluntary BIGINT NOT NULL, churned_billing BIGINT NOT NULL,
+            PRIMARY KEY (app_id, environment, day, currency))
+            """,
+            "INSERT INTO metrics_dirty SELECT DISTINCT app_id, environment, original_transaction_id FROM ledger WHERE true ON CONFLICT DO NOTHING",
+        ]),
     ]
 }

@@ -109,6 +109,11 @@ public enum SubscriptionMetrics {
         return months[nearest]
     }
 
+    /// A period's price as a monthly share, in millionths (rounded half-even): what it adds to MRR.
+    public static func monthlyShareMicros(_ amountMicros: Int64, length: Int64, environment: String) -> Int64 {
+        SubscriptionMetricsRollup.micros(Decimal(amountMicros) / 1_000_000 / monthsPerPeriod(length: length, environment: environment))
+    }
+
     /// The metrics of each interval, in one pass over the rows: each row's dates are placed in their interval by
     /// binary search, and a chain is looked at only for the intervals it was alive in (rows × log intervals, not
     /// rows × intervals).
@@ -135,7 +140,8 @@ public enum SubscriptionMetrics {
         var mrr = Array(repeating: [String: Decimal](), count: boundaries.count)
         var gross = mrr, net = mrr
         var paidStarted = Array(repeating: 0, count: boundaries.count)
-        func amount(_ row: MetricsRow) -> Decimal { (row.price ?? 0) * Decimal(row.quantity) }
+        // Amounts to the millionth, as the rollup keeps them.
+        func amount(_ row: MetricsRow) -> Decimal { Decimal(SubscriptionMetricsRollup.amountMicros(row)) / 1_000_000 }
 
         for row in rows {
             guard let currency = row.currency else { continue }
@@ -204,8 +210,9 @@ public enum SubscriptionMetrics {
                     } else {
                         result[index].activeSubscriptions += 1
                         if let currency = current.currency, let expires = current.expiresDate {
-                            mrr[index][currency, default: 0] += amount(current) / monthsPerPeriod(length: expires - current.purchaseDate,
-                                                                                                   environment: current.environment)
+                            let share = monthlyShareMicros(SubscriptionMetricsRollup.amountMicros(current), length: expires - current.purchaseDate,
+                                                           environment: current.environment)
+                            mrr[index][currency, default: 0] += Decimal(share) / 1_000_000
                         }
                     }
                 }

@@ -321,6 +321,23 @@ struct ModelTests {
             }
             return nil
         }
+
+        /// Whether the metrics rollup, kept up to date on every settlement, says what the definitions say over the
+        /// whole ledger (`SubscriptionMetrics.compute`), by day and by week.
+        func metricsDisagreement() async throws -> String? {
+            let now = world.server.clock.now()
+            for bundle in ["com.example.magazine", "com.example.coins", "com.example.football"] {
+                for interval in [SubscriptionMetrics.Interval.day, .week] {
+                    let from = now.addingTimeInterval(-40 * 86_400), to = now.addingTimeInterval(2 * 86_400)
+                    let rollup = try await world.server.subscriptionMetrics(appId: bundle, from: from, to: to, interval: interval, environment: nil)
+                    let ledger = try await world.server.subscriptionMetricsFromLedger(appId: bundle, from: from, to: to, interval: interval, environment: nil)
+                    if let (mine, truth) = zip(rollup, ledger).first(where: { $0 != $1 }) {
+                        return "\(bundle) metrics by \(interval): the rollup says \(mine); the ledger says \(truth)"
+                    }
+                }
+            }
+            return nil
+        }
     }
 
     /// Steps run and comparisons made, for the summary line.
@@ -335,6 +352,11 @@ struct ModelTests {
                 try await run.apply(step)
                 try await run.deliver(delivery)
                 tally.withLock { $0.steps += 1 }
+                // The rollup follows the ledger at every step, whatever has arrived.
+                if let disagreement = try await run.metricsDisagreement() {
+                    problem = "after step \(number + 1) (\(step)): \(disagreement)"
+                    break
+                }
                 // Only when every notification so far has arrived is the server expected to know everything.
                 guard run.late.isEmpty, !run.missed else { continue }
                 tally.withLock { $0.comparisons += 1 }

@@ -75,24 +75,27 @@ struct LedgerReader {
         return facts
     }
 
-    /// Every row of an app purchased before `to` (ms), of one environment when given: what subscription metrics read.
-    func metricsRows(appId: String, environment: String?, before to: Int64) throws -> [MetricsRow] {
+    /// Every row of an app, of one environment when given: what `SubscriptionMetrics.compute` reads (the rollup's oracle).
+    func metricsRows(appId: String, environment: String?) throws -> [MetricsRow] {
         var sql = """
             SELECT transaction_id, original_transaction_id, environment, product_type, purchase_date, expires_date, cancellation_date, is_trial,
-            quantity, price, currency FROM ledger WHERE app_id = ? AND purchase_date < ?
+            quantity, price, currency FROM ledger WHERE app_id = ?
             """
-        var parameters: [any SQLBindable] = [appId, to]
+        var parameters: [any SQLBindable] = [appId]
         if let environment {
             sql += " AND environment = ?"
             parameters.append(environment)
         }
-        return try db.query(sql, parameters).map { row in
-            MetricsRow(transactionId: row.string("transaction_id") ?? "", originalTransactionId: row.string("original_transaction_id") ?? "",
-                       environment: row.string("environment") ?? "", productType: ProductType(rawValue: row.string("product_type") ?? "") ?? .consumable,
-                       purchaseDate: row.int("purchase_date") ?? 0, expiresDate: row.int("expires_date"), cancellationDate: row.int("cancellation_date"),
-                       isTrial: row.bool("is_trial"), quantity: row.int("quantity") ?? 1, price: row.string("price").flatMap { Decimal(string: $0) },
-                       currency: row.string("currency"))
-        }
+        return try db.query(sql, parameters).map(Self.metricsRow)
+    }
+
+    /// A ledger row as metrics read it.
+    static func metricsRow(_ row: SQLRow) -> MetricsRow {
+        MetricsRow(transactionId: row.string("transaction_id") ?? "", originalTransactionId: row.string("original_transaction_id") ?? "",
+                   environment: row.string("environment") ?? "", productType: ProductType(rawValue: row.string("product_type") ?? "") ?? .consumable,
+                   purchaseDate: row.int("purchase_date") ?? 0, expiresDate: row.int("expires_date"), cancellationDate: row.int("cancellation_date"),
+                   isTrial: row.bool("is_trial"), quantity: row.int("quantity") ?? 1, price: row.string("price").flatMap { Decimal(string: $0) },
+                   currency: row.string("currency"))
     }
 
     /// Why each of an app's subscriptions stopped renewing (Apple's `expirationIntent`), by `environment|originalTransactionId`.

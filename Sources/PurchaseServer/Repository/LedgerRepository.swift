@@ -59,6 +59,18 @@ struct LedgerRepository {
     /// Writes a plan's actions for the settling user and job.
     func write(_ actions: [SettlementPlan.Action], user: String, verificationId: String, now: Date) throws {
         let nowMs = now.milliseconds
+        // The metrics rollup catches up with every chain whose rows this changes.
+        var recordedChains: Set<String> = [], changedTransactions: Set<String> = []
+        for action in actions {
+            switch action {
+            case .record(let transaction, _, _): recordedChains.insert(transaction.originalTransactionId)
+            case .cancel(let id, _, _, _), .reinstate(let id, _), .updateExpiry(let id, _, _): changedTransactions.insert(id)
+            default: break
+            }
+        }
+        let metrics = MetricsRepository(db: db)
+        try metrics.markDirty(appId: appId, environment: environment, originalTransactionIds: recordedChains)
+        try metrics.markDirty(environment: environment, transactionIds: changedTransactions)
         for action in actions {
             switch action {
             case .record(let transaction, let mapping, let stateDate):

@@ -42,6 +42,8 @@ struct SubscriptionRepository {
             """, [appId, environment, state.originalTransactionId, state.productId, state.autoRenewProductId,
                   state.autoRenewStatus.map { $0 ? 1 : 0 }, state.expiresDate, state.expirationIntent, state.isInBillingRetry,
                   state.gracePeriodExpiresDate, state.revokedAt, state.signedDate, state.priceIncreaseStatus])
+        // Why it ended (expirationIntent) splits churn in the metrics rollup.
+        try MetricsRepository(db: db).markDirty(appId: appId, environment: environment, originalTransactionIds: [state.originalTransactionId])
     }
 
     /// Every original transaction id with a recorded state, for the reconciler's Transaction History pass.

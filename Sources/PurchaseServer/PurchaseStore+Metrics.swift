@@ -1,0 +1,33 @@
+import Foundation
+import Storage
+
+extension PurchaseStore {
+    /// Brings the metrics rollup up to date with chains marked since, `batch` chains per transaction, at most
+    /// `limit` in all. Returns how many chains are still marked (0: up to date).
+    @discardableResult
+    public func refreshMetrics(batch: Int = 1_000, limit: Int = .max) async throws -> Int64 {
+        var done = 0
+        while done < limit {
+            let size = min(batch, limit - done)
+            let claimed = try await database.transaction { db in try MetricsRepository(db: db).refresh(limit: size) }
+            if claimed == 0 { return 0 }
+            done += claimed
+        }
+        return try await database.transaction { db in try MetricsRepository(db: db).dirtyCount() }
+    }
+
+    /// Marks every chain of the ledger, so that the rollup is computed again from the ledger (`storekeeper server metrics --rebuild`).
+    public func markMetricsForRebuild() async throws {
+        try await database.transaction { db in try MetricsRepository(db: db).markAllDirty() }
+    }
+
+    /// The rollup's days before `end` and the moments of the day holding `now`, read in one transaction.
+    func metricsRollup(appId: String, environment: String?, before end: Int64, now: Int64) async throws
+        -> (days: [MetricsKey: MetricsTally], moments: [MetricsMoment]) {
+        try await database.transaction { db in
+            let metrics = MetricsRepository(db: db)
+            return (try metrics.days(appId: appId, environment: environment, before: end),
+                    try metrics.moments(appId: appId, environment: environment, day: SubscriptionMetricsRollup.day(of: now)))
+        }
+    }
+}

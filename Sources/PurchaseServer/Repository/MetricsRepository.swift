@@ -1,0 +1,203 @@
+import AppStoreModels
+import Foundation
+import Storage
+
+/// The SQL of the subscription-metrics rollup. A ledger or subscription change marks its chain in `metrics_dirty`
+/// (one statement in the settlement's transaction); `refresh` later replaces each marked chain's contribution
+/// (`metrics_chains`, `metrics_moments`) and adds the difference to `metrics_days`. A question reads days.
+struct MetricsRepository {
+    let db: any SQLConnection
+
+    /// A chain of one app: an environment and an original transaction.
+    struct Chain: Hashable {
+        var appId: String
+        var environment: String
+        var originalTransactionId: String
+    }
+
+    // MARK: Marking, in the writer's transaction
+
+    /// Marks chains whose rows or end reason changed.
+    func markDirty(appId: String, environment: String, originalTransactionIds: Set<String>) throws {
+        for chunk in Array(originalTransactionIds).sorted().chunked(400) {
+            try db.query("INSERT INTO metrics_dirty (app_id, environment, original_transaction_id) VALUES "
+                         + Array(repeating: "(?, ?, ?)", count: chunk.count).joined(separator: ", ") + " ON CONFLICT DO NOTHING",
+                         chunk.flatMap { [appId, environment, $0] as [any SQLBindable] })
+        }
+    }
+
+    /// Marks the chains of these transactions (changes that name a transaction, not its chain).
+    func markDirty(environment: String, transactionIds: Set<String>) throws {
+        for chunk in Array(transactionIds).sorted().chunked(400) {
+            try db.query("""
+                INSERT INTO metrics_dirty (app_id, environment, original_transaction_id)
+                SELECT DISTINCT app_id, environment, original_transaction_id FROM ledger
+                WHERE environment = ? AND transaction_id IN (\(Array(repeating: "?", count: chunk.count).joined(separator: ", ")))
+                ON CONFLICT DO NOTHING
+                """, [environment] + chunk)
+        }
+    }
+
+    /// Marks every chain of the ledger (a rebuild).
+    func markAllDirty() throws {
+        try db.query("""
+            INSERT INTO metrics_dirty (app_id, environment, original_transaction_id)
+            SELECT DISTINCT app_id, environment, original_transaction_id FROM ledger WHERE true ON CONFLICT DO NOTHING
+            """)
+    }
+
+    func dirtyCount() throws -> Int64 {
+        try db.query("SELECT COUNT(*) AS n FROM metrics_dirty").first?.int("n") ?? 0
+    }
+
+    // MARK: Refreshing
+
+    /// Claims up to `limit` marked chains and brings their contributions up to date. Returns how many it claimed.
+    func refresh(limit: Int) throws -> Int {
+        let claimed = try db.query("""
+            DELETE FROM metrics_dirty WHERE (app_id, environment, original_transaction_id) IN
+            (SELECT app_id, environment, original_transaction_id FROM metrics_dirty LIMIT ?)
+            RETURNING app_id, environment, original_transaction_id
+            """, [limit]).map { Chain(appId: $0.string("app_id") ?? "", environment: $0.string("environment") ?? "",
+                                      originalTransactionId: $0.string("original_transaction_id") ?? "") }
+        let groups = Dictionary(grouping: claimed) { [$0.appId, $0.environment] }
+        for (group, chains) in groups.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
+            for chunk in chains.map(\.originalTransactionId).sorted().chunked(400) {
+                try refresh(appId: group[0], environment: group[1], originalTransactionIds: chunk)
+            }
+        }
+        return claimed.count
+    }
+
+    private func refresh(appId: String, environment: String, originalTransactionIds ids: [String]) throws {
+        let list = Array(repeating: "?", count: ids.count).joined(separator: ", ")
+        let scope: [any SQLBindable] = [appId, environment] + ids
+        var rows: [String: [MetricsRow]] = [:]
+        for row in try db.query("""
+            SELECT transaction_id, original_transaction_id, environment, product_type, purchase_date, expires_date, cancellation_date, is_trial,
+            quantity, price, currency FROM ledger WHERE app_id = ? AND environment = ? AND original_transaction_id IN (\(list))
+            """, scope) {
+            let parsed = LedgerReader.metricsRow(row)
+            rows[parsed.originalTransactionId, default: []].append(parsed)
+        }
+        var reasons: [String: String] = [:]
+        for row in try db.query("""
+            SELECT original_transaction_id, expiration_intent FROM subscriptions
+            WHERE app_id = ? AND environment = ? AND original_transaction_id IN (\(list)) AND expiration_intent IS NOT NULL
+            """, scope) {
+            reasons[row.string("original_transaction_id") ?? ""] = row.string("expiration_intent")
+        }
+        // The difference to add to metrics_days: new contributions minus the stored ones.
+        var difference: [MetricsKey: MetricsTally] = [:]
+        for row in try db.query("SELECT days FROM metrics_chains WHERE app_id = ? AND environment = ? AND original_transaction_id IN (\(list))", scope) {
+            for (key, tally) in Self.decode(row.string("days") ?? "") { difference[key, default: MetricsTally()] -= tally }
+        }
+        for row in try db.query("""
+            DELETE FROM metrics_moments WHERE app_id = ? AND environment = ? AND original_transaction_id IN (\(list))
+            RETURNING visible_at, day, currency, \(Self.momentColumns)
+            """, scope) {
+            let moment = Self.moment(row)
+            difference[moment.key, default: MetricsTally()] -= moment.tally
+        }
+        try db.query("DELETE FROM metrics_chains WHERE app_id = ? AND environment = ? AND original_transaction_id IN (\(list))", scope)
+
+        var chainRows: [[any SQLBindable]] = []
+        var momentRows: [[any SQLBindable]] = []
+        for id in ids {
+            guard let chain = rows[id] else { continue }
+            let contribution = SubscriptionMetricsRollup.contribution(of: chain, churnReason: reasons[id])
+            for (key, tally) in contribution.byDay { difference[key, default: MetricsTally()] += tally }
+            chainRows.append([appId, environment, id, Self.encode(contribution.days)])
+            for moment in contribution.moments {
+                momentRows.append([appId, environment, id, moment.visibleAt, moment.key.day, moment.key.currency]
+                                  + MetricsField.moments.map { moment.tally[$0] as any SQLBindable })
+            }
+        }
+        try insert("metrics_chains", columns: "app_id, environment, original_transaction_id, days", rows: chainRows)
+        try insert("metrics_moments", columns: "app_id, environment, original_transaction_id, visible_at, day, currency, \(Self.momentColumns)",
+                   rows: momentRows)
+        // In key order, so that two processes refreshing at once lock days in the same order (no deadlock on PostgreSQL).
+        let changed = difference.filter { !$0.value.isZero }.sorted { $0.key < $1.key }
+        let dayColumns = MetricsField.allCases.map(\.column)
+        try insert("metrics_days", columns: "app_id, environment, day, currency, " + dayColumns.joined(separator: ", "),
+                   rows: changed.map { key, tally in [appId, environment, key.day, key.currency] + MetricsField.allCases.map { tally[$0] as any SQLBindable } },
+                   onConflict: "ON CONFLICT (app_id, environment, day, currency) DO UPDATE SET "
+                       + dayColumns.map { "\($0) = metrics_days.\($0) + excluded.\($0)" }.joined(separator: ", "))
+    }
+
+    /// A multi-row insert, in chunks that stay under both engines' parameter limits.
+    private func insert(_ table: String, columns: String, rows: [[any SQLBindable]], onConflict: String = "") throws {
+        guard let width = rows.first?.count else { return }
+        let tuple = "(" + Array(repeating: "?", count: width).joined(separator: ", ") + ")"
+        for chunk in rows.chunked(max(1, 20_000 / width)) {
+            try db.query("INSERT INTO \(table) (\(columns)) VALUES " + Array(repeating: tuple, count: chunk.count).joined(separator: ", ") + " " + onConflict,
+                         chunk.flatMap { $0 })
+        }
+    }
+
+    // MARK: Reading
+
+    /// Totals by day and currency for every day before `end`, of one environment or all.
+    func days(appId: String, environment: String?, before end: Int64) throws -> [MetricsKey: MetricsTally] {
+        let sums = MetricsField.allCases.map { "SUM(\($0.column)) AS \($0.column)" }.joined(separator: ", ")
+        var parameters: [any SQLBindable] = [appId, end]
+        if let environment { parameters.append(environment) }
+        var days: [MetricsKey: MetricsTally] = [:]
+        for row in try db.query("""
+            SELECT day, currency, \(sums) FROM metrics_days WHERE app_id = ? AND day < ?\(environment == nil ? "" : " AND environment = ?")
+            GROUP BY day, currency
+            """, parameters) {
+            var tally = MetricsTally()
+            for field in MetricsField.allCases { tally[field] = row.int(field.column) ?? 0 }
+            days[MetricsKey(day: row.int("day") ?? 0, currency: row.string("currency") ?? "")] = tally
+        }
+        return days
+    }
+
+    /// The moments of one day, of one environment or all.
+    func moments(appId: String, environment: String?, day: Int64) throws -> [MetricsMoment] {
+        var parameters: [any SQLBindable] = [appId, day]
+        if let environment { parameters.append(environment) }
+        return try db.query("""
+            SELECT visible_at, day, currency, \(Self.momentColumns) FROM metrics_moments
+            WHERE app_id = ? AND day = ?\(environment == nil ? "" : " AND environment = ?")
+            """, parameters).map(Self.moment)
+    }
+
+    // MARK: Encoding
+
+    private static let momentColumns = MetricsField.moments.map(\.column).joined(separator: ", ")
+
+    private static func moment(_ row: SQLRow) -> MetricsMoment {
+        var tally = MetricsTally()
+        for field in MetricsField.moments { tally[field] = row.int(field.column) ?? 0 }
+        return MetricsMoment(visibleAt: row.int("visible_at") ?? 0, key: MetricsKey(day: row.int("day") ?? 0, currency: row.string("currency") ?? ""),
+                             tally: tally)
+    }
+
+    /// A chain's day tallies as text: `day currency v0 v1 …` per line (the day fields only; the currency percent-escaped).
+    static func encode(_ days: [MetricsKey: MetricsTally]) -> String {
+        days.sorted { $0.key < $1.key }.map { key, tally in
+            ([String(key.day), key.currency.isEmpty ? "-" : key.currency.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "-"] + MetricsField.days.map { String(tally[$0]) }).joined(separator: " ")
+        }.joined(separator: "\n")
+    }
+
+    static func decode(_ text: String) -> [MetricsKey: MetricsTally] {
+        var days: [MetricsKey: MetricsTally] = [:]
+        for line in text.split(separator: "\n") {
+            let parts = line.split(separator: " ")
+            guard parts.count == MetricsField.days.count + 2, let day = Int64(parts[0]) else { continue }
+            var tally = MetricsTally()
+            for (index, field) in MetricsField.days.enumerated() { tally[field] = Int64(parts[index + 2]) ?? 0 }
+            days[MetricsKey(day: day, currency: parts[1] == "-" ? "" : String(parts[1]).removingPercentEncoding ?? ""), default: MetricsTally()] += tally
+        }
+        return days
+    }
+}
+
+extension Array {
+    /// The array in consecutive slices of at most `size` elements.
+    func chunked(_ size: Int) -> [[Element]] {
+        stride(from: 0, to: count, by: size).map { Array(self[$0..<Swift.min($0 + size, count)]) }
+    }
+}
