@@ -2,8 +2,8 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-DEB_PACKAGES := pkg-config libmicrohttpd-dev libssl-dev libsqlite3-dev libpq-dev postgresql openssl python3-venv wrk tmux
-PY_PACKAGES := pytest pyyaml app-store-server-library inapppy itunes-iap schemathesis cryptography prometheus-client
+DEB_PACKAGES := pkg-config libmicrohttpd-dev libssl-dev libsqlite3-dev libpq-dev postgresql openssl python3-venv wrk tmux chromium
+PY_PACKAGES := pytest pyyaml app-store-server-library inapppy itunes-iap schemathesis cryptography prometheus-client playwright axe-playwright-python
 VENV := .venv
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APPSTORE_PORT ?= 8010
@@ -34,7 +34,7 @@ deps:
 
 pydeps: deps
 	@[ -x $(VENV)/bin/python ] || python3 -m venv $(VENV)
-	@$(VENV)/bin/python -c "import pytest, yaml, appstoreserverlibrary, inapppy, itunesiap, schemathesis, cryptography, prometheus_client" 2>/dev/null || $(VENV)/bin/pip install -q $(PY_PACKAGES)
+	@$(VENV)/bin/python -c "import pytest, yaml, appstoreserverlibrary, inapppy, itunesiap, schemathesis, cryptography, prometheus_client, playwright, axe_playwright_python" 2>/dev/null || $(VENV)/bin/pip install -q $(PY_PACKAGES)
 
 build: deps
 	swift build

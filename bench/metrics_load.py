@@ -39,3 +39,29 @@ for interval in ["day", "week", "month"]:
     p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
     print(f"metrics for a year by {interval} ({len(intervals)} intervals): p50 {statistics.median(times):.1f} ms, p99 {p99:.1f} ms, "
           f"max {times[-1]:.1f} ms over {requests} requests (active now {last['activeSubscriptions']:,}, MRR {last['mrr']})")
+
+# The console's pages on the same ledger, signed in as an operator (created by metrics.sh), each asked 10 times.
+email, password = "bench@example.com", "benchmark-password"
+body = urllib.parse.urlencode({"email": email, "password": password})
+connection.request("POST", "/console/login", body=body, headers={"Content-Type": "application/x-www-form-urlencoded"})
+response = connection.getresponse()
+response.read()
+cookie = (response.getheader("Set-Cookie") or "").split(";")[0]
+if response.status != 303 or not cookie:
+    sys.exit(f"console sign-in answered {response.status}")
+pages = [("overview", "/console"), ("customers search", "/console/customers?query=user-0000004"),
+         ("customer", f"/console/customers/{app}/user-00000042"), ("transactions", "/console/transactions"),
+         ("metrics by day", "/console/metrics?interval=day"), ("metrics by month", "/console/metrics?interval=month"),
+         ("jobs", "/console/jobs"), ("webhooks", "/console/webhooks"), ("settings", "/console/settings")]
+for name, path in pages:
+    times = []
+    for _ in range(10):
+        started = time.perf_counter()
+        connection.request("GET", path, headers={"Cookie": cookie})
+        response = connection.getresponse()
+        page = response.read()
+        times.append((time.perf_counter() - started) * 1000)
+        if response.status != 200:
+            sys.exit(f"{path} answered {response.status}: {page[:200]!r}")
+    times.sort()
+    print(f"console {name}: p50 {statistics.median(times):.1f} ms, max {times[-1]:.1f} ms ({len(page):,} bytes)")

@@ -67,7 +67,8 @@ extension AppStoreResponder {
     }
 
     /// A device of the account: the named one (signed in if new), else its first, else a new one.
-    static func device(for account: String, named: String?, _ emulator: AppStoreEmulator) async throws -> String {
+    /// The device a tester buys on: the named one, else one already signed in to the account, else a new one.
+    public static func device(for account: String, named: String?, _ emulator: AppStoreEmulator) async throws -> String {
         if let named {
             if let existing = try? await emulator.device(named), existing.accountEmail.lowercased() == account.lowercased() { return existing.id }
             return try await emulator.signIn(deviceId: named, email: account).id

@@ -83,7 +83,7 @@ public struct Request: Sendable {
         }
     }
 
-    static func parseQueryItems(_ query: String) -> [(name: String, value: String)] {
+    public static func parseQueryItems(_ query: String) -> [(name: String, value: String)] {
         query.split(separator: "&").map { pair in
             // Split at the first "=" by hand: "=" alone, "=x" and "x=" are all pairs (an empty name or value).
             let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)

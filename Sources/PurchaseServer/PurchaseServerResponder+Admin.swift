@@ -4,6 +4,20 @@ import HTTP
 import Storage
 
 extension PurchaseServerResponder {
+    struct OperatorBody: Decodable {
+        var email: String
+        var role: String?
+        var password: String?
+    }
+
+    struct OperatorAdded: Encodable {
+        var email: String
+        var role: OperatorRole
+        var hasPassword: Bool
+        /// Append to the server's URL: signs the operator in once, within 24 hours.
+        var loginPath: String
+    }
+
     struct AppBody: Decodable {
         var id: String?
         var bundleId: String?
@@ -53,6 +67,22 @@ extension PurchaseServerResponder {
             }
         }
         admin(.get, "/admin/v1/apps") { _ in .json(try await server.store.apps()) }
+        // Console operators: add (or change the role of) one and get a one-time login link; list; remove.
+        admin(.post, "/admin/v1/operators") { request in
+            let body = try request.decode(OperatorBody.self)
+            guard let role = OperatorRole(rawValue: body.role ?? "admin") else {
+                throw HTTPError.badRequest("role is admin, support, finance or developer.", code: "invalid_role")
+            }
+            // Real time: a login link's 24 hours are the operator's, not an emulated clock's.
+            let (person, token) = try await server.store.addOperator(email: body.email, role: role, password: body.password, now: Date())
+            return .json(OperatorAdded(email: person.email, role: person.role, hasPassword: person.hasPassword,
+                                       loginPath: "/console/login/link?token=\(token)"), status: .created)
+        }
+        admin(.get, "/admin/v1/operators") { _ in .json(try await server.store.operators()) }
+        admin(.delete, "/admin/v1/operators/:email") { request in
+            try await server.store.removeOperator(email: request.parameters["email"] ?? "", by: "admin key", now: server.clock.now())
+            return Response(status: .noContent)
+        }
         admin(.post, "/admin/v1/reconcile") { _ in .json(await server.reconcile()) }
         admin(.get, "/admin/v1/notifications") { request in
             let limit = Int(request.query["limit"] ?? "") ?? 100

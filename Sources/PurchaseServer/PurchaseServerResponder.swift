@@ -9,13 +9,15 @@ public struct PurchaseServerResponder: Responder {
     let server: PurchaseServer
     let router: Router
 
-    public init(server: PurchaseServer) {
+    /// - Parameter emulator: the App Store emulator beside this server (`storekeeper up`), for the console's Emulator page.
+    public init(server: PurchaseServer, emulator: (any ConsoleEmulatorControl)? = nil) {
         self.server = server
         var router = Router()
         Self.addAppRoutes(&router, server)
         Self.addAdminRoutes(&router, server)
         Self.addWebhookRoutes(&router, server)
         Self.addCustomerRoutes(&router, server)
+        Self.addConsoleRoutes(&router, server, throttle: LoginThrottle(), emulator: emulator)
         router.on(.get, "/health") { _ in
             .json(["status": "ok", "inFlight": String(server.worker.inFlight)])
         }

@@ -21,13 +21,13 @@ extension PurchaseStore {
         try await database.transaction { db in try MetricsRepository(db: db).markAllDirty() }
     }
 
-    /// The rollup's days before `end` and the moments of the day holding `now`, read in one transaction.
+    /// The rollup's days before `end` and the moments of the day holding `now` seen by then (summed), read in one transaction.
     func metricsRollup(appId: String, environment: String?, before end: Int64, now: Int64) async throws
         -> (days: [MetricsKey: MetricsTally], moments: [MetricsMoment]) {
         try await database.transaction { db in
             let metrics = MetricsRepository(db: db)
             return (try metrics.days(appId: appId, environment: environment, before: end),
-                    try metrics.moments(appId: appId, environment: environment, day: SubscriptionMetricsRollup.day(of: now)))
+                    try metrics.visibleMoments(appId: appId, environment: environment, day: SubscriptionMetricsRollup.day(of: now), now: now))
         }
     }
 }

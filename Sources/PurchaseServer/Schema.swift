@@ -230,5 +230,16 @@ enum Schema {
             """,
             "INSERT INTO metrics_dirty SELECT DISTINCT app_id, environment, original_transaction_id FROM ledger WHERE true ON CONFLICT DO NOTHING",
         ]),
+        // The console's people: operators with a role and a scrypt password hash, their sessions (the cookie's SHA-256
+        // and the session's CSRF token) and one-time login links (their SHA-256).
+        SQLMigration(version: 15, statements: [
+            "CREATE TABLE operators (email TEXT PRIMARY KEY, role TEXT NOT NULL, password_hash TEXT, created_at BIGINT NOT NULL)",
+            """
+            CREATE TABLE operator_sessions (token_hash TEXT PRIMARY KEY, email TEXT NOT NULL, csrf TEXT NOT NULL, created_at BIGINT NOT NULL,
+            expires_at BIGINT NOT NULL)
+            """,
+            "CREATE INDEX operator_sessions_email ON operator_sessions (email)",
+            "CREATE TABLE operator_login_links (token_hash TEXT PRIMARY KEY, email TEXT NOT NULL, expires_at BIGINT NOT NULL, used_at BIGINT)",
+        ]),
     ]
 }

@@ -120,7 +120,7 @@ struct UpCommand: Command {
         let worker = server.runWorker()
         let reconciler = server.runReconciler(every: .milliseconds(Int(options.reconcileInterval * 1000)))
         let serverHTTP = HTTPServer(configuration: .init(port: serverPort, connectionLimit: FileLimits.connectionLimit(share: 0.2), accessLog: !quiet),
-                                    responder: PurchaseServerResponder(server: server))
+                                    responder: PurchaseServerResponder(server: server, emulator: EmulatorConsoleControl(emulator: emulator)))
         let serverURL = "http://127.0.0.1:\(try serverHTTP.start())"
         // The App Store tells the server about renewals, refunds and expiries, as Apple would.
         for store in ExampleStores.all {
@@ -129,13 +129,18 @@ struct UpCommand: Command {
         }
         let notifications = Task { await emulator.runNotificationDelivery() }
 
-        let summary: [String: Any] = ["appstore": appstoreURL, "server": serverURL, "adminKey": adminKey, "apps": apps]
+        // A first admin for the console, and a link that signs them in once (a new one each start).
+        let (_, linkToken) = try await server.store.addOperator(email: "admin@localhost", role: .admin, password: nil, now: Date())
+        let consoleLink = serverURL + "/console/login/link?token=" + linkToken
+        let summary: [String: Any] = ["appstore": appstoreURL, "server": serverURL, "adminKey": adminKey, "apps": apps,
+                                      "console": serverURL + "/console", "consoleLoginLink": consoleLink]
         let line = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys, .withoutEscapingSlashes])
         say(String(decoding: line, as: UTF8.self))
         let coins = keys["com.example.coins"] ?? ""
         say("""
 
         App Store emulator: \(appstoreURL)    purchase server: \(serverURL)    sandbox tester: sandbox@example.com
+        Console: \(serverURL)/console — sign in once as admin@localhost at \(consoleLink)
         The example apps keep userAuth optional (a playground: a public key may name any user); apps you add default to required.
         Try:
           R=$(storekeeper appstore buy --url \(appstoreURL) --app com.example.coins --product Nada.JPYF02 --account sandbox@example.com | python3 -c 'import json,sys; print(json.load(sys.stdin)["receipt"])')

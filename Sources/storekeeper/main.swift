@@ -42,6 +42,10 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
             ("deliveries", .command(ServerWebhookDeliveriesCommand.self)), ("redeliver", .command(ServerWebhookRedeliverCommand.self)),
             ("rotate", .command(ServerWebhookRotateCommand.self)),
         ])),
+        ("operator", .group(abstract: "Console operators: who may sign in to /console, and with which role.", children: [
+            ("add", .command(ServerOperatorAddCommand.self)), ("list", .command(ServerOperatorListCommand.self)),
+            ("remove", .command(ServerOperatorRemoveCommand.self)),
+        ])),
         ("report", .command(ServerReportCommand.self)),
         ("backup", .command(ServerBackupCommand.self)),
         ("metrics", .command(ServerMetricsCommand.self)),

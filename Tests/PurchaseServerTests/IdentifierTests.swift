@@ -75,6 +75,11 @@ struct ArithmeticBoundsTests {
         #"{"type": "consumable", "currency": "coins", "amount": 9223372036854775807}"#,
         #"{"type": "consumable", "currency": "coins", "amount": 0}"#,
         #"{"type": "consumable", "currency": "co\u0000ins", "amount": 5}"#,
+        #"{"type": "autoRenewable", "entitlement": "magazine", "price": "1e40", "priceCurrency": "USD"}"#,
+        #"{"type": "autoRenewable", "entitlement": "magazine", "price": "-9.99", "priceCurrency": "USD"}"#,
+        #"{"type": "autoRenewable", "entitlement": "magazine", "price": "9.9999999", "priceCurrency": "USD"}"#,
+        #"{"type": "autoRenewable", "entitlement": "magazine", "price": "9.99", "priceCurrency": "U D\n"}"#,
+        #"{"type": "autoRenewable", "entitlement": "magazine", "price": "9.99", "priceCurrency": "usd"}"#,
     ])
     func productBounds(json: String) async throws {
         let body = try JSONSerialization.jsonObject(with: Data(json.utf8)) as! [String: Any]

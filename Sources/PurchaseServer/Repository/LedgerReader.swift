@@ -48,6 +48,25 @@ struct LedgerReader {
         }
     }
 
+    /// An app's transactions for the console, newest first: purchased in [from, to), narrowed by product, type,
+    /// environment and whether refunded.
+    func transactions(_ filter: TransactionFilter) throws -> [TransactionListing] {
+        var sql = "SELECT * FROM ledger WHERE app_id = ? AND purchase_date >= ? AND purchase_date < ?"
+        var parameters: [any SQLBindable] = [filter.appId, filter.from, filter.to]
+        if let product = filter.productId { sql += " AND product_id = ?"; parameters.append(product) }
+        if let type = filter.productType { sql += " AND product_type = ?"; parameters.append(type.rawValue) }
+        if let environment = filter.environment { sql += " AND environment = ?"; parameters.append(environment) }
+        if let refunded = filter.refunded { sql += refunded ? " AND cancellation_date IS NOT NULL" : " AND cancellation_date IS NULL" }
+        return try db.query(sql + " ORDER BY purchase_date DESC, transaction_id LIMIT ?", parameters + [filter.limit]).map { row in
+            TransactionListing(transaction: UserView.Transaction(
+                transactionId: row.string("transaction_id") ?? "", originalTransactionId: row.string("original_transaction_id") ?? "",
+                productId: row.string("product_id") ?? "", productType: row.string("product_type") ?? "", quantity: row.int("quantity") ?? 1,
+                purchaseDate: row.int("purchase_date") ?? 0, expiresDate: row.int("expires_date"), cancellationDate: row.int("cancellation_date"),
+                environment: row.string("environment") ?? "", verificationId: row.string("verification_id") ?? ""),
+                appUserId: row.string("app_user_id") ?? "", price: row.string("price"), currency: row.string("currency"))
+        }
+    }
+
     /// Rows purchased in [from, to) (Unix ms), of one app when given, oldest first.
     func sales(appId: String?, from: Int64, to: Int64) throws -> [LedgerSale] {
         var sql = "SELECT purchase_date, product_id, currency, environment, quantity, price, cancellation_date FROM ledger WHERE purchase_date >= ? AND purchase_date < ?"

@@ -142,26 +142,45 @@ struct MetricsRepository {
         let sums = MetricsField.allCases.map { "SUM(\($0.column)) AS \($0.column)" }.joined(separator: ", ")
         var parameters: [any SQLBindable] = [appId, end]
         if let environment { parameters.append(environment) }
-        var days: [MetricsKey: MetricsTally] = [:]
-        for row in try db.query("""
+        let rows = try db.query("""
             SELECT day, currency, \(sums) FROM metrics_days WHERE app_id = ? AND day < ?\(environment == nil ? "" : " AND environment = ?")
             GROUP BY day, currency
-            """, parameters) {
+            """, parameters)
+        var days: [MetricsKey: MetricsTally] = [:]
+        days.reserveCapacity(rows.count)
+        // Columns by position, found once (a name lookup per value is most of the cost on years of days).
+        guard let columns = rows.first?.columns else { return days }
+        let day = columns.firstIndex(of: "day"), currency = columns.firstIndex(of: "currency")
+        let fields = MetricsField.allCases.map { columns.firstIndex(of: $0.column) }
+        for row in rows {
             var tally = MetricsTally()
-            for field in MetricsField.allCases { tally[field] = row.int(field.column) ?? 0 }
-            days[MetricsKey(day: row.int("day") ?? 0, currency: row.string("currency") ?? "")] = tally
+            for (field, index) in zip(MetricsField.allCases, fields) { tally[field] = index.flatMap { Self.integer(row.values[$0]) } ?? 0 }
+            days[MetricsKey(day: day.flatMap { Self.integer(row.values[$0]) } ?? 0, currency: currency.map { row.values[$0].description } ?? "")] = tally
         }
         return days
     }
 
-    /// The moments of one day, of one environment or all.
-    func moments(appId: String, environment: String?, day: Int64) throws -> [MetricsMoment] {
-        var parameters: [any SQLBindable] = [appId, day]
+    /// The moments of one day already seen at `now` (`visible_at < now`), summed per currency, of one environment or all.
+    func visibleMoments(appId: String, environment: String?, day: Int64, now: Int64) throws -> [MetricsMoment] {
+        let sums = MetricsField.moments.map { "SUM(\($0.column)) AS \($0.column)" }.joined(separator: ", ")
+        var parameters: [any SQLBindable] = [appId, day, now]
         if let environment { parameters.append(environment) }
         return try db.query("""
-            SELECT visible_at, day, currency, \(Self.momentColumns) FROM metrics_moments
-            WHERE app_id = ? AND day = ?\(environment == nil ? "" : " AND environment = ?")
-            """, parameters).map(Self.moment)
+            SELECT currency, \(sums) FROM metrics_moments WHERE app_id = ? AND day = ? AND visible_at < ?\(environment == nil ? "" : " AND environment = ?")
+            GROUP BY currency
+            """, parameters).map { row in
+            var tally = MetricsTally()
+            for field in MetricsField.moments { tally[field] = row.int(field.column) ?? 0 }
+            return MetricsMoment(visibleAt: now - 1, key: MetricsKey(day: day, currency: row.string("currency") ?? ""), tally: tally)
+        }
+    }
+
+    private static func integer(_ value: SQLValue) -> Int64? {
+        switch value {
+        case .integer(let number): number
+        case .text(let text): Int64(text)
+        case .null: nil
+        }
     }
 
     // MARK: Encoding

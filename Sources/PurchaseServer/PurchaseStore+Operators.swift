@@ -1,0 +1,117 @@
+import AppStoreCrypto
+import Foundation
+import Storage
+
+/// Console sign-in: operators, passwords, one-time links and sessions. Every secret handed out (a session
+/// cookie, a link) is 32 random bytes; only its SHA-256 is stored.
+extension PurchaseStore {
+    /// How long a session lives without use, and a login link at all.
+    static let sessionLifetime: TimeInterval = 12 * 3600
+    static let linkLifetime: TimeInterval = 24 * 3600
+
+    static func secretToken() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
+    }
+
+    /// Adds (or updates) an operator and returns a one-time login link token for them.
+    public func addOperator(email: String, role: OperatorRole, password: String?, now: Date) async throws -> (Operator, linkToken: String) {
+        guard let email = Operator.normalizedEmail(email) else { throw ServerError(.invalidOperator, "The email address is not valid.") }
+        let hash = try password.map { password -> String in
+            guard (8...PasswordHash.maximumLength).contains(password.utf8.count) else {
+                throw ServerError(.invalidPassword, "A password is 8 to \(PasswordHash.maximumLength) bytes.")
+            }
+            return try PasswordHash.make(password)
+        }
+        let token = Self.secretToken()
+        let record = try await database.transaction { [ids] db in
+            let operators = OperatorRepository(db: db)
+            try operators.upsert(email: email, role: role, passwordHash: hash, now: now.milliseconds)
+            try operators.addLink(tokenHash: APIKey.hash(token), email: email, expiresAt: now.addingTimeInterval(Self.linkLifetime).milliseconds)
+            try AuditRepository(db: db, ids: ids).append(appId: "", userId: nil, kind: "operator_added", detail: ["email": email, "role": role.rawValue],
+                                                         now: now)
+            return try operators.operatorRecord(email)?.operator
+        }
+        guard let record else { throw ServerError(.internalError, "The operator was not stored.") }
+        return (record, token)
+    }
+
+    public func operators() async throws -> [Operator] {
+        try await database.transaction { db in try OperatorRepository(db: db).operators() }
+    }
+
+    public func removeOperator(email: String, by actor: String, now: Date) async throws {
+        let removed = try await database.transaction { [ids] db in
+            let removed = try OperatorRepository(db: db).remove(email: email)
+            if removed {
+                try AuditRepository(db: db, ids: ids).append(appId: "", userId: nil, kind: "operator_removed", detail: ["email": email, "by": actor], now: now)
+            }
+            return removed
+        }
+        guard removed else { throw ServerError(.operatorNotFound, "No operator \(email).") }
+    }
+
+    /// Checks a password and opens a session: its cookie token, or nil when the email or password is wrong
+    /// (the same answer for both, and a hash is checked either way so that timing does not tell them apart).
+    public func logIn(email: String, password: String, now: Date) async throws -> String? {
+        guard let email = Operator.normalizedEmail(email), password.utf8.count <= PasswordHash.maximumLength else { return nil }
+        let stored = try await database.transaction { db in try OperatorRepository(db: db).operatorRecord(email)?.passwordHash }
+        let valid = PasswordHash.verify(password, against: stored ?? Self.decoyHash)
+        guard valid, stored != nil else { return nil }
+        return try await openSession(email: email, now: now)
+    }
+
+    /// A hash that no password matches, checked for unknown emails.
+    private static let decoyHash = (try? PasswordHash.make(secretToken())) ?? ""
+
+    /// Uses a one-time login link: a session token, or nil when the link is unknown, used or expired.
+    public func logIn(linkToken: String, now: Date) async throws -> String? {
+        guard linkToken.utf8.count == 64 else { return nil }
+        guard let email = try await database.transaction({ db in
+            try OperatorRepository(db: db).useLink(tokenHash: APIKey.hash(linkToken), now: now.milliseconds)
+        }) else { return nil }
+        return try await openSession(email: email, now: now)
+    }
+
+    private func openSession(email: String, now: Date) async throws -> String {
+        let token = Self.secretToken(), csrf = Self.secretToken()
+        try await database.transaction { [ids] db in
+            try OperatorRepository(db: db).addSession(tokenHash: APIKey.hash(token), email: email, csrf: csrf, now: now.milliseconds,
+                                                      expiresAt: now.addingTimeInterval(Self.sessionLifetime).milliseconds)
+            try AuditRepository(db: db, ids: ids).append(appId: "", userId: nil, kind: "operator_logged_in", detail: ["email": email], now: now)
+        }
+        return token
+    }
+
+    /// The live session of a cookie token (its lifetime extended), or nil.
+    public func consoleSession(token: String, now: Date) async throws -> ConsoleSession? {
+        guard token.utf8.count == 64 else { return nil }
+        return try await database.transaction { db in
+            try OperatorRepository(db: db).session(tokenHash: APIKey.hash(token), now: now.milliseconds,
+                                                   extendTo: now.addingTimeInterval(Self.sessionLifetime).milliseconds)
+        }
+    }
+
+    public func logOut(token: String) async throws {
+        try await database.transaction { db in try OperatorRepository(db: db).endSession(tokenHash: APIKey.hash(token)) }
+    }
+
+    public func setOperatorPassword(email: String, password: String, now: Date) async throws {
+        guard (8...PasswordHash.maximumLength).contains(password.utf8.count) else {
+            throw ServerError(.invalidPassword, "A password is 8 to \(PasswordHash.maximumLength) bytes.")
+        }
+        let hash = try PasswordHash.make(password)
+        try await database.transaction { [ids] db in
+            try OperatorRepository(db: db).setPassword(email: email, passwordHash: hash)
+            try AuditRepository(db: db, ids: ids).append(appId: "", userId: nil, kind: "operator_password_set", detail: ["email": email], now: now)
+        }
+    }
+
+    /// Records a console action with the operator's name (the API's own audit records say what changed).
+    func auditConsole(_ session: ConsoleSession, appId: String, userId: String?, action: String, detail: [String: String], now: Date) async throws {
+        try await database.transaction { [ids] db in
+            try AuditRepository(db: db, ids: ids).append(appId: appId, userId: userId, kind: "console_" + action,
+                                                         detail: detail.merging(["operator": session.operatorInfo.email]) { $1 }, now: now)
+        }
+    }
+}
