@@ -35,7 +35,8 @@ if [ ! -f "$CACHE/ready" ]; then
   until [ "$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer sk_admin_benchmark" \
       "$SERVER/admin/v1/apps/$APP/metrics?from=2026-01-01T00:00:00Z&to=2026-01-02T00:00:00Z")" = 200 ]; do sleep 2; done
   seconds=$(echo "$(date +%s.%N) - $started" | bc)
-  chains=$(sed -n 's/.* in \([0-9,]*\) chains/\1/p' "$OUT" | tr -d ,)
+  chains=$("$PYTHON" -c "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT COUNT(*) FROM metrics_chains').fetchone()[0])" \
+    "$CACHE/server.sqlite")
   printf 'rollup built from the ledger in %.0f s (%.0f chains/s)\n' "$seconds" "$(echo "$chains / $seconds" | bc -l)" | tee -a "$OUT"
   stop build
   touch "$CACHE/ready"

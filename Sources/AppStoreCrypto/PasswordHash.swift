@@ -20,8 +20,9 @@ public enum PasswordHash {
     /// Whether `password` matches `stored` (compared in constant time). A malformed or out-of-bounds record never matches.
     public static func verify(_ password: String, against stored: String) -> Bool {
         let parts = stored.split(separator: "$").map(String.init)
+        // Only the costs `make` writes, give or take one step of N: a planted record cannot make a check cost gigabytes.
         guard parts.count == 6, parts[0] == "scrypt", let n = UInt64(parts[1]), let r = UInt64(parts[2]), let p = UInt64(parts[3]),
-              n >= 2, n <= 1 << 20, n & (n - 1) == 0, (1...16).contains(r), (1...4).contains(p),
+              n >= 1 << 14, n <= 1 << 16, n & (n - 1) == 0, r == 8, p == 1,
               let salt = bytes(hex: parts[4]), let expected = bytes(hex: parts[5]), expected.count == 32,
               password.utf8.count <= maximumLength,
               let key = try? derive(Array(password.utf8), salt: salt, n: n, r: r, p: p) else { return false }
@@ -41,15 +42,22 @@ public enum PasswordHash {
 
     private static func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
 
-    private static func bytes(hex: String) -> [UInt8]? {
-        guard hex.utf8.count % 2 == 0, hex.utf8.count <= 128 else { return nil }
+    /// Hex digits to bytes, over the UTF-8 bytes (never characters: `é` or `\r\n` is not two digits).
+    static func bytes(hex: String) -> [UInt8]? {
+        let digits = Array(hex.utf8)
+        guard digits.count % 2 == 0, digits.count <= 128 else { return nil }
+        func value(_ digit: UInt8) -> UInt8? {
+            switch digit {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit - UInt8(ascii: "A") + 10
+            default: nil
+            }
+        }
         var result: [UInt8] = []
-        var index = hex.startIndex
-        while index < hex.endIndex {
-            let next = hex.index(index, offsetBy: 2)
-            guard let byte = UInt8(hex[index..<next], radix: 16) else { return nil }
-            result.append(byte)
-            index = next
+        for index in stride(from: 0, to: digits.count, by: 2) {
+            guard let high = value(digits[index]), let low = value(digits[index + 1]) else { return nil }
+            result.append(high << 4 | low)
         }
         return result
     }

@@ -262,6 +262,7 @@ public struct ServerError: Error, Sendable, CustomStringConvertible, Equatable {
         public static let invalidOperator = Code("invalid_operator", .invalidRequest)
         public static let invalidPassword = Code("invalid_password", .invalidRequest)
         public static let operatorNotFound = Code("operator_not_found", .notFound)
+        public static let operatorExists = Code("operator_exists", .conflict)
         public static let missingIdempotencyKey = Code("missing_idempotency_key", .invalidRequest)
         public static let missingUserToken = Code("missing_user_token", .unauthenticated)
         public static let nestedUnverifiable = Code("nested_unverifiable", .unavailable)

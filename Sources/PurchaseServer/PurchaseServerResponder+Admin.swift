@@ -70,7 +70,7 @@ extension PurchaseServerResponder {
         // Console operators: add (or change the role of) one and get a one-time login link; list; remove.
         admin(.post, "/admin/v1/operators") { request in
             let body = try request.decode(OperatorBody.self)
-            guard let role = OperatorRole(rawValue: body.role ?? "admin") else {
+            guard let role = body.role.flatMap(OperatorRole.init(rawValue:)) else {
                 throw HTTPError.badRequest("role is admin, support, finance or developer.", code: "invalid_role")
             }
             // Real time: a login link's 24 hours are the operator's, not an emulated clock's.
@@ -79,6 +79,10 @@ extension PurchaseServerResponder {
                                        loginPath: "/console/login/link?token=\(token)"), status: .created)
         }
         admin(.get, "/admin/v1/operators") { _ in .json(try await server.store.operators()) }
+        admin(.post, "/admin/v1/metrics/rebuild") { _ in
+            try await server.store.markMetricsForRebuild()
+            return .json(["pendingChains": try await server.store.refreshMetrics(limit: 0)], status: .accepted)
+        }
         admin(.delete, "/admin/v1/operators/:email") { request in
             try await server.store.removeOperator(email: request.parameters["email"] ?? "", by: "admin key", now: server.clock.now())
             return Response(status: .noContent)

@@ -45,18 +45,20 @@ extension PurchaseServerResponder {
                 let form = try Form(request)
                 let email = form["email"] ?? ""
                 let now = realTime.now()
-                guard throttle.allows(email, now: now) else {
+                // The attempt counts from its start (a burst cannot all pass the check before any fails), and under
+                // the address as sign-in reads it (spaces and case make no new address).
+                guard throttle.begin(Operator.normalizedEmail(email) ?? email, now: now) else {
                     return page(ConsolePages.login(error: "Too many failed sign-ins for this address; wait 15 minutes.", email: email), status: HTTPStatus(429))
                 }
                 guard let token = try await server.store.logIn(email: email, password: form["password"] ?? "", now: now) else {
-                    throttle.failed(email, now: now)
                     return page(ConsolePages.login(error: "The email or the password is wrong.", email: email), status: .unauthorized)
                 }
+                throttle.succeeded(Operator.normalizedEmail(email) ?? email)
                 return signedIn(token, request: request, to: "/console")
             }
         }
         router.on(.get, "/console/login/link") { request in
-            page(ConsolePages.link(token: String((request.query["token"] ?? "").prefix(64)), error: nil))
+            page(ConsolePages.link(token: bounded(request.query["token"], bytes: 64), error: nil))
         }
         router.on(.post, "/console/login/link") { request in
             await consoleGuarded {
@@ -79,10 +81,11 @@ extension PurchaseServerResponder {
             }
         }
         consoleGet(&router, "/console/password", nil, console) { _, context in
-            ConsolePages.password(context.session, notice: context.notice, error: nil)
+            ConsolePages.password(context.session, notice: context.notice, error: context.error)
         }
-        consolePost(&router, "/console/password", nil, console) { _, form, context in
-            try await server.store.setOperatorPassword(email: context.session.operatorInfo.email, password: form["password"] ?? "", now: server.clock.now())
+        consolePost(&router, "/console/password", nil, console) { request, form, context in
+            try await server.store.setOperatorPassword(email: context.session.operatorInfo.email, current: form["current"], password: form["password"] ?? "",
+                                                       keeping: cookieValue(request, sessionCookie) ?? "", now: server.clock.now())
             return .redirect("/console?notice=" + HTML.urlComponent("Your password is set."))
         }
 
@@ -149,7 +152,7 @@ extension PurchaseServerResponder {
         consolePost(&router, "/console/customers/:app/:user/adjust", .customers, console) { request, form, context in
             let (appId, user) = (request.parameters["app"] ?? "", try userId(request.parameters["user"]))
             let currency = try ClientIdentifier(form["currency"] ?? "", .currency).value
-            guard let amount = Int64(form["amount"] ?? ""), amount != 0, abs(amount) <= 1_000_000_000 else {
+            guard let amount = Int64(form["amount"] ?? ""), amount != 0, amount.magnitude <= 1_000_000_000 else {
                 throw HTTPError.badRequest("Amount is a whole number, not 0, at most a billion either way.", code: "invalid_amount")
             }
             let now = server.clock.now()
@@ -165,8 +168,9 @@ extension PurchaseServerResponder {
             let (appId, user) = (request.parameters["app"] ?? "", try userId(request.parameters["user"]))
             guard form["confirm"] == "yes" else { throw HTTPError.badRequest("Tick the confirmation to delete a customer.", code: "confirmation_required") }
             let now = server.clock.now()
-            try await server.store.auditConsole(context.session, appId: appId, userId: nil, action: "customer_deleted", detail: [:], now: now)
             _ = try await server.store.deleteCustomer(appId: appId, appUserId: user, now: now)
+            // Recorded once done, without the user id (which the deletion has just replaced).
+            try await server.store.auditConsole(context.session, appId: appId, userId: nil, action: "customer_deleted", detail: [:], now: now)
             return .redirect("/console/customers?app=\(HTML.urlComponent(appId))&notice=" + HTML.urlComponent("The customer was deleted."))
         }
 
@@ -211,10 +215,11 @@ extension PurchaseServerResponder {
         }
         consolePost(&router, "/console/jobs/replay", .jobs, console) { _, form, context in
             let now = server.clock.now()
-            let ids: [String]? = form["all"] == "dead" ? nil : [String((form["id"] ?? "").prefix(128))]
+            let ids: [String]? = form["all"] == "dead" ? nil : [bounded(form["id"], bytes: 128)]
             let replayed = try await server.store.replay(ids: ids, now: now)
             server.worker.wake()
-            try await server.store.auditConsole(context.session, appId: context.appId, userId: nil, action: "jobs_replayed",
+            // Replays act on every app, so the record names none.
+            try await server.store.auditConsole(context.session, appId: "", userId: nil, action: "jobs_replayed",
                                                 detail: ["jobs": ids?.joined(separator: ",") ?? "every dead job", "count": String(replayed)], now: now)
             return .redirect("/console/jobs?notice=" + HTML.urlComponent("Replayed \(replayed) job\(replayed == 1 ? "" : "s")."))
         }
@@ -231,7 +236,7 @@ extension PurchaseServerResponder {
         }
         consolePost(&router, "/console/webhooks/:app/:id/redeliver", .webhooks, console) { request, form, context in
             let (appId, id) = (request.parameters["app"] ?? "", request.parameters["id"] ?? "")
-            let event = String((form["event"] ?? "").prefix(128))
+            let event = bounded(form["event"], bytes: 128)
             let now = server.clock.now()
             try await server.store.redeliverWebhook(appId: appId, id: id, eventId: event, now: now)
             try await server.store.auditConsole(context.session, appId: appId, userId: nil, action: "webhook_redelivered",
@@ -250,7 +255,7 @@ extension PurchaseServerResponder {
             let appId = request.parameters["app"] ?? ""
             guard try await server.store.app(appId) != nil else { throw ServerError(.appNotFound, "App \(appId) is not registered.") }
             let kind: APIKeyKind = form["kind"] == "public" ? .public : .secret
-            let label = form["label"].flatMap { $0.isEmpty ? nil : String($0.prefix(128)) }
+            let label = form["label"].flatMap { $0.isEmpty ? nil : bounded($0, bytes: 128) }
             let now = server.clock.now()
             let key = try await server.store.createKey(appId: appId, label: label, kind: kind, now: now)
             try await server.store.auditConsole(context.session, appId: appId, userId: nil, action: "key_created",
@@ -277,7 +282,7 @@ extension PurchaseServerResponder {
                 throw HTTPError.badRequest("role is admin, support, finance or developer.", code: "invalid_role")
             }
             let now = realTime.now()
-            let (person, token) = try await server.store.addOperator(email: form["email"] ?? "", role: role, password: nil, now: now)
+            let (person, token) = try await server.store.addOperator(email: form["email"] ?? "", role: role, password: nil, replacing: false, now: now)
             try await server.store.auditConsole(context.session, appId: "", userId: nil, action: "operator_added",
                                                 detail: ["email": person.email, "role": role.rawValue], now: now)
             return .page(ConsolePages.operators(context, operators: try await server.store.operators(), link: loginLink(request, token: token)))
@@ -344,7 +349,7 @@ extension PurchaseServerResponder {
         }
         consolePost(&router, "/console/emulator/buy", .emulator, console) { _, form, context in
             let user = try userId(form["user"])
-            let (app, product, tester) = (context.appId, String((form["product"] ?? "").prefix(256)), String((form["tester"] ?? "").prefix(254)))
+            let (app, product, tester) = (context.appId, bounded(form["product"], bytes: 256), bounded(form["tester"], bytes: 254))
             let receipt = try await control().buy(app: app, product: product, tester: tester)
             let job = try await server.submit(appId: app, appUserId: user, receiptData: receipt, kind: .purchase)
             let settled = try await server.awaitSettlement(job.id, appId: app, timeout: .seconds(10))
@@ -429,7 +434,7 @@ extension PurchaseServerResponder {
         let asked = form?["app"] ?? request.query["app"]
         let appId = apps.first { $0.id == asked }?.id ?? apps.first?.id ?? ""
         let environment = request.query["environment"].flatMap { ["Production", "Sandbox"].contains($0) ? $0 : nil }
-        func banner(_ name: String) -> String? { request.query[name].map { String($0.prefix(300)) } }
+        func banner(_ name: String) -> String? { request.query[name].map { bounded($0, bytes: 300) } }
         return ConsolePages.Context(session: session, apps: apps, appId: appId, environment: environment, notice: banner("notice"), error: banner("error"))
     }
 
@@ -450,11 +455,24 @@ extension PurchaseServerResponder {
         }
     }
 
-    /// A browser's `Origin` (sent on every POST by current browsers), when present, names this host.
+    /// A browser's `Origin` (sent on every POST by current browsers), when present, names exactly this host and port.
     static func sameOrigin(_ request: Request) -> Bool {
         guard let origin = request.header("origin") else { return true }
         guard let host = request.header("host"), let url = URL(string: origin), let originHost = url.host else { return false }
-        return originHost + (url.port.map { ":\($0)" } ?? "") == host || originHost == host
+        return originHost + (url.port.map { ":\($0)" } ?? "") == host
+    }
+
+    /// A form value cut to at most `bytes` bytes of UTF-8 (never inside a scalar): a length limit that combining
+    /// marks cannot stretch.
+    static func bounded(_ value: String?, bytes: Int) -> String {
+        var result = String.UnicodeScalarView()
+        var used = 0
+        for scalar in (value ?? "").unicodeScalars {
+            used += String(scalar).utf8.count
+            if used > bytes { break }
+            result.append(scalar)
+        }
+        return String(result)
     }
 
     static func cookieValue(_ request: Request, _ name: String) -> String? {
@@ -551,33 +569,42 @@ extension ConsolePages.Context {
     }
 }
 
-/// Failed sign-ins per email: five in 15 minutes lock that address out for the rest of the window; more than
-/// 100 failures a minute across all addresses lock every address (a spray). In memory, per process.
+/// Sign-in attempts per email: five failures in 15 minutes lock that address out for the rest of the window;
+/// more than 100 attempts a minute across all addresses lock every address (a spray). An attempt counts from its
+/// start and is forgiven when it succeeds. In memory, per process.
 final class LoginThrottle: Sendable {
     private let failures = Locked<[String: [Date]]>([:])
     private let recent = Locked<[Date]>([])
     static let window: TimeInterval = 15 * 60
 
-    func allows(_ email: String, now: Date) -> Bool {
+    /// Whether an attempt for `email` may go ahead now; if so it is counted.
+    func begin(_ email: String, now: Date) -> Bool {
         let key = email.lowercased()
-        let forAddress = failures.withLock { table in
-            table[key] = (table[key] ?? []).filter { now.timeIntervalSince($0) < Self.window }
-            if table[key]?.isEmpty == true { table[key] = nil }
-            return table[key]?.count ?? 0
-        }
         let everywhere = recent.withLock { list in
             list = list.filter { now.timeIntervalSince($0) < 60 }
             return list.count
         }
-        return forAddress < 5 && everywhere < 100
+        guard everywhere < 100 else { return false }
+        let allowed = failures.withLock { table -> Bool in
+            if table.count > 100_000 { table.removeAll() }   // bounded: a flood of addresses cannot grow it without end
+            let live = (table[key] ?? []).filter { now.timeIntervalSince($0) < Self.window }
+            guard live.count < 5 else {
+                table[key] = live
+                return false
+            }
+            table[key] = live + [now]
+            return true
+        }
+        if allowed { recent.withLock { $0.append(now) } }
+        return allowed
     }
 
-    func failed(_ email: String, now: Date) {
+    /// The attempt succeeded: it does not count against the address.
+    func succeeded(_ email: String) {
         let key = email.lowercased()
         failures.withLock { table in
-            if table.count > 100_000 { table.removeAll() }   // bounded: a flood of addresses cannot grow it without end
-            table[key, default: []].append(now)
+            _ = table[key]?.popLast()
+            if table[key]?.isEmpty == true { table[key] = nil }
         }
-        recent.withLock { $0.append(now) }
     }
 }

@@ -9,8 +9,11 @@ extension PurchaseStore {
         var done = 0
         while done < limit {
             let size = min(batch, limit - done)
-            let claimed = try await database.transaction { db in try MetricsRepository(db: db).refresh(limit: size) }
-            if claimed == 0 { return 0 }
+            let claimed = try await database.transaction { [dialect = database.dialect] db in
+                try MetricsRepository(db: db, dialect: dialect).refresh(limit: size)
+            }
+            // Nothing claimed: none left, or only chains another process holds (counted, so that no answer claims to be exact).
+            if claimed == 0 { break }
             done += claimed
         }
         return try await database.transaction { db in try MetricsRepository(db: db).dirtyCount() }
@@ -24,10 +27,9 @@ extension PurchaseStore {
     /// The rollup's days before `end` and the moments of the day holding `now` seen by then (summed), read in one transaction.
     func metricsRollup(appId: String, environment: String?, before end: Int64, now: Int64) async throws
         -> (days: [MetricsKey: MetricsTally], moments: [MetricsMoment]) {
-        try await database.transaction { db in
-            let metrics = MetricsRepository(db: db)
-            return (try metrics.days(appId: appId, environment: environment, before: end),
-                    try metrics.visibleMoments(appId: appId, environment: environment, day: SubscriptionMetricsRollup.day(of: now), now: now))
+        try await database.transaction { [dialect = database.dialect] db in
+            try MetricsRepository(db: db, dialect: dialect).rollup(appId: appId, environment: environment, before: end,
+                                                                  today: SubscriptionMetricsRollup.day(of: now), now: now)
         }
     }
 }

@@ -15,8 +15,14 @@ extension PurchaseStore {
     }
 
     /// Adds (or updates) an operator and returns a one-time login link token for them.
-    public func addOperator(email: String, role: OperatorRole, password: String?, now: Date) async throws -> (Operator, linkToken: String) {
+    /// - Parameter replacing: whether an existing operator of that email may be changed (the CLI and the admin API);
+    ///   the console refuses it, so that an admin cannot take a link into someone else's account.
+    public func addOperator(email: String, role: OperatorRole, password: String?, replacing: Bool = true, now: Date) async throws
+        -> (Operator, linkToken: String) {
         guard let email = Operator.normalizedEmail(email) else { throw ServerError(.invalidOperator, "The email address is not valid.") }
+        if !replacing, try await database.transaction({ db in try OperatorRepository(db: db).operatorRecord(email) }) != nil {
+            throw ServerError(.operatorExists, "\(email) is already an operator.")
+        }
         let hash = try password.map { password -> String in
             guard (8...PasswordHash.maximumLength).contains(password.utf8.count) else {
                 throw ServerError(.invalidPassword, "A password is 8 to \(PasswordHash.maximumLength) bytes.")
@@ -53,10 +59,16 @@ extension PurchaseStore {
 
     /// Checks a password and opens a session: its cookie token, or nil when the email or password is wrong
     /// (the same answer for both, and a hash is checked either way so that timing does not tell them apart).
+    /// scrypt runs on two queues of its own, at most 8 waiting: a burst of sign-ins gets `busy`, not the server's threads.
     public func logIn(email: String, password: String, now: Date) async throws -> String? {
         guard let email = Operator.normalizedEmail(email), password.utf8.count <= PasswordHash.maximumLength else { return nil }
         let stored = try await database.transaction { db in try OperatorRepository(db: db).operatorRecord(email)?.passwordHash }
-        let valid = PasswordHash.verify(password, against: stored ?? Self.decoyHash)
+        let valid: Bool
+        do {
+            valid = try await passwordChecks.run { [decoy = Self.decoyHash] in PasswordHash.verify(password, against: stored ?? decoy) }
+        } catch is BoundedWork.Busy {
+            throw ServerError(.busy, "Too many sign-ins are being checked; try again in a moment.")
+        }
         guard valid, stored != nil else { return nil }
         return try await openSession(email: email, now: now)
     }
@@ -96,13 +108,23 @@ extension PurchaseStore {
         try await database.transaction { db in try OperatorRepository(db: db).endSession(tokenHash: APIKey.hash(token)) }
     }
 
-    public func setOperatorPassword(email: String, password: String, now: Date) async throws {
+    /// Sets an operator's password. One that has a password must give it (a stolen session cannot take the account
+    /// over for good), and every other session of theirs ends.
+    public func setOperatorPassword(email: String, current: String?, password: String, keeping sessionToken: String, now: Date) async throws {
         guard (8...PasswordHash.maximumLength).contains(password.utf8.count) else {
             throw ServerError(.invalidPassword, "A password is 8 to \(PasswordHash.maximumLength) bytes.")
         }
-        let hash = try PasswordHash.make(password)
+        let stored = try await database.transaction { db in try OperatorRepository(db: db).operatorRecord(email)?.passwordHash }
+        if let stored {
+            let given = current ?? ""
+            let matches = (try? await passwordChecks.run { PasswordHash.verify(given, against: stored) }) ?? false
+            guard matches else { throw ServerError(.invalidPassword, "The current password is wrong.") }
+        }
+        let hash = try await passwordChecks.run { try PasswordHash.make(password) }
         try await database.transaction { [ids] db in
-            try OperatorRepository(db: db).setPassword(email: email, passwordHash: hash)
+            let operators = OperatorRepository(db: db)
+            try operators.setPassword(email: email, passwordHash: hash)
+            try operators.endSessions(email: email, except: APIKey.hash(sessionToken))
             try AuditRepository(db: db, ids: ids).append(appId: "", userId: nil, kind: "operator_password_set", detail: ["email": email], now: now)
         }
     }

@@ -23,9 +23,12 @@ public struct MetricsRow: Sendable, Equatable {
         self.originalTransactionId = originalTransactionId
         self.environment = environment
         self.productType = productType
-        self.purchaseDate = purchaseDate
-        self.expiresDate = expiresDate
-        self.cancellationDate = cancellationDate
+        // Dates within ±35,000 years: a saturated date (Int64.min or .max from a hostile or broken source) cannot
+        // overflow the arithmetic on it.
+        func bounded(_ time: Int64) -> Int64 { min(max(time, -(1 << 50)), 1 << 50) }
+        self.purchaseDate = bounded(purchaseDate)
+        self.expiresDate = expiresDate.map(bounded)
+        self.cancellationDate = cancellationDate.map(bounded)
         self.isTrial = isTrial
         self.quantity = quantity
         self.price = price

@@ -115,7 +115,7 @@ public enum SubscriptionMetricsRollup {
     public static func contribution(of rows: [MetricsRow], churnReason: String?) -> MetricsContribution {
         var result = MetricsContribution()
         func add(_ field: MetricsField, _ value: Int64 = 1, at time: Int64, currency: String = "") {
-            result.days[MetricsKey(day: day(of: time), currency: currency), default: MetricsTally()][field] += value
+            result.days[MetricsKey(day: day(of: time), currency: currency), default: MetricsTally()][field] &+= value
         }
         for row in rows {
             if let currency = row.currency, !row.isTrial {

@@ -323,13 +323,28 @@ func printTable(columns: [String], rows: [[String]], csv: Bool) {
 /// `storekeeper server metrics`
 struct ServerMetricsCommand: Command {
     static let abstract = "Subscription metrics of an app per day, week or month: active, new, trials, conversions, renewals, churn, refunds, MRR, revenue."
-    static let help = "APP_ID [--from DATE] [--to DATE] [--interval day|week|month] [--environment Sandbox|Production] [--format table|csv|json] [--url URL] [--admin-key KEY]\n\n\(serverConnectionHelp)"
+    static let help = """
+    APP_ID [--from DATE] [--to DATE] [--interval day|week|month] [--environment Sandbox|Production] [--format table|csv|json] [--url URL] [--admin-key KEY]
+    --rebuild [--url URL] [--admin-key KEY]
+
+      --rebuild   Compute the daily rollup again from the whole ledger (after restoring a backup, or once every process
+                  runs a build with the rollup); metrics answer 503 metrics_rebuilding until the workers have caught up.
+
+    \(serverConnectionHelp)
+    """
     let client: AdminClient
     let path: String
     let format: String
+    let rebuild: Bool
 
     init(_ arguments: inout Arguments) throws {
         client = try serverClient(&arguments)
+        rebuild = arguments.flag("rebuild")
+        if rebuild {
+            path = "/admin/v1/metrics/rebuild"
+            format = "json"
+            return
+        }
         let query = try queryString(&arguments, ["from", "to", "interval", "environment"])
         format = try arguments.option("format") ?? "table"
         guard ["table", "csv", "json"].contains(format) else { throw UsageError(description: "--format is table, csv or json") }
@@ -337,6 +352,7 @@ struct ServerMetricsCommand: Command {
     }
 
     func run() async throws {
+        if rebuild { return try await client.sendAndPrint("POST", path) }
         let data = try await client.send("GET", path)
         guard format != "json" else {
             try printJSON(try JSONSerialization.jsonObject(with: data))

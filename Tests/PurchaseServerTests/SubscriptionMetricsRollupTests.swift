@@ -1,3 +1,4 @@
+import AppStoreEmulator
 import AppStoreModels
 import Foundation
 @testable import PurchaseServer
@@ -153,5 +154,58 @@ struct SubscriptionMetricsRollupTests {
         tally[.renewals] = 3
         let days = [MetricsKey(day: 0, currency: ""): tally, MetricsKey(day: 86_400_000, currency: "U S\nD"): tally]
         #expect(MetricsRepository.decode(MetricsRepository.encode(days)) == days)
+    }
+
+    /// Through the real server on each engine: the rollup, kept by settlements and refreshed by two refreshers at
+    /// once, says what the definitions say over the ledger after purchases, renewals, a refund and a rebuild.
+    @Test("Through the server: the rollup follows purchases, renewals, a refund and a rebuild, with two refreshers at once",
+          arguments: Engine.available)
+    func throughTheServer(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        let app = "com.example.magazine"
+        _ = try await world.client.json(.put, "/admin/v1/apps/\(app)/products/com.example.magazine.monthly",
+                                        json: ["type": "auto-renewable", "entitlement": "magazine", "price": "9.99", "priceCurrency": "USD"],
+                                        headers: ["Authorization": "Bearer \(ServerWorld.adminKey)"])
+        func agree(_ step: String) async throws {
+            let now = world.server.clock.now()
+            for interval in [SubscriptionMetrics.Interval.day, .week] {
+                let (from, to) = (now.addingTimeInterval(-3 * 86_400), now.addingTimeInterval(86_400))
+                let rollup = try await world.server.subscriptionMetrics(appId: app, from: from, to: to, interval: interval, environment: nil)
+                let ledger = try await world.server.subscriptionMetricsFromLedger(appId: app, from: from, to: to, interval: interval, environment: nil)
+                #expect(rollup == ledger, "\(step), by \(interval)")
+            }
+        }
+        var purchases: [String: TransactionRecord] = [:], devices: [String: String] = [:]
+        for user in ["u1", "u2", "u3"] {
+            try await world.emulator.addAccount(email: "\(user)@example.com", environment: .sandbox)
+            devices[user] = try await world.emulator.signIn(deviceId: nil, email: "\(user)@example.com").id
+            let (record, receipt) = try await world.buy(app, "com.example.magazine.monthly", device: devices[user])
+            purchases[user] = record
+            _ = try await world.upload(app, user: user, receipt: receipt)
+        }
+        func upload(_ user: String) async throws {
+            let receipt = try await world.emulator.appReceipt(bundleId: app, deviceId: devices[user]!, refresh: true)!.base64EncodedString()
+            _ = try await world.upload(app, user: user, receipt: receipt)
+        }
+        try await agree("after three purchases")
+        let paid = try await world.server.subscriptionMetrics(appId: app, from: world.server.clock.now().addingTimeInterval(-86_400),
+                                                              to: world.server.clock.now().addingTimeInterval(1), interval: .day, environment: nil)
+        #expect((paid.last?.activeSubscriptions ?? 0) + (paid.last?.activeTrials ?? 0) == 3)
+
+        _ = try await world.emulator.advanceTime(by: 11 * 60)   // two sandbox months: renewals
+        for user in ["u1", "u2", "u3"] { try await upload(user) }
+        try await agree("after renewals")
+        _ = try await world.emulator.refund(transactionId: purchases["u2"]!.id)
+        try await upload("u2")
+        try await agree("after a refund")
+
+        // A rebuild, refreshed by two refreshers at once (two connections on PostgreSQL): each chain once.
+        try await world.server.store.markMetricsForRebuild()
+        async let first = world.server.store.refreshMetrics(batch: 1)
+        async let second = world.server.store.refreshMetrics(batch: 1)
+        _ = try await (first, second)
+        #expect(try await world.server.store.refreshMetrics() == 0)
+        try await agree("after a rebuild with two refreshers")
     }
 }

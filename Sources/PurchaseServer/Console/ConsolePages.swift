@@ -82,7 +82,9 @@ enum ConsolePages {
     static func password(_ session: ConsoleSession, notice: String?, error: String?) -> HTML {
         layout("Your password", session: session, active: nil, notice: notice, error: error, """
             <section><p>Set a password to sign in without a link next time (8 bytes or more).</p>\
-            \(HTML.form(action: "/console/password", csrf: session.csrf, submit: "Set password", [
+            \(HTML.form(action: "/console/password", csrf: session.csrf, submit: "Set password", (session.operatorInfo.hasPassword ? [
+                HTML.field("Current password", name: "current", type: "password", required: true, attributes: "autocomplete=\"current-password\""),
+            ] : []) + [
                 HTML.field("New password", name: "password", type: "password", required: true, attributes: "autocomplete=\"new-password\" minlength=\"8\""),
             ]))</section>
             """)
@@ -238,11 +240,16 @@ enum ConsolePages {
     }
 
     static func transactionsCSV(_ rows: [TransactionListing]) -> String {
+        /// Every cell quoted (a comma or quote hidden in a grapheme cluster cannot end it early), and one that a
+        /// spreadsheet would run as a formula (= + - @, tab, CR, judged on its first scalar) kept as text with a `'`.
         func cell(_ value: String?) -> String {
             var text = value ?? ""
-            // A spreadsheet runs a cell that starts with = + - @ as a formula: quote it as text.
-            if let first = text.first, "=+-@\t\r".contains(first) { text = "'" + text }
-            return text.contains(where: { ",\"\n\r".contains($0) }) || text.hasPrefix("'") ? "\"" + text.replacingOccurrences(of: "\"", with: "\"\"") + "\"" : text
+            if let first = text.unicodeScalars.first, "=+-@\t\r".unicodeScalars.contains(first) { text = "'" + text }
+            var quoted = "\""
+            for scalar in text.unicodeScalars {
+                if scalar == "\"" { quoted += "\"\"" } else { quoted.unicodeScalars.append(scalar) }
+            }
+            return quoted + "\""
         }
         var lines = ["purchase_date,transaction_id,original_transaction_id,app_user_id,product_id,product_type,quantity,price,currency,cancellation_date,environment"]
         for row in rows {

@@ -10,22 +10,31 @@ struct CustomerRepository {
     /// Users whose id starts with `prefix` (LIKE with its wildcards escaped), first 20 by id.
     func users(prefix: String, limit: Int) throws -> [String] {
         let escaped = prefix.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "%", with: "\\%").replacingOccurrences(of: "_", with: "\\_")
-        return try db.query("SELECT app_user_id FROM users WHERE app_id = ? AND app_user_id LIKE ? ESCAPE '\\' ORDER BY app_user_id LIMIT ?",
-                            [appId, escaped + "%", limit]).compactMap { $0.string("app_user_id") }
+        // On SQLite, LIKE cannot use the index (it ignores case); a byte range around the prefix can, and LIKE keeps it exact.
+        // PostgreSQL's collation may not order bytes, so it keeps LIKE alone.
+        let range = dialect == .sqlite ? " AND app_user_id >= ? AND app_user_id < ?" : ""
+        let bounds: [any SQLBindable] = dialect == .sqlite ? [prefix, prefix + "\u{10FFFF}"] : []
+        return try db.query("SELECT app_user_id FROM users WHERE app_id = ? AND app_user_id LIKE ? ESCAPE '\\'\(range) ORDER BY app_user_id LIMIT ?",
+                            [appId, escaped + "%"] + bounds + [limit]).compactMap { $0.string("app_user_id") }
     }
 
     /// Who a transaction was recorded to, and the owners of its original transaction.
     func users(transactionId: String) throws -> [String] {
         try db.query("""
-            SELECT app_user_id FROM ledger WHERE app_id = ? AND transaction_id = ?
+            SELECT app_user_id FROM ledger WHERE environment IN ('Production', 'Sandbox') AND transaction_id = ? AND app_id = ?
             UNION SELECT o.app_user_id FROM ownership o JOIN ledger l ON l.app_id = o.app_id AND l.environment = o.environment
-                AND l.original_transaction_id = o.original_transaction_id WHERE l.app_id = ? AND l.transaction_id = ?
-            """, [appId, transactionId, appId, transactionId]).compactMap { $0.string("app_user_id") }
+                AND l.original_transaction_id = o.original_transaction_id
+                WHERE l.environment IN ('Production', 'Sandbox') AND l.transaction_id = ? AND l.app_id = ?
+            """, [transactionId, appId, transactionId, appId]).compactMap { $0.string("app_user_id") }
     }
 
     /// The owners of an original transaction.
     func users(originalTransactionId: String) throws -> [String] {
-        try db.query("SELECT DISTINCT app_user_id FROM ownership WHERE app_id = ? AND original_transaction_id = ? ORDER BY app_user_id",
+        // Both environments named, so the primary key (app, environment, original transaction) finds them.
+        try db.query("""
+            SELECT DISTINCT app_user_id FROM ownership WHERE app_id = ? AND environment IN ('Production', 'Sandbox') AND original_transaction_id = ?
+            ORDER BY app_user_id
+            """,
                      [appId, originalTransactionId]).compactMap { $0.string("app_user_id") }
     }
 

@@ -7,6 +7,12 @@ import Storage
 /// (`metrics_chains`, `metrics_moments`) and adds the difference to `metrics_days`. A question reads days.
 struct MetricsRepository {
     let db: any SQLConnection
+    var dialect: SQLDialect = .sqlite
+
+    /// A mark that already exists is updated, not skipped, so that it locks the row: a refresher that claimed the
+    /// chain waits for this writer's commit, and then sees its rows (PostgreSQL; SQLite has one writer anyway).
+    private static let touch =
+        "ON CONFLICT (app_id, environment, original_transaction_id) DO UPDATE SET original_transaction_id = excluded.original_transaction_id"
 
     /// A chain of one app: an environment and an original transaction.
     struct Chain: Hashable {
@@ -21,7 +27,7 @@ struct MetricsRepository {
     func markDirty(appId: String, environment: String, originalTransactionIds: Set<String>) throws {
         for chunk in Array(originalTransactionIds).sorted().chunked(400) {
             try db.query("INSERT INTO metrics_dirty (app_id, environment, original_transaction_id) VALUES "
-                         + Array(repeating: "(?, ?, ?)", count: chunk.count).joined(separator: ", ") + " ON CONFLICT DO NOTHING",
+                         + Array(repeating: "(?, ?, ?)", count: chunk.count).joined(separator: ", ") + " " + Self.touch,
                          chunk.flatMap { [appId, environment, $0] as [any SQLBindable] })
         }
     }
@@ -33,7 +39,7 @@ struct MetricsRepository {
                 INSERT INTO metrics_dirty (app_id, environment, original_transaction_id)
                 SELECT DISTINCT app_id, environment, original_transaction_id FROM ledger
                 WHERE environment = ? AND transaction_id IN (\(Array(repeating: "?", count: chunk.count).joined(separator: ", ")))
-                ON CONFLICT DO NOTHING
+                \(Self.touch)
                 """, [environment] + chunk)
         }
     }
@@ -53,23 +59,49 @@ struct MetricsRepository {
     // MARK: Refreshing
 
     /// Claims up to `limit` marked chains and brings their contributions up to date. Returns how many it claimed.
+    /// On PostgreSQL chains another process is refreshing are skipped, not waited for.
     func refresh(limit: Int) throws -> Int {
+        let skip = dialect == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
         let claimed = try db.query("""
             DELETE FROM metrics_dirty WHERE (app_id, environment, original_transaction_id) IN
-            (SELECT app_id, environment, original_transaction_id FROM metrics_dirty LIMIT ?)
+            (SELECT app_id, environment, original_transaction_id FROM metrics_dirty LIMIT ?\(skip))
             RETURNING app_id, environment, original_transaction_id
             """, [limit]).map { Chain(appId: $0.string("app_id") ?? "", environment: $0.string("environment") ?? "",
                                       originalTransactionId: $0.string("original_transaction_id") ?? "") }
+        var difference: [DayKey: MetricsTally] = [:]
         let groups = Dictionary(grouping: claimed) { [$0.appId, $0.environment] }
         for (group, chains) in groups.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
             for chunk in chains.map(\.originalTransactionId).sorted().chunked(400) {
-                try refresh(appId: group[0], environment: group[1], originalTransactionIds: chunk)
+                for (key, tally) in try refresh(appId: group[0], environment: group[1], originalTransactionIds: chunk) {
+                    difference[DayKey(appId: group[0], environment: group[1], key: key), default: MetricsTally()] += tally
+                }
             }
         }
+        // One upsert for the whole claim, in key order: two processes refreshing at once lock days in the same
+        // order, so they cannot deadlock.
+        let changed = difference.filter { !$0.value.isZero }.sorted { $0.key < $1.key }
+        let dayColumns = MetricsField.allCases.map(\.column)
+        try insert("metrics_days", columns: "app_id, environment, day, currency, " + dayColumns.joined(separator: ", "),
+                   rows: changed.map { key, tally in
+                       [key.appId, key.environment, key.key.day, key.key.currency] + MetricsField.allCases.map { tally[$0] as any SQLBindable }
+                   },
+                   onConflict: "ON CONFLICT (app_id, environment, day, currency) DO UPDATE SET "
+                       + dayColumns.map { "\($0) = metrics_days.\($0) + excluded.\($0)" }.joined(separator: ", "))
         return claimed.count
     }
 
-    private func refresh(appId: String, environment: String, originalTransactionIds ids: [String]) throws {
+    /// A row of `metrics_days`.
+    struct DayKey: Hashable, Comparable {
+        var appId: String
+        var environment: String
+        var key: MetricsKey
+        static func < (left: DayKey, right: DayKey) -> Bool {
+            (left.appId, left.environment, left.key.day, left.key.currency) < (right.appId, right.environment, right.key.day, right.key.currency)
+        }
+    }
+
+    /// Replaces these chains' stored contributions; what `metrics_days` must add.
+    private func refresh(appId: String, environment: String, originalTransactionIds ids: [String]) throws -> [MetricsKey: MetricsTally] {
         let list = Array(repeating: "?", count: ids.count).joined(separator: ", ")
         let scope: [any SQLBindable] = [appId, environment] + ids
         var rows: [String: [MetricsRow]] = [:]
@@ -116,13 +148,7 @@ struct MetricsRepository {
         try insert("metrics_chains", columns: "app_id, environment, original_transaction_id, days", rows: chainRows)
         try insert("metrics_moments", columns: "app_id, environment, original_transaction_id, visible_at, day, currency, \(Self.momentColumns)",
                    rows: momentRows)
-        // In key order, so that two processes refreshing at once lock days in the same order (no deadlock on PostgreSQL).
-        let changed = difference.filter { !$0.value.isZero }.sorted { $0.key < $1.key }
-        let dayColumns = MetricsField.allCases.map(\.column)
-        try insert("metrics_days", columns: "app_id, environment, day, currency, " + dayColumns.joined(separator: ", "),
-                   rows: changed.map { key, tally in [appId, environment, key.day, key.currency] + MetricsField.allCases.map { tally[$0] as any SQLBindable } },
-                   onConflict: "ON CONFLICT (app_id, environment, day, currency) DO UPDATE SET "
-                       + dayColumns.map { "\($0) = metrics_days.\($0) + excluded.\($0)" }.joined(separator: ", "))
+        return difference
     }
 
     /// A multi-row insert, in chunks that stay under both engines' parameter limits.
@@ -137,42 +163,42 @@ struct MetricsRepository {
 
     // MARK: Reading
 
-    /// Totals by day and currency for every day before `end`, of one environment or all.
-    func days(appId: String, environment: String?, before end: Int64) throws -> [MetricsKey: MetricsTally] {
-        let sums = MetricsField.allCases.map { "SUM(\($0.column)) AS \($0.column)" }.joined(separator: ", ")
+    /// Totals by day and currency for every day before `end`, and the moments of `today` already seen at `now`
+    /// (`visible_at < now`) summed per currency, of one environment or all. One statement, so one snapshot on
+    /// PostgreSQL too: a refresh that commits in between cannot be half seen.
+    func rollup(appId: String, environment: String?, before end: Int64, today: Int64, now: Int64) throws
+        -> (days: [MetricsKey: MetricsTally], moments: [MetricsMoment]) {
+        let filter = environment == nil ? "" : " AND environment = ?"
+        let daySums = MetricsField.allCases.map { "SUM(\($0.column)) AS \($0.column)" }.joined(separator: ", ")
+        let momentSums = MetricsField.allCases.map { $0.isMoment ? "SUM(\($0.column)) AS \($0.column)" : "0 AS \($0.column)" }.joined(separator: ", ")
         var parameters: [any SQLBindable] = [appId, end]
         if let environment { parameters.append(environment) }
+        parameters += [appId, today, now] as [any SQLBindable]
+        if let environment { parameters.append(environment) }
         let rows = try db.query("""
-            SELECT day, currency, \(sums) FROM metrics_days WHERE app_id = ? AND day < ?\(environment == nil ? "" : " AND environment = ?")
+            SELECT 'day' AS part, day, currency, \(daySums) FROM metrics_days WHERE app_id = ? AND day < ?\(filter) GROUP BY day, currency
+            UNION ALL
+            SELECT 'moment' AS part, day, currency, \(momentSums) FROM metrics_moments WHERE app_id = ? AND day = ? AND visible_at < ?\(filter)
             GROUP BY day, currency
             """, parameters)
         var days: [MetricsKey: MetricsTally] = [:]
+        var moments: [MetricsMoment] = []
         days.reserveCapacity(rows.count)
         // Columns by position, found once (a name lookup per value is most of the cost on years of days).
-        guard let columns = rows.first?.columns else { return days }
-        let day = columns.firstIndex(of: "day"), currency = columns.firstIndex(of: "currency")
+        guard let columns = rows.first?.columns else { return (days, moments) }
+        let part = columns.firstIndex(of: "part"), day = columns.firstIndex(of: "day"), currency = columns.firstIndex(of: "currency")
         let fields = MetricsField.allCases.map { columns.firstIndex(of: $0.column) }
         for row in rows {
             var tally = MetricsTally()
             for (field, index) in zip(MetricsField.allCases, fields) { tally[field] = index.flatMap { Self.integer(row.values[$0]) } ?? 0 }
-            days[MetricsKey(day: day.flatMap { Self.integer(row.values[$0]) } ?? 0, currency: currency.map { row.values[$0].description } ?? "")] = tally
+            let key = MetricsKey(day: day.flatMap { Self.integer(row.values[$0]) } ?? 0, currency: currency.map { row.values[$0].description } ?? "")
+            if part.map({ row.values[$0].description }) == "moment" {
+                moments.append(MetricsMoment(visibleAt: now - 1, key: key, tally: tally))
+            } else {
+                days[key] = tally
+            }
         }
-        return days
-    }
-
-    /// The moments of one day already seen at `now` (`visible_at < now`), summed per currency, of one environment or all.
-    func visibleMoments(appId: String, environment: String?, day: Int64, now: Int64) throws -> [MetricsMoment] {
-        let sums = MetricsField.moments.map { "SUM(\($0.column)) AS \($0.column)" }.joined(separator: ", ")
-        var parameters: [any SQLBindable] = [appId, day, now]
-        if let environment { parameters.append(environment) }
-        return try db.query("""
-            SELECT currency, \(sums) FROM metrics_moments WHERE app_id = ? AND day = ? AND visible_at < ?\(environment == nil ? "" : " AND environment = ?")
-            GROUP BY currency
-            """, parameters).map { row in
-            var tally = MetricsTally()
-            for field in MetricsField.moments { tally[field] = row.int(field.column) ?? 0 }
-            return MetricsMoment(visibleAt: now - 1, key: MetricsKey(day: day, currency: row.string("currency") ?? ""), tally: tally)
-        }
+        return (days, moments)
     }
 
     private static func integer(_ value: SQLValue) -> Int64? {

@@ -53,10 +53,15 @@ struct OperatorRepository {
     /// A live session and its operator, its expiry pushed to `extendTo` (sliding).
     func session(tokenHash: String, now: Int64, extendTo: Int64) throws -> ConsoleSession? {
         guard let row = try db.query("""
-            SELECT s.csrf, o.* FROM operator_sessions s JOIN operators o ON o.email = s.email WHERE s.token_hash = ? AND s.expires_at > ?
-            """, [tokenHash, now]).first else { return nil }
+            SELECT s.csrf, o.* FROM operator_sessions s JOIN operators o ON o.email = s.email
+            WHERE s.token_hash = ? AND s.expires_at > ? AND s.created_at > ?
+            """, [tokenHash, now, now - 7 * 86_400_000]).first else { return nil }
         try db.query("UPDATE operator_sessions SET expires_at = ? WHERE token_hash = ?", [extendTo, tokenHash])
         return ConsoleSession(operatorInfo: Self.operatorValue(row), csrf: row.string("csrf") ?? "", expiresAt: extendTo)
+    }
+
+    func endSessions(email: String, except tokenHash: String) throws {
+        try db.query("DELETE FROM operator_sessions WHERE email = ? AND token_hash <> ?", [email, tokenHash])
     }
 
     func endSession(tokenHash: String) throws {
