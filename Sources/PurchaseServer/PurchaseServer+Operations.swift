@@ -78,9 +78,18 @@ extension PurchaseServer {
     /// Subscription metrics of an app per interval in [from, to) (`SubscriptionMetrics` has the definitions).
     public func subscriptionMetrics(appId: String, from: Date, to: Date, interval: SubscriptionMetrics.Interval, environment: String?) async throws
         -> [MetricsInterval] {
-        guard from < to else { throw ServerError(.invalidDate, "from must be before to.") }
-        let boundaries = SubscriptionMetrics.boundaries(from: from.milliseconds, to: to.milliseconds, interval: interval)
-        guard boundaries.count <= 400 else { throw ServerError(.invalidDate, "At most 400 intervals: choose a longer interval or a shorter range.") }
+        try await subscriptionMetrics(appId: appId, ranges: [(from, to, interval)], environment: environment)[0]
+    }
+
+    /// Several ranges' metrics from one read of the rollup (the console's overview asks for days and the month at once).
+    public func subscriptionMetrics(appId: String, ranges: [(from: Date, to: Date, interval: SubscriptionMetrics.Interval)], environment: String?)
+        async throws -> [[MetricsInterval]] {
+        let boundaries = try ranges.map { from, to, interval in
+            guard from < to else { throw ServerError(.invalidDate, "from must be before to.") }
+            let boundaries = SubscriptionMetrics.boundaries(from: from.milliseconds, to: to.milliseconds, interval: interval)
+            guard boundaries.count <= 400 else { throw ServerError(.invalidDate, "At most 400 intervals: choose a longer interval or a shorter range.") }
+            return boundaries
+        }
         // The worker keeps the rollup current; what it has not reached yet is done here. What is left after that is
         // what other processes are refreshing this instant (or marked since); a rebuild in progress is not waited for.
         let backlog = try await store.refreshMetrics(limit: 50_000)
@@ -88,8 +97,9 @@ extension PurchaseServer {
             throw ServerError(.metricsRebuilding, "The metrics are being computed again (\(backlog) subscriptions left); ask again shortly.")
         }
         let now = clock.now().milliseconds
-        let (days, moments) = try await store.metricsRollup(appId: appId, environment: environment, before: boundaries.last?.1 ?? 0, now: now)
-        return SubscriptionMetricsRollup.intervals(days: days, moments: moments, boundaries: boundaries, now: now)
+        let end = boundaries.compactMap { $0.last?.1 }.max() ?? 0
+        let (days, moments) = try await store.metricsRollup(appId: appId, environment: environment, before: end, now: now)
+        return boundaries.map { SubscriptionMetricsRollup.intervals(days: days, moments: moments, boundaries: $0, now: now) }
     }
 
     /// The same figures computed from every ledger row (`SubscriptionMetrics.compute`): the rollup's oracle, for tests.

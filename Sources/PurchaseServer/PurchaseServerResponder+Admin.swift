@@ -40,6 +40,22 @@ extension PurchaseServerResponder {
         var userTokenPublicKey: String?
     }
 
+    /// A product mapping from what an admin sent (the admin API's JSON or the console's form), its type, price and
+    /// currency checked; the store checks the rest (amounts, durations, identifiers).
+    static func productMapping(_ productId: String, _ body: ProductBody) throws -> ProductMapping {
+        guard let type = ProductType(loose: body.type) else {
+            throw HTTPError.badRequest("type is consumable, non-consumable, auto-renewable, non-renewing or free-subscription.", code: "invalid_type")
+        }
+        if let currency = body.priceCurrency, currency.count != 3 || !currency.allSatisfy({ $0.isASCII && $0.isUppercase }) {
+            throw HTTPError.badRequest("priceCurrency is an ISO 4217 code: three capital letters.", code: "invalid_currency")
+        }
+        if let price = body.price, !ProductMapping.isValidPrice(price) {
+            throw HTTPError.badRequest("price is a decimal from 0 to 1000000000 with at most 6 decimals, e.g. \"9.99\".", code: "invalid_price")
+        }
+        return ProductMapping(productId: productId, type: type, entitlement: body.entitlement, currency: body.currency, amount: body.amount,
+                              durationDays: body.durationDays, price: body.price, priceCurrency: body.priceCurrency)
+    }
+
     struct KeyBody: Decodable {
         var kind: APIKeyKind?
         var label: String?
@@ -163,17 +179,7 @@ extension PurchaseServerResponder {
         }
         admin(.put, "/admin/v1/apps/:app/products/:product") { request in
             let body = try request.decode(ProductBody.self)
-            guard let type = ProductType(loose: body.type) else {
-                throw HTTPError.badRequest("type is consumable, non-consumable, auto-renewable, non-renewing or free-subscription.", code: "invalid_type")
-            }
-            if let currency = body.priceCurrency, currency.count != 3 || !currency.allSatisfy({ $0.isASCII && $0.isUppercase }) {
-                throw HTTPError.badRequest("priceCurrency is an ISO 4217 code: three capital letters.", code: "invalid_currency")
-            }
-            if let price = body.price, !ProductMapping.isValidPrice(price) {
-                throw HTTPError.badRequest("price is a decimal from 0 to 1000000000 with at most 6 decimals, e.g. \"9.99\".", code: "invalid_price")
-            }
-            let mapping = ProductMapping(productId: request.parameters["product"] ?? "", type: type, entitlement: body.entitlement, currency: body.currency,
-                                         amount: body.amount, durationDays: body.durationDays, price: body.price, priceCurrency: body.priceCurrency)
+            let mapping = try productMapping(request.parameters["product"] ?? "", body)
             try await server.store.setProduct(appId: request.parameters["app"] ?? "", mapping)
             return .json(mapping)
         }

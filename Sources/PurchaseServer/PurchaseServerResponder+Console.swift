@@ -98,10 +98,10 @@ extension PurchaseServerResponder {
             let month = calendar.dateInterval(of: .month, for: now)?.start ?? today
             var trend: [MetricsInterval] = [], monthFigures: [MetricsInterval] = []
             if !context.appId.isEmpty {
-                trend = try await server.subscriptionMetrics(appId: context.appId, from: today.addingTimeInterval(-89 * 86400), to: now.addingTimeInterval(1),
-                                                             interval: .day, environment: context.environment)
-                monthFigures = try await server.subscriptionMetrics(appId: context.appId, from: month, to: now.addingTimeInterval(1), interval: .month,
-                                                                    environment: context.environment)
+                let figures = try await server.subscriptionMetrics(appId: context.appId, ranges: [
+                    (today.addingTimeInterval(-89 * 86400), now.addingTimeInterval(1), .day), (month, now.addingTimeInterval(1), .month),
+                ], environment: context.environment)
+                (trend, monthFigures) = (figures[0], figures[1])
             }
             let health = try await server.store.queueHealth()
             return ConsolePages.overview(context, .init(today: trend.last, month: monthFigures.last, trend: trend, jobCounts: try await server.store.jobCounts(),
@@ -163,6 +163,25 @@ extension PurchaseServerResponder {
             try await server.store.auditConsole(context.session, appId: appId, userId: user, action: "balance_adjusted",
                                                 detail: ["currency": currency, "amount": String(amount), "reason": reason], now: now)
             return customerPath(appId, user, notice: "Adjusted \(currency) by \(amount).")
+        }
+        consolePost(&router, "/console/customers/:app/:user/redeliver", .customers, console) { request, form, context in
+            let (appId, user) = (request.parameters["app"] ?? "", try userId(request.parameters["user"]))
+            let event = bounded(form["event"], bytes: 128)
+            let now = server.clock.now()
+            // Again to every endpoint that had it (support sees events, not endpoints).
+            var queued = 0
+            for endpoint in try await server.store.webhooks(appId: appId) {
+                do {
+                    try await server.store.redeliverWebhook(appId: appId, id: endpoint.id, eventId: event, now: now)
+                    queued += 1
+                } catch let error as ServerError where error.code == .webhookDeliveryNotFound {
+                    continue
+                }
+            }
+            guard queued > 0 else { throw ServerError(.webhookDeliveryNotFound, "No endpoint had event \(event).") }
+            try await server.store.auditConsole(context.session, appId: appId, userId: user, action: "webhook_redelivered",
+                                                detail: ["event": event, "endpoints": String(queued)], now: now)
+            return customerPath(appId, user, notice: "Event \(event) is queued again for \(queued) endpoint\(queued == 1 ? "" : "s").")
         }
         consolePost(&router, "/console/customers/:app/:user/delete", .customers, console) { request, form, context in
             let (appId, user) = (request.parameters["app"] ?? "", try userId(request.parameters["user"]))
@@ -234,6 +253,21 @@ extension PurchaseServerResponder {
             }
             return ConsolePages.webhooks(context, endpoints: endpoints)
         }
+        consolePost(&router, "/console/webhooks/:app", .webhooks, console) { request, form, context in
+            let appId = request.parameters["app"] ?? ""
+            let format: WebhookFormat = form["format"] == "apple" ? .apple : .events
+            let now = server.clock.now()
+            let (endpoint, secret) = try await server.store.createWebhook(appId: appId, url: bounded(form["url"], bytes: 4096), eventTypes: [], secret: nil,
+                                                                          format: format, now: now)
+            try await server.store.auditConsole(context.session, appId: appId, userId: nil, action: "webhook_added",
+                                                detail: ["endpoint": endpoint.id, "url": endpoint.url], now: now)
+            var endpoints: [(WebhookEndpoint, [WebhookDelivery])] = []
+            for endpoint in try await server.store.webhooks(appId: appId) {
+                endpoints.append((endpoint, try await server.store.webhookDeliveries(appId: appId, id: endpoint.id, state: nil, limit: 25)))
+            }
+            // The secret is shown once, on the answer to this POST.
+            return .page(ConsolePages.webhooks(context.with(appId: appId), endpoints: endpoints, newSecret: secret))
+        }
         consolePost(&router, "/console/webhooks/:app/:id/redeliver", .webhooks, console) { request, form, context in
             let (appId, id) = (request.parameters["app"] ?? "", request.parameters["id"] ?? "")
             let event = bounded(form["event"], bytes: 128)
@@ -264,6 +298,34 @@ extension PurchaseServerResponder {
             let app = try await server.store.app(appId)
             return .page(ConsolePages.settings(context.with(appId: appId), app: app, products: try await server.store.products(appId: appId),
                                                keys: try await server.store.keys(appId: appId), newKey: key))
+        }
+        consolePost(&router, "/console/settings/:app/keys/:id/rotate", .settings, console) { request, _, context in
+            let (appId, id) = (request.parameters["app"] ?? "", request.parameters["id"] ?? "")
+            let now = server.clock.now()
+            let (key, record) = try await server.store.rotateKey(appId: appId, id: id, grace: 3600, now: now)
+            try await server.store.auditConsole(context.session, appId: appId, userId: nil, action: "key_rotated", detail: ["key": id, "replacement": record.id],
+                                                now: now)
+            return .page(ConsolePages.settings(context.with(appId: appId), app: try await server.store.app(appId),
+                                               products: try await server.store.products(appId: appId), keys: try await server.store.keys(appId: appId),
+                                               newKey: key))
+        }
+        consolePost(&router, "/console/settings/:app/products", .settings, console) { request, form, context in
+            let appId = request.parameters["app"] ?? ""
+            guard try await server.store.app(appId) != nil else { throw ServerError(.appNotFound, "App \(appId) is not registered.") }
+            func text(_ name: String) -> String? { form[name].flatMap { $0.isEmpty ? nil : bounded($0, bytes: 256) } }
+            func number(_ name: String) throws -> Int64? {
+                guard let value = text(name) else { return nil }
+                guard let number = Int64(value) else { throw HTTPError.badRequest("\(name) is a whole number.", code: "invalid_\(name)") }
+                return number
+            }
+            let product = try ClientIdentifier(form["product"] ?? "", .productId).value
+            let mapping = try productMapping(product, ProductBody(type: text("type") ?? "", entitlement: text("entitlement"), currency: text("currency"),
+                                                                  amount: try number("amount"), durationDays: try number("durationDays"),
+                                                                  price: text("price"), priceCurrency: text("priceCurrency")))
+            try await server.store.setProduct(appId: appId, mapping)
+            try await server.store.auditConsole(context.session, appId: appId, userId: nil, action: "product_set",
+                                                detail: ["product": product, "type": mapping.type.rawValue], now: server.clock.now())
+            return .redirect("/console/settings?app=\(HTML.urlComponent(appId))&notice=" + HTML.urlComponent("\(product) is saved."))
         }
         consolePost(&router, "/console/settings/:app/keys/:id/revoke", .settings, console) { request, _, context in
             let (appId, id) = (request.parameters["app"] ?? "", request.parameters["id"] ?? "")

@@ -232,6 +232,12 @@ enum Schema {
             CREATE TABLE metrics_days (app_id TEXT NOT NULL, environment TEXT NOT NULL, day BIGINT NOT NULL, currency TEXT NOT NULL, new_subscriptions BIGINT NOT NULL, trials_started BIGINT NOT NULL, trial_conversions BIGINT NOT NULL, renewals BIGINT NOT NULL, paid_started BIGINT NOT NULL, sales BIGINT NOT NULL, refunds BIGINT NOT NULL, gross_micros BIGINT NOT NULL, net_micros BIGINT NOT NULL, active_subscriptions BIGINT NOT NULL, active_trials BIGINT NOT NULL, mrr_micros BIGINT NOT NULL, trials_ended BIGINT NOT NULL, churned BIGINT NOT NULL, churned_voluntary BIGINT NOT NULL, churned_billing BIGINT NOT NULL,
             PRIMARY KEY (app_id, environment, day, currency))
             """,
+            // Covering, in the order a question groups by: years of days are read from the index alone, in order.
+            """
+            CREATE INDEX metrics_days_read ON metrics_days (app_id, day, currency, environment, new_subscriptions, trials_started, trial_conversions,
+            renewals, paid_started, sales, refunds, gross_micros, net_micros, active_subscriptions, active_trials, mrr_micros, trials_ended, churned,
+            churned_voluntary, churned_billing)
+            """,
             "INSERT INTO metrics_dirty SELECT DISTINCT app_id, environment, original_transaction_id FROM ledger WHERE true ON CONFLICT DO NOTHING",
         ]),
         // The console's people: operators with a role and a scrypt password hash, their sessions (the cookie's SHA-256

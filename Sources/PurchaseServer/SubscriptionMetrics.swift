@@ -70,6 +70,8 @@ public struct MetricsInterval: Codable, Sendable, Equatable {
     /// Everything bought in the interval, per currency; net takes away what was refunded in it.
     public var grossRevenue: [String: String]
     public var netRevenue: [String: String]
+    /// Transactions with a price bought in the interval (trials excluded): what `grossRevenue` adds up.
+    public var purchases: Int = 0
 }
 
 /// Subscription metrics as a pure function of ledger rows, subscription end reasons and the interval
@@ -149,6 +151,7 @@ public enum SubscriptionMetrics {
         for row in rows {
             guard let currency = row.currency else { continue }
             if let index = interval(of: row.purchaseDate), !row.isTrial {
+                result[index].purchases += 1
                 gross[index][currency, default: 0] += amount(row)
                 net[index][currency, default: 0] += amount(row)
             }

@@ -181,6 +181,18 @@ public enum SubscriptionMetricsRollup {
         return result
     }
 
+    /// Millionths as money text with two decimals, rounded half-even: what `SubscriptionMetrics.money` makes of the
+    /// same amount, in integer arithmetic (Decimal formatting was most of a year's answer by day).
+    static func money(micros: Int64) -> String {
+        let (whole, rest) = micros.quotientAndRemainder(dividingBy: 10_000)   // cents, and the millionths below a cent
+        var cents = whole
+        let half: Int64 = 5_000
+        if rest.magnitude > UInt64(half) || (rest.magnitude == UInt64(half) && whole % 2 != 0) { cents += rest < 0 ? -1 : 1 }
+        let sign = cents < 0 ? "-" : ""
+        let units = cents.magnitude / 100, fraction = cents.magnitude % 100
+        return sign + String(units) + "." + (fraction < 10 ? "0" : "") + String(fraction)
+    }
+
     /// What a chain is at an instant: nothing, in a trial, or in a paid period (with its monthly share, when priced).
     enum ActiveState: Equatable {
         case none
@@ -246,7 +258,7 @@ public enum SubscriptionMetricsRollup {
                 position += 1
             }
             func total(_ field: MetricsField, _ source: [String: MetricsTally]) -> Int { Int(clamping: source.values.reduce(0) { $0 &+ $1[field] }) }
-            func money(_ micros: Int64) -> String { SubscriptionMetrics.money(Decimal(micros) / 1_000_000) }
+            func money(_ micros: Int64) -> String { SubscriptionMetricsRollup.money(micros: micros) }
             var interval = MetricsInterval(
                 start: start, end: end, activeSubscriptions: total(.activeSubscriptions, running), activeTrials: total(.activeTrials, running),
                 newSubscriptions: total(.newSubscriptions, counted), trialsStarted: total(.trialsStarted, counted),
@@ -254,6 +266,7 @@ public enum SubscriptionMetricsRollup {
                 renewals: total(.renewals, counted), churned: total(.churned, counted), churnedVoluntary: total(.churnedVoluntary, counted),
                 churnedBilling: total(.churnedBilling, counted), refunds: total(.refunds, counted), refundRate: nil, mrr: [:], arr: [:],
                 grossRevenue: [:], netRevenue: [:])
+            interval.purchases = Int(clamping: counted.filter { !$0.key.isEmpty }.values.reduce(0) { $0 &+ $1[.sales] })
             interval.trialConversionRate = interval.trialsEnded == 0 ? nil : Double(interval.trialConversions) / Double(interval.trialsEnded)
             let paid = total(.paidStarted, counted)
             interval.refundRate = paid == 0 ? nil : Double(interval.refunds) / Double(paid)

@@ -209,3 +209,15 @@ struct SubscriptionMetricsRollupTests {
         try await agree("after a rebuild with two refreshers")
     }
 }
+
+extension SubscriptionMetricsRollupTests {
+    @Test("Money from millionths in integers equals the Decimal rounding half-even, negatives and halves included")
+    func money() {
+        var random = Random(state: 99)
+        var samples: [Int64] = [0, 5_000, 15_000, -5_000, -15_000, 4_999, -4_999, 25_000, 1, -1, 9_990_000, -9_990_000, 1 << 52, -(1 << 52)]
+        for _ in 0..<2_000 { samples.append(Int64(bitPattern: random.next()) % (1 << 40)) }
+        for micros in samples {
+            #expect(SubscriptionMetricsRollup.money(micros: micros) == SubscriptionMetrics.money(Decimal(micros) / 1_000_000), "\(micros)")
+        }
+    }
+}

@@ -46,6 +46,7 @@ struct SubscriptionMetricsTests {
         #expect(march.refunds == 1 && march.refundRate == 0.2)                        // C, of 5 paid periods
         #expect(march.mrr == ["USD": "20.00"] && march.arr == ["USD": "240.00"])      // A and B at 10 a month
         #expect(march.grossRevenue == ["USD": "140.99", "EUR": "4.00"])
+        #expect(march.purchases == 6)                                                  // a2, b1, c1, d1, d2 and the consumable
         #expect(march.netRevenue == ["USD": "20.99", "EUR": "4.00"])
     }
 
@@ -58,6 +59,7 @@ struct SubscriptionMetricsTests {
         #expect(april.trialsEnded == 0 && april.trialConversionRate == nil)
         #expect(april.refunds == 0 && april.refundRate == 0)
         #expect(april.mrr == ["USD": "10.00"] && april.grossRevenue == ["USD": "10.00"] && april.netRevenue == ["USD": "10.00"])
+        #expect(april.purchases == 1)                                                  // a3
     }
 
     @Test("Periods normalise to a month: weekly × 52/12, yearly / 12, and Apple's accelerated sandbox periods likewise")

@@ -309,6 +309,13 @@ def test_the_emulator_page_drives_the_app_store_under_up(browser, tmp_path):
         page.get_by_label("Fault").select_option("http-503")
         page.get_by_role("button", name="Add fault").click()
         assert [f for f in appstore("/admin/v1/faults") if f["endpoint"] == "verifyReceipt"], "the fault is in force"
+        # And the App Store answers with it.
+        import urllib.error
+        try:
+            urllib.request.urlopen(urllib.request.Request(summary["appstore"] + "/sandbox/verifyReceipt", data=b'{"receipt-data": "x"}'), timeout=30)
+            raise AssertionError("verifyReceipt answered normally")
+        except urllib.error.HTTPError as error:
+            assert error.code == 503
         page.get_by_role("button", name="Clear every fault").click()
         assert appstore("/admin/v1/faults") == []
 
@@ -328,3 +335,52 @@ def test_the_emulator_page_drives_the_app_store_under_up(browser, tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_settings_and_webhooks_change_what_the_api_reports(console, browser):
+    context, page = signed_in(browser, console, "developer")
+    page.goto(console.url + "/console/settings?app=" + APP)
+    page.get_by_label("Product id").fill("com.example.magazine.weekpass")
+    page.get_by_label("Type").select_option("non-renewing")
+    page.get_by_label("Entitlement").fill("magazine")
+    page.get_by_label("Days (non-renewing)").fill("7")
+    page.get_by_label("Price", exact=True).fill("1.99")
+    page.get_by_label("Price currency").fill("USD")
+    page.get_by_role("button", name="Save product").click()
+    assert "is saved" in page.get_by_role("status").inner_text()
+    status, products = console.request("GET", f"/admin/v1/apps/{APP}/products", key=console.admin_key)
+    saved = [p for p in products if p["productId"] == "com.example.magazine.weekpass"]
+    assert saved and saved[0]["durationDays"] == 7 and saved[0]["price"] == "1.99", products
+    # A hostile price is refused with the reason, and nothing changes.
+    page.get_by_label("Product id").fill("com.example.magazine.weekpass")
+    page.get_by_label("Type").select_option("non-renewing")
+    page.get_by_label("Price", exact=True).fill("1e40")
+    page.get_by_role("button", name="Save product").click()
+    assert "at most 6 decimals" in page.get_by_role("alert").inner_text()
+    status, products = console.request("GET", f"/admin/v1/apps/{APP}/products", key=console.admin_key)
+    assert [p for p in products if p["productId"] == "com.example.magazine.weekpass"][0]["price"] == "1.99"
+
+    # Rotating a key shows the new one once; the old one keeps working for the grace hour.
+    page.get_by_role("button", name=re.compile("Rotate")).first.click()
+    new_key = re.search(r"sk_[0-9a-f]{64}", page.get_by_role("status").inner_text()).group(0)
+    assert console.user(new_key, "alice")["entitlements"]
+    assert console.user(console.key, "alice")["entitlements"]
+
+    page.goto(console.url + "/console/webhooks?app=" + APP)
+    page.get_by_label("Endpoint URL").fill("http://127.0.0.1:9/hooks")
+    page.get_by_role("button", name="Add endpoint").click()
+    assert re.search(r"whsec_\S+", page.get_by_role("status").inner_text())
+    status, endpoints = console.request("GET", f"/admin/v1/apps/{APP}/webhooks", key=console.admin_key)
+    assert any(e["url"] == "http://127.0.0.1:9/hooks" for e in endpoints), endpoints
+    shoot(page, "webhooks-after-add")
+    context.close()
+    # With an endpoint, a change to a customer is an event on their timeline, and support can send it again.
+    context, page = signed_in(browser, console, "support")
+    page.goto(f"{console.url}/console/customers/{APP}/frank")
+    page.get_by_label("Days").fill("3")
+    page.locator("#f-grant-reason").fill("webhook check")
+    page.get_by_role("button", name="Grant").click()
+    page.goto(f"{console.url}/console/customers/{APP}/frank")
+    page.get_by_role("row").filter(has_text="ENTITLEMENT_GRANTED").get_by_role("button", name="Redeliver").click()
+    assert "queued again for 1 endpoint" in page.get_by_role("status").inner_text()
+    context.close()

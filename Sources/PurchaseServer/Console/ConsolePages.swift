@@ -124,8 +124,8 @@ enum ConsolePages {
         return layout("Overview", session: context.session, active: .overview, notice: context.notice, error: context.error, """
             \(picker(context, path: "/console"))
             <h2>Sales</h2><div class="cards">\
-            \(card("Revenue today", money(data.today?.grossRevenue ?? [:]), "net \(money(data.today?.netRevenue ?? [:]))"))\
-            \(card("Revenue this month", money(data.month?.grossRevenue ?? [:]), "net \(money(data.month?.netRevenue ?? [:]))"))\
+            \(card("Revenue today", money(data.today?.grossRevenue ?? [:]), "\(data.today?.purchases ?? 0) purchases; net \(money(data.today?.netRevenue ?? [:]))"))\
+            \(card("Revenue this month", money(data.month?.grossRevenue ?? [:]), "\(data.month?.purchases ?? 0) purchases; net \(money(data.month?.netRevenue ?? [:]))"))\
             \(card("New subscriptions this month", String((data.month?.newSubscriptions ?? 0) + (data.month?.trialConversions ?? 0))))\
             \(card("Refunds this month", String(data.month?.refunds ?? 0)))</div>
             <h2>Subscriptions</h2><div class="cards">\
@@ -181,7 +181,14 @@ enum ConsolePages {
              "\(HTML.date(subscription.expiresDate))", "\(subscription.environment)"]
         }, empty: "none")
         let timelineRows = timeline.items.map { item -> [HTML] in
-            ["\(HTML.date(item.at))", "\(item.kind)", "\(item.detail.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: "; "))"]
+            var replay: HTML = ""
+            if item.kind == "verification", ["dead", "rejected"].contains(item.detail["state"] ?? "") {
+                replay = HTML.form(action: "/console/jobs/replay", csrf: context.csrf, submit: "Replay", ["<input type=\"hidden\" name=\"id\" value=\"\(item.id)\">"])
+            } else if item.kind == "webhook" {
+                replay = HTML.form(action: base + "/redeliver", csrf: context.csrf, submit: "Redeliver", ["<input type=\"hidden\" name=\"event\" value=\"\(item.id)\">"])
+            }
+            return ["\(HTML.date(item.at))", "\(item.kind)", "\(item.detail.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: "; "))",
+                    replay]
         }
         let more: HTML = timeline.next.map { next -> HTML in "<p><a href=\"\(base)?cursor=\(HTML.urlComponent(next))\">Older events</a></p>" } ?? ""
         let entitlementOptions = entitlementIds.map { ($0, $0) }
@@ -208,7 +215,7 @@ enum ConsolePages {
         return layout("Customer \(user.appUserId)", session: context.session, active: .customers, notice: context.notice, error: context.error, """
             <p><a href="/console/customers?app=\(HTML.urlComponent(context.appId))">All customers</a>\(HTML(raw: user.flagged ? " · <strong>Flagged</strong>: " + HTML.escape(user.flagReason ?? "") : ""))</p>
             \(entitlements)\(balances)\(subscriptions)\(actions)
-            \(HTML.table(caption: "Timeline, newest first", headers: ["When", "What", "Detail"], rows: timelineRows, empty: "nothing yet"))\(more)
+            \(HTML.table(caption: "Timeline, newest first", headers: ["When", "What", "Detail", ""], rows: timelineRows, empty: "nothing yet"))\(more)
             """)
     }
 
@@ -326,7 +333,7 @@ enum ConsolePages {
 
     // MARK: Webhooks
 
-    static func webhooks(_ context: Context, endpoints: [(WebhookEndpoint, [WebhookDelivery])]) -> HTML {
+    static func webhooks(_ context: Context, endpoints: [(WebhookEndpoint, [WebhookDelivery])], newSecret: String? = nil) -> HTML {
         let sections = endpoints.map { endpoint, deliveries -> HTML in
             let rows = deliveries.map { delivery -> [HTML] in
                 ["\(HTML.date(delivery.createdAt))", "\(delivery.type)", "\(delivery.appUserId)", "\(delivery.state)", "\(delivery.attempts)",
@@ -340,8 +347,13 @@ enum ConsolePages {
                 \(HTML.table(caption: "Recent deliveries", headers: ["Created", "Event", "User", "State", "Attempts", "Last answer", ""], rows: rows, empty: "none"))</section>
                 """
         }
+        let add = HTML.form(action: "/console/webhooks/\(HTML.urlComponent(context.appId))", csrf: context.csrf, submit: "Add endpoint", [
+            HTML.field("Endpoint URL", name: "url", type: "url", required: true),
+            HTML.select("Sends", name: "format", options: [("events", "Storekeeper events"), ("apple", "Apple's notifications, unchanged")], selected: "events"),
+        ])
+        let secret: HTML = newSecret.map { secret -> HTML in "<p class=\"notice\" role=\"status\">Signing secret, shown once: <code>\(secret)</code></p>" } ?? ""
         return layout("Webhooks", session: context.session, active: .webhooks, notice: context.notice, error: context.error, """
-            \(picker(context, path: "/console/webhooks", environment: false))\
+            \(picker(context, path: "/console/webhooks", environment: false))\(secret)<section><h2>Add an endpoint</h2>\(add)</section>\
             \(sections.isEmpty ? HTML("<p class=\"empty\">No endpoint yet (<code>storekeeper server webhook add</code>).</p>") : HTML(raw: sections.map(\.text).joined()))
             """)
     }
@@ -365,15 +377,28 @@ enum ConsolePages {
         }, empty: "none")
         let keyRows = keys.map { key -> [HTML] in
             let revoke: HTML = key.revokedAt == nil
-                ? HTML.form(action: "\(base)/keys/\(HTML.urlComponent(key.id))/revoke", csrf: context.csrf, submit: "Revoke", danger: true) : ""
+                ? "\(HTML.form(action: "\(base)/keys/\(HTML.urlComponent(key.id))/rotate", csrf: context.csrf, submit: "Rotate (old one works 1 hour)"))\(HTML.form(action: "\(base)/keys/\(HTML.urlComponent(key.id))/revoke", csrf: context.csrf, submit: "Revoke", danger: true))"
+                : ""
             return ["\(key.id)", "\(key.kind.rawValue)", "\(key.label ?? "")", "…\(key.hint ?? "")", "\(HTML.date(key.createdAt))",
                     "\(HTML.date(key.revokedAt))", revoke]
         }
         let created: HTML = newKey.map { key -> HTML in
             "<p class=\"notice\" role=\"status\">New key, shown once: <code>\(key)</code></p>"
         } ?? ""
+        let types = ProductType.allCases.map { ($0.rawValue, $0.rawValue) }
+        let productForm = HTML.form(action: "\(base)/products", csrf: context.csrf, submit: "Save product", [
+            HTML.field("Product id", name: "product", required: true),
+            HTML.select("Type", name: "type", options: types, selected: ProductType.autoRenewable.rawValue),
+            HTML.field("Entitlement", name: "entitlement"),
+            HTML.field("Credits currency", name: "currency"),
+            HTML.field("Credits per unit", name: "amount", type: "number"),
+            HTML.field("Days (non-renewing)", name: "durationDays", type: "number"),
+            HTML.field("Price", name: "price", attributes: "inputmode=\"decimal\""),
+            HTML.field("Price currency", name: "priceCurrency", attributes: "maxlength=\"3\""),
+        ])
         return layout("Settings", session: context.session, active: .settings, notice: context.notice, error: context.error, """
             \(picker(context, path: "/console/settings", environment: false))\(policies)\(mappings)
+            <section><h2>Add or change a product</h2>\(productForm)</section>
             <section><h2>Keys</h2>\(created)\(HTML.table(caption: "API keys", headers: ["Id", "Kind", "Label", "Ends", "Created", "Revoked", ""], rows: keyRows, empty: "none"))\
             \(HTML.form(action: "\(base)/keys", csrf: context.csrf, submit: "Create key", [
                 HTML.select("Kind", name: "kind", options: [("secret", "secret (server)"), ("public", "public (app)")], selected: "secret"),
