@@ -49,4 +49,5 @@ SERVER=$(serve read)
 echo benchmark-password | "$BIN" server operator add bench@example.com --role admin --password-stdin --url "$SERVER" \
   --admin-key sk_admin_benchmark >/dev/null
 "$PYTHON" bench/metrics_load.py "$SERVER" "$APP" 30 | tee -a "$OUT"
+stop read
 echo "written: $OUT"

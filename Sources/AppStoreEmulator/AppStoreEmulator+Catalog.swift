@@ -30,7 +30,13 @@ extension AppStoreEmulator {
                                          sharedSecret: CatalogApp.derivedSharedSecret(bundleId))
         app.products = configuration.products
         app.subscriptionGroups = configuration.subscriptionGroups
-        return try await register(app: app)
+        app.testSettings = configuration.settings
+        let registered = try await register(app: app)
+        // Xcode's billing grace period: 16 days (the emulator scales days by each account's renewal rate).
+        if configuration.settings.billingGracePeriodEnabled, try await read({ state, _ in state.gracePeriodDays[bundleId] }) == nil {
+            try await setGracePeriod(bundleId: bundleId, days: 16)
+        }
+        return registered
     }
 
     /// Removes a product from sale for good (its identifier stays reserved).

@@ -140,10 +140,13 @@ extension AppStoreEmulator {
             record.originalId = record.id
 
             let event: PaymentStateMachine.Event
+            // The app's StoreKit Testing switches (a .storekit file's settings): every purchase fails, or waits for approval.
+            let settings = app.testSettings
+            let failsEveryPurchase = settings?.failTransactionsEnabled == true || settings?.simulatesError("Purchase") == true
             switch request.simulate?.lowercased() {
             case "cancel": event = .cancelledByUser
             case "fail": event = .failed(.unknown)
-            case nil, "": event = account.askToBuy ? .needsApproval : .charged
+            case nil, "": event = failsEveryPurchase ? .failed(.unknown) : account.askToBuy || settings?.askToBuyEnabled == true ? .needsApproval : .charged
             case let other?: throw StoreError.invalid("Unknown simulate value '\(other)'; use cancel or fail.")
             }
             let action = try machine.handle(event)
@@ -154,7 +157,9 @@ extension AppStoreEmulator {
                 if let upgraded = try AppStoreEmulator.subscribe(&state, &changes, record: &record, product: product, account: account, now: now) {
                     return upgraded
                 }
-                if let offer { AppStoreEmulator.apply(offer, to: &record, changes: &changes, rate: account.renewalRate, now: now) }
+                if let offer {
+                    AppStoreEmulator.apply(offer, to: &record, changes: &changes, rate: state.renewalRate(account, bundleId: bundleId), now: now)
+                }
             }
             state.insert(record)
             changes.transactions.insert(record.id)
@@ -215,6 +220,9 @@ extension AppStoreEmulator {
     static func subscribe(_ state: inout EmulatorState, _ changes: inout Changes, record: inout TransactionRecord,
                           product: CatalogProduct, account: Account, now: Date) throws -> TransactionRecord? {
         guard let period = product.period, let group = product.subscriptionGroupId else { return nil }
+        let rate = state.renewalRate(account, bundleId: record.bundleId)
+        // Xcode's "billing issues" switch: the app's subscriptions fail to renew (they enter billing retry).
+        let billingFails = state.apps[record.bundleId]?.testSettings?.billingIssuesEnabled == true
         let activeChain = state.chains.values.first { chain in
             chain.accountEmail.lowercased() == account.email.lowercased() && chain.bundleId == record.bundleId
                 && chain.environment == record.environment && chain.subscriptionGroupId == group
@@ -251,7 +259,7 @@ extension AppStoreEmulator {
             changes.transactions.insert(previous.id)
             record.originalId = chain.originalTransactionId
             record.originalPurchaseDate = state.transactions[chain.originalTransactionId]?.originalPurchaseDate ?? now
-            record.expiresDate = periodEnd(from: now, period: period, rate: account.renewalRate)
+            record.expiresDate = periodEnd(from: now, period: period, rate: rate)
             chain.productId = product.productId
             chain.autoRenewProductId = product.productId
             chain.autoRenewEnabled = true
@@ -269,17 +277,17 @@ extension AppStoreEmulator {
             switch offer.paymentMode {
             case .free:
                 record.isTrialPeriod = true
-                record.expiresDate = periodEnd(from: now, period: offer.period, rate: account.renewalRate, count: max(1, offer.numberOfPeriods))
+                record.expiresDate = periodEnd(from: now, period: offer.period, rate: rate, count: max(1, offer.numberOfPeriods))
             case .payUpFront:
                 record.isInIntroOfferPeriod = true
-                record.expiresDate = periodEnd(from: now, period: offer.period, rate: account.renewalRate, count: max(1, offer.numberOfPeriods))
+                record.expiresDate = periodEnd(from: now, period: offer.period, rate: rate, count: max(1, offer.numberOfPeriods))
             case .payAsYouGo:
                 record.isInIntroOfferPeriod = true
-                record.expiresDate = periodEnd(from: now, period: offer.period, rate: account.renewalRate)
+                record.expiresDate = periodEnd(from: now, period: offer.period, rate: rate)
                 introRemaining = max(0, offer.numberOfPeriods - 1)
             }
         } else {
-            record.expiresDate = periodEnd(from: now, period: period, rate: account.renewalRate)
+            record.expiresDate = periodEnd(from: now, period: period, rate: rate)
         }
         if var chain = activeChain {
             record.originalId = chain.originalTransactionId
@@ -292,15 +300,17 @@ extension AppStoreEmulator {
             chain.latestTransactionId = record.id
             chain.deviceId = record.deviceId
             chain.expiryNotified = nil
+            if billingFails { chain.billingIssue = true }
             state.chains[chain.originalTransactionId] = chain
             changes.chains.insert(chain.originalTransactionId)
             changes.notify(.subscribed, .resubscribe, record)
         } else {
-            let chain = SubscriptionChain(originalTransactionId: record.id, bundleId: record.bundleId, accountEmail: account.email,
+            var chain = SubscriptionChain(originalTransactionId: record.id, bundleId: record.bundleId, accountEmail: account.email,
                                           deviceId: record.deviceId, environment: record.environment, productId: product.productId,
                                           subscriptionGroupId: group, autoRenewProductId: product.productId, autoRenewEnabled: true,
                                           renewals: 0, introPeriodsRemaining: introRemaining, expirationIntent: nil,
                                           latestTransactionId: record.id)
+            if billingFails { chain.billingIssue = true }
             state.chains[record.id] = chain
             changes.chains.insert(record.id)
             changes.notify(.subscribed, .initialBuy, record)
@@ -467,7 +477,7 @@ extension AppStoreEmulator {
             if let existing = try AppStoreEmulator.subscribe(&state, &changes, record: &record, product: product, account: account, now: now) {
                 return existing  // already subscribed to this product: the code waits for the next renewal at Apple; here it is a no-op
             }
-            AppStoreEmulator.apply(offer, to: &record, changes: &changes, rate: account.renewalRate, now: now, offerType: 3)
+            AppStoreEmulator.apply(offer, to: &record, changes: &changes, rate: state.renewalRate(account, bundleId: bundleId), now: now, offerType: 3)
             if active, let index = changes.notifications.lastIndex(where: { $0.transactionId == record.id }) {
                 changes.notifications[index].type = .offerRedeemed
             }

@@ -23,7 +23,7 @@ extension AppStoreEmulator {
             var changed = false
             while chain.autoRenewEnabled, let expires = latest.expiresDate, expires <= now {
                 let facts = SubscriptionLifecycle.Facts(
-                    latestExpires: expires, accountDeleted: account.deleted, renewalRate: account.renewalRate,
+                    latestExpires: expires, accountDeleted: account.deleted, renewalRate: state.renewalRate(account, bundleId: chain.bundleId),
                     renewalLimitReached: chain.environment == .sandbox && chain.renewals >= state.quirks.sandboxMaxRenewals,
                     gracePeriodDays: state.gracePeriodDays[chain.bundleId], renewalProduct: state.product(chain.bundleId, chain.autoRenewProductId))
                 let (next, actions) = SubscriptionLifecycle.periodEnded(chain, facts, now: now)
@@ -124,7 +124,7 @@ extension AppStoreEmulator {
                 recovered.id = id
                 recovered.productId = product.productId
                 recovered.purchaseDate = now
-                recovered.expiresDate = AppStoreEmulator.periodEnd(from: now, period: period, rate: account.renewalRate)
+                recovered.expiresDate = AppStoreEmulator.periodEnd(from: now, period: period, rate: state.renewalRate(account, bundleId: chain.bundleId))
                 recovered.webOrderLineItemId = state.nextWebOrderLineItemId(chain.environment)
                 recovered.isRenewal = true
                 recovered.isTrialPeriod = false

@@ -11,6 +11,13 @@ struct Counters: Codable, Sendable {
 
 /// Everything the emulator knows; lives in memory behind a lock and is written through to storage.
 struct EmulatorState: Sendable {
+    /// The renewal rate of an account's subscriptions to an app: for a sandbox account the app's `.storekit` time
+    /// rate when it sets one (as an Xcode test session does), else the account's own; production renews as the account does.
+    func renewalRate(_ account: Account, bundleId: String) -> RenewalRate {
+        guard account.environment != .production, let rate = apps[bundleId]?.testSettings?.renewalRate else { return account.renewalRate }
+        return rate
+    }
+
     var apps: [String: CatalogApp] = [:]
     /// Product ids ever used per app: an identifier once used cannot be reused.
     var usedProductIds: [String: Set<String>] = [:]

@@ -3,7 +3,7 @@ import Foundation
 extension CatalogProduct {
     enum Keys: String, CodingKey {
         case productId, type, referenceName, priceTier, prices, price, currency, storefront, localizations, reviewState
-        case clearedForSale, familyShareable, subscriptionGroupId, groupLevel, period, introductoryOffer, promotionalOffers, offerCodes
+        case clearedForSale, familyShareable, subscriptionGroupId, groupLevel, period, introductoryOffer, promotionalOffers, offerCodes, winBackOffers
     }
 
     /// Decodes leniently: only `productId` and `type` are required; `price` + `currency` is a shorthand for one USA price.
@@ -52,12 +52,13 @@ extension CatalogProduct {
                   introductoryOffer: try c.decodeIfPresent(IntroductoryOffer.self, forKey: .introductoryOffer))
         promotionalOffers = try c.decodeIfPresent([PromotionalOffer].self, forKey: .promotionalOffers) ?? []
         offerCodes = try c.decodeIfPresent([PromotionalOffer].self, forKey: .offerCodes) ?? []
+        winBackOffers = try c.decodeIfPresent([PromotionalOffer].self, forKey: .winBackOffers) ?? []
     }
 }
 
 extension CatalogApp {
     enum Keys: String, CodingKey {
-        case bundleId, appAppleId, name, sharedSecret, version, products, subscriptionGroups
+        case bundleId, appAppleId, name, sharedSecret, version, products, subscriptionGroups, testSettings
     }
 
     /// Decodes leniently: only `bundleId` is required.
@@ -71,6 +72,7 @@ extension CatalogApp {
                   version: try c.decodeIfPresent(String.self, forKey: .version) ?? "1.0",
                   products: try c.decodeIfPresent([CatalogProduct].self, forKey: .products) ?? [],
                   subscriptionGroups: try c.decodeIfPresent([String: String].self, forKey: .subscriptionGroups) ?? [:])
+        testSettings = try c.decodeIfPresent(StoreKitTestSettings.self, forKey: .testSettings)
     }
 
     /// A stable 10-digit Apple id derived from the bundle id (FNV-1a), for apps that do not name one.

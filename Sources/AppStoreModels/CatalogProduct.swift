@@ -104,6 +104,8 @@ public struct CatalogProduct: Codable, Sendable, Equatable {
     public var introductoryOffer: IntroductoryOffer?
     /// Promotional offers (auto-renewables): the app offers them to current and lapsed subscribers with a signature.
     public var promotionalOffers: [PromotionalOffer] = []
+    /// Win-back offers (`winbackOffers` in a .storekit file): read and kept; not yet offered to lapsed subscribers.
+    public var winBackOffers: [PromotionalOffer] = []
     /// Offer codes (auto-renewables): one-time codes customers redeem in the App Store (`offerId` is the reference name).
     public var offerCodes: [PromotionalOffer] = []
 
@@ -162,6 +164,8 @@ public struct CatalogApp: Codable, Sendable, Equatable {
     public var products: [CatalogProduct]
     /// Subscription group names by id.
     public var subscriptionGroups: [String: String]
+    /// StoreKit Testing's switches from a `.storekit` file's `settings`, applied to this app's purchases and renewals.
+    public var testSettings: StoreKitTestSettings?
 
     /// Creates an app.
     public init(bundleId: String, appAppleId: Int64, name: String, sharedSecret: String, version: String = "1.0",

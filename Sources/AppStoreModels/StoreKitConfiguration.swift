@@ -19,6 +19,8 @@ public struct StoreKitConfiguration: Sendable {
     public var locale: String
     /// `settings._askToBuyEnabled`.
     public var askToBuyEnabled: Bool
+    /// The whole `settings` block, applied to the app by the emulator.
+    public var settings: StoreKitTestSettings
     /// `version.major`.`minor`, when present.
     public var version: String?
 
@@ -33,6 +35,7 @@ public struct StoreKitConfiguration: Sendable {
         locale = settings["_locale"] as? String ?? "en_US"
         askToBuyEnabled = settings["_askToBuyEnabled"] as? Bool ?? false
         renewalRate = (settings["_timeRate"] as? Int).flatMap(RenewalRate.init(storeKitTimeRate:))
+        self.settings = StoreKitTestSettings(storeKit: settings)
         if let version = root["version"] as? [String: Any], let major = version["major"] as? Int {
             self.version = "\(major).\(version["minor"] as? Int ?? 0)"
         }
@@ -93,8 +96,10 @@ public struct StoreKitConfiguration: Sendable {
                             amount: StoreKitConfiguration.priceText(promotion["displayPrice"]))
                     }
                 }
-                item.promotionalOffers = offers("subscriptionOffers")
+                // Xcode writes promotional offers as `adHocOffers` (`subscriptionOffers` in some older files).
+                item.promotionalOffers = offers("adHocOffers") + offers("subscriptionOffers")
                 item.offerCodes = offers("codeOffers")
+                item.winBackOffers = offers("winbackOffers")
                 products.append(item)
             }
         }
