@@ -102,6 +102,14 @@ extension AppStoreResponder {
                 return .json(try await emulator.register(app: try request.decode(CatalogApp.self)), status: .created)
             }
         }
+        router.on(.get, "/admin/v1/apps/:bundle/storekit") { request in
+            await handle {
+                let app = try await emulator.app(request.parameters["bundle"] ?? "")
+                return Response(status: .ok, headers: ["Content-Type": "application/json",
+                                                       "Content-Disposition": "attachment; filename=\"\(app.bundleId).storekit\""],
+                                body: try StoreKitConfiguration.export(app))
+            }
+        }
         router.on(.put, "/admin/v1/apps/:bundle/storekit") { request in
             await handle {
                 let configuration: StoreKitConfiguration

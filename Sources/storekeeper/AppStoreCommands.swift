@@ -293,3 +293,37 @@ struct NotificationURLCommand: Command {
         try await client.sendAndPrint("PUT", "/admin/v1/apps/\(app.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? app)/notifications", json: body)
     }
 }
+
+/// `storekeeper appstore catalog export`
+struct CatalogExportCommand: Command {
+    static let abstract = "Write an app's catalog as an Xcode .storekit file (products, groups, offers, settings), or as Storekeeper JSON."
+    static let help = """
+    --app BUNDLE_ID [--storekit] [--output FILE] [--url URL]
+
+      --storekit   An Xcode StoreKit configuration file (version 4.0) that Xcode and `appstore serve --catalog B=FILE` read;
+                   without it, the app as Storekeeper's catalog JSON.
+      --output     Write to FILE instead of standard output.
+    """
+    let client: AdminClient
+    let app: String
+    let storekit: Bool
+    let output: String?
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
+        guard let app = try arguments.option("app") else { throw UsageError(description: "give --app BUNDLE_ID") }
+        self.app = app
+        storekit = arguments.flag("storekit")
+        output = try arguments.option("output")
+    }
+
+    func run() async throws {
+        let data = try await client.send("GET", "/admin/v1/apps/\(pathSegment(app))" + (storekit ? "/storekit" : ""))
+        if let output {
+            try data.write(to: URL(fileURLWithPath: output))
+        } else {
+            FileHandle.standardOutput.write(data)
+            print()
+        }
+    }
+}

@@ -21,6 +21,7 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
             ("add", .command(FaultAddCommand.self)), ("clear", .command(FaultClearCommand.self)), ("list", .command(FaultListCommand.self)),
         ])),
         ("ca", .group(abstract: "The emulator's certificate authorities.", children: [("export", .command(CAExportCommand.self))])),
+        ("catalog", .group(abstract: "The emulator's catalogs.", children: [("export", .command(CatalogExportCommand.self))])),
         ("key", .group(abstract: "App Store Server API keys.", children: [("create", .command(ServerAPIKeyCreateCommand.self))])),
         ("notifications", .group(abstract: "App Store Server Notifications V2.", children: [("set", .command(NotificationURLCommand.self))])),
     ])),

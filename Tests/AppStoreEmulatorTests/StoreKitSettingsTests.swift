@@ -1,6 +1,7 @@
 @testable import AppStoreEmulator
 import AppStoreModels
 import Foundation
+import StorekeeperTesting
 import Testing
 
 /// A `.storekit` file as Xcode writes it: its `settings` are applied to the app's purchases and renewals, and
@@ -90,5 +91,30 @@ struct StoreKitSettingsTests {
         #expect(chain.billingRetryStart != nil, "the renewal failed to bill")
         #expect(chain.gracePeriodEnd != nil, "Xcode's billing grace period applies")
         #expect(try await world.emulator.read { state, _ in state.gracePeriodDays["com.example.billing"] } == 16)
+    }
+}
+
+extension StoreKitSettingsTests {
+    @Test("Exported as a .storekit file and read back, every example catalog and its settings come back the same")
+    func roundTrip() throws {
+        let examples = TestSupport.repositoryRoot().appendingPathComponent("examples")
+        var files = try FileManager.default.contentsOfDirectory(atPath: examples.path).filter { $0.hasSuffix(".storekit") }.map {
+            try Data(contentsOf: examples.appendingPathComponent($0))
+        }
+        files.append(Self.file(settings: "\"_timeRate\" : 12, \"_failTransactionsEnabled\" : true, \"_developerTeamID\" : \"T1\""))
+        #expect(files.count >= 5)
+        for data in files {
+            let imported = try StoreKitConfiguration(data: data)
+            var app = CatalogApp(bundleId: "com.example.roundtrip", appAppleId: 1, name: "x", sharedSecret: "s", products: imported.products,
+                                 subscriptionGroups: imported.subscriptionGroups)
+            app.testSettings = imported.settings
+            let again = try StoreKitConfiguration(data: StoreKitConfiguration.export(app))
+            // The same products (the file groups them by kind, so the order may differ).
+            let (mine, theirs) = (again.products.sorted { $0.productId < $1.productId }, imported.products.sorted { $0.productId < $1.productId })
+            #expect(mine.map(\.productId) == theirs.map(\.productId))
+            for (exported, original) in zip(mine, theirs) where exported != original { Issue.record("\(exported) != \(original)") }
+            #expect(again.subscriptionGroups == imported.subscriptionGroups)
+            #expect(again.settings == imported.settings)
+        }
     }
 }

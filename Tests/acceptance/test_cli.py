@@ -16,7 +16,8 @@ COMMANDS = [
     ["server", "user", "show"], ["server", "jobs", "list"], ["server", "jobs", "replay"], ["server", "report"], ["up"],
     ["appstore", "tester", "family"], ["appstore", "refund"], ["appstore", "subscription"], ["appstore", "grace-period"],
     ["appstore", "redeem-code"], ["appstore", "key", "create"], ["appstore", "notifications", "set"], ["jws", "decode"], ["jws", "bench"],
-    ["server", "reconcile"], ["shop"], ["shop-bench"],
+    ["server", "reconcile"], ["shop"], ["shop-bench"], ["server", "operator", "add"], ["server", "operator", "list"],
+    ["server", "operator", "remove"], ["server", "metrics"], ["appstore", "catalog", "export"],
 ]
 
 
