@@ -23,14 +23,15 @@ extension PurchaseStore {
         if !replacing, try await database.transaction({ db in try OperatorRepository(db: db).operatorRecord(email) }) != nil {
             throw ServerError(.operatorExists, "\(email) is already an operator.")
         }
-        let hash = try password.map { password -> String in
+        var hash: String?
+        if let password {
             guard (8...PasswordHash.maximumLength).contains(password.utf8.count) else {
                 throw ServerError(.invalidPassword, "A password is 8 to \(PasswordHash.maximumLength) bytes.")
             }
-            return try PasswordHash.make(password)
+            hash = try await passwordChecks.run { try PasswordHash.make(password) }
         }
         let token = Self.secretToken()
-        let record = try await database.transaction { [ids] db in
+        let record = try await database.transaction { [ids, hash] db in
             let operators = OperatorRepository(db: db)
             try operators.upsert(email: email, role: role, passwordHash: hash, now: now.milliseconds)
             try operators.addLink(tokenHash: APIKey.hash(token), email: email, expiresAt: now.addingTimeInterval(Self.linkLifetime).milliseconds)
@@ -59,7 +60,8 @@ extension PurchaseStore {
 
     /// Checks a password and opens a session: its cookie token, or nil when the email or password is wrong
     /// (the same answer for both, and a hash is checked either way so that timing does not tell them apart).
-    /// scrypt runs on two queues of its own, at most 8 waiting: a burst of sign-ins gets `busy`, not the server's threads.
+    /// scrypt runs on two queues of its own, at most 8 checks in flight (2 running, 6 waiting): a burst of sign-ins
+    /// gets `busy`, not the server's threads.
     public func logIn(email: String, password: String, now: Date) async throws -> String? {
         guard let email = Operator.normalizedEmail(email), password.utf8.count <= PasswordHash.maximumLength else { return nil }
         let stored = try await database.transaction { db in try OperatorRepository(db: db).operatorRecord(email)?.passwordHash }

@@ -24,7 +24,7 @@ public final class PurchaseStore: Sendable {
     let settlements = GroupCommit<Settlement, (JobState, SettlementResult)?>(maxBatch: 256)
     /// Woken when webhook events are written (the deliverer sleeps on it between passes).
     let webhookSignal = WakeSignal()
-    /// Console password checks (scrypt, ~32 MB and tens of ms each): two at a time off the shared threads, 8 waiting at most.
+    /// Console password hashing and checks (scrypt, ~32 MB and tens of ms each): two at a time off the shared threads, 8 in flight at most.
     let passwordChecks = BoundedWork(label: "storekeeper.passwords", width: 2, maximumPending: 8)
 
     public init(database: any SQLDatabase, secrets: SecretBox? = nil, ids: any IDGenerator = RandomIDs()) {

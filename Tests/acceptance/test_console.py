@@ -249,6 +249,11 @@ def test_metrics_and_transactions_show_the_ledger(console, browser):
         page.get_by_role("link", name="Export these as CSV").click()
     text = pathlib.Path(download.value.path()).read_text()
     assert text.startswith("purchase_date,transaction_id") and "alice" in text
+    # Every transaction the admin API lists, once each (every cell is quoted).
+    import csv, io
+    exported = [row["transaction_id"] for row in csv.DictReader(io.StringIO(text))]
+    status, rows = console.request("GET", f"/admin/v1/transactions?app={APP}&limit=1000", key=console.admin_key)
+    assert status == 200 and sorted(exported) == sorted(row["transaction_id"] for row in rows), (exported, rows)
     context.close()
 
 

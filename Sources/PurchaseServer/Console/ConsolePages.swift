@@ -163,7 +163,7 @@ enum ConsolePages {
 
     static func customer(_ context: Context, user: UserView, timeline: TimelinePage, entitlementIds: [String]) -> HTML {
         let base = "/console/customers/\(HTML.urlComponent(context.appId))/\(HTML.urlComponent(user.appUserId))"
-        let entitlements = HTML.table(caption: "Entitlements", headers: ["Entitlement", "Active", "Source", "Product", "Expires", ""],
+        let entitlements = HTML.table(caption: "Entitlements", headers: ["Entitlement", "Active", "Source", "Product", "Expires", "Action"],
                                       rows: user.entitlements.map { entitlement in
             let revoke: HTML = entitlement.source == "promotional" && entitlement.active
                 ? HTML.form(action: base + "/revoke", csrf: context.csrf, submit: "Revoke", danger: true, [
@@ -215,7 +215,7 @@ enum ConsolePages {
         return layout("Customer \(user.appUserId)", session: context.session, active: .customers, notice: context.notice, error: context.error, """
             <p><a href="/console/customers?app=\(HTML.urlComponent(context.appId))">All customers</a>\(HTML(raw: user.flagged ? " · <strong>Flagged</strong>: " + HTML.escape(user.flagReason ?? "") : ""))</p>
             \(entitlements)\(balances)\(subscriptions)\(actions)
-            \(HTML.table(caption: "Timeline, newest first", headers: ["When", "What", "Detail", ""], rows: timelineRows, empty: "nothing yet"))\(more)
+            \(HTML.table(caption: "Timeline, newest first", headers: ["When", "What", "Detail", "Action"], rows: timelineRows, empty: "nothing yet"))\(more)
             """)
     }
 
@@ -315,7 +315,7 @@ enum ConsolePages {
 
     static func jobs(_ context: Context, state: JobState?, jobs: [VerificationJob], counts: [String: Int64]) -> HTML {
         let states: [(String, String)] = [("", "Any")] + JobState.allCases.map { ($0.rawValue, "\($0.rawValue) (\(counts[$0.rawValue] ?? 0))") }
-        let table = HTML.table(caption: "Verification jobs", headers: ["Uploaded", "Id", "User", "State", "Attempts", "Reason", ""], rows: jobs.map { job in
+        let table = HTML.table(caption: "Verification jobs", headers: ["Uploaded", "Id", "User", "State", "Attempts", "Reason", "Action"], rows: jobs.map { job in
             let replay: HTML = job.state == .dead || job.state == .rejected
                 ? HTML.form(action: "/console/jobs/replay", csrf: context.csrf, submit: "Replay", ["<input type=\"hidden\" name=\"id\" value=\"\(job.id)\">"]) : ""
             return ["\(HTML.date(job.createdAt.milliseconds))", "\(job.id)",
@@ -344,7 +344,7 @@ enum ConsolePages {
             return """
                 <section><h2>\(endpoint.url)</h2><p class="muted">\(endpoint.id) · \(endpoint.format.rawValue) · \
                 \(endpoint.eventTypes.isEmpty ? "every event" : endpoint.eventTypes.map(\.rawValue).joined(separator: ", ")) · secret …\(endpoint.secretHint)</p>\
-                \(HTML.table(caption: "Recent deliveries", headers: ["Created", "Event", "User", "State", "Attempts", "Last answer", ""], rows: rows, empty: "none"))</section>
+                \(HTML.table(caption: "Recent deliveries", headers: ["Created", "Event", "User", "State", "Attempts", "Last answer", "Action"], rows: rows, empty: "none"))</section>
                 """
         }
         let add = HTML.form(action: "/console/webhooks/\(HTML.urlComponent(context.appId))", csrf: context.csrf, submit: "Add endpoint", [
@@ -399,7 +399,7 @@ enum ConsolePages {
         return layout("Settings", session: context.session, active: .settings, notice: context.notice, error: context.error, """
             \(picker(context, path: "/console/settings", environment: false))\(policies)\(mappings)
             <section><h2>Add or change a product</h2>\(productForm)</section>
-            <section><h2>Keys</h2>\(created)\(HTML.table(caption: "API keys", headers: ["Id", "Kind", "Label", "Ends", "Created", "Revoked", ""], rows: keyRows, empty: "none"))\
+            <section><h2>Keys</h2>\(created)\(HTML.table(caption: "API keys", headers: ["Id", "Kind", "Label", "Ends", "Created", "Revoked", "Action"], rows: keyRows, empty: "none"))\
             \(HTML.form(action: "\(base)/keys", csrf: context.csrf, submit: "Create key", [
                 HTML.select("Kind", name: "kind", options: [("secret", "secret (server)"), ("public", "public (app)")], selected: "secret"),
                 HTML.field("Label", name: "label"),
@@ -418,7 +418,7 @@ enum ConsolePages {
         }
         let shown: HTML = link.map { link -> HTML in "<p class=\"notice\" role=\"status\">One-time login link (24 hours): <code>\(link)</code></p>" } ?? ""
         return layout("Operators", session: context.session, active: .operators, notice: context.notice, error: context.error, """
-            \(shown)\(HTML.table(caption: "Operators", headers: ["Email", "Role", "Password", "Added", ""], rows: rows))
+            \(shown)\(HTML.table(caption: "Operators", headers: ["Email", "Role", "Password", "Added", "Action"], rows: rows))
             <section><h2>Add an operator</h2>\(HTML.form(action: "/console/operators", csrf: context.csrf, submit: "Add and make a login link", [
                 HTML.field("Email", name: "email", type: "email", required: true),
                 HTML.select("Role", name: "role", options: OperatorRole.allCases.map { ($0.rawValue, $0.rawValue) }, selected: "support"),
