@@ -15,7 +15,7 @@ CATALOGS := --catalog com.example.coins=examples/coins.storekit \
             --catalog com.example.comics=examples/comics.storekit \
             --catalog com.example.magazine=examples/magazine.storekit
 
-.PHONY: help deps pydeps build release run appstore test test-swift test-acceptance bench fuzz soak-model sanitize clean
+.PHONY: help deps pydeps build release install run appstore test test-swift test-acceptance bench fuzz soak-model sanitize clean
 
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= der receipt legacy-receipt jws json catalog http-response http-request
@@ -24,6 +24,7 @@ help:
 	@echo "make run    install what is missing, build, start the App Store emulator and the purchase server (storekeeper up)"
 	@echo "make test   install what is missing, run the Swift suites and the acceptance suites"
 	@echo "make bench  build release and print benchmark figures (written under bench/results/)"
+	@echo "make install [PREFIX=/usr/local]  install the storekeeper binary (the example stores are built into it)"
 	@echo "make fuzz   run every libFuzzer harness for FUZZ_SECONDS (default 60) each; crashes are kept under Tests/fuzz/"
 	@echo "make sanitize  run the Swift suites under ThreadSanitizer and AddressSanitizer"
 	@echo "make soak-model SCRIPTS=N [SEED=S]  run N random lifecycle scripts against the emulator's truth (make test runs 300)"
@@ -41,6 +42,11 @@ build: deps
 
 release: deps
 	swift build -c release
+
+PREFIX ?= /usr/local
+# The one binary, with the example stores built in: it runs from anywhere.
+install: release
+	install -D -m 0755 .build/release/storekeeper $(DESTDIR)$(PREFIX)/bin/storekeeper
 
 run: release
 	.build/release/storekeeper up --data $(DATA) --appstore-port $(APPSTORE_PORT) --server-port $(SERVER_PORT)

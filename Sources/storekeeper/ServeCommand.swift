@@ -82,7 +82,11 @@ enum CatalogLoader {
             bundleId = String(entry[..<equals])
             path = String(entry[entry.index(after: equals)...])
         }
-        guard let data = FileManager.default.contents(atPath: path) else { throw CommandFailure(description: "cannot read catalog \(path)") }
+        // A missing example file is found built into the binary (`examples/coins.storekit` wherever it runs).
+        let name = URL(fileURLWithPath: path).lastPathComponent
+        guard let data = FileManager.default.contents(atPath: path) ?? ExampleCatalogs.files[name].map({ Data($0.utf8) }) else {
+            throw CommandFailure(description: "cannot read catalog \(path)")
+        }
         if let file = try? JSONDecoder().decode(CatalogFile.self, from: data) {
             for app in file.apps { try await emulator.register(app: app) }
             return

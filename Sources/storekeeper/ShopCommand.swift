@@ -30,12 +30,17 @@ struct ShopOptions {
         account = try arguments.option("account") ?? "sandbox@example.com"
         device = try arguments.option("device")
         user = try arguments.option("user") ?? "player"
-        guard let appStore = URL(string: try arguments.option("appstore") ?? "http://127.0.0.1:8010"),
-              let server = URL(string: try arguments.option("server") ?? "http://127.0.0.1:8020") else { throw UsageError(description: "bad URL") }
+        data = URL(fileURLWithPath: try arguments.option("data") ?? "./.storekeeper", isDirectory: true)
+        // A running `storekeeper up` with the same --data says where it listens; else the default ports.
+        let running = (try? Data(contentsOf: data.appendingPathComponent("up.json")))
+            .flatMap { try? JSONSerialization.jsonObject(with: $0) as? [String: String] } ?? [:]
+        guard let appStore = URL(string: try arguments.option("appstore") ?? running["appstore"] ?? "http://127.0.0.1:8010"),
+              let server = URL(string: try arguments.option("server") ?? running["server"] ?? "http://127.0.0.1:8020") else {
+            throw UsageError(description: "bad URL")
+        }
         appStoreURL = appStore
         serverURL = server
         apiKey = try arguments.option("api-key")
-        data = URL(fileURLWithPath: try arguments.option("data") ?? "./.storekeeper", isDirectory: true)
     }
 
     /// The device's shop: signs in (keeping the device id for next time), opens the journal, resumes open orders.

@@ -49,7 +49,7 @@ struct UpCommand: Command {
       --data DIR            State directory (default ./.storekeeper): appstore/ and server/ inside.
       --appstore-port P     Emulator port (default 8010; 0 = any free port).
       --server-port P       Purchase server port (default 8020; 0 = any free port).
-      --examples DIR        Where the example .storekit files are (default ./examples).
+      --examples DIR        Where the example .storekit files are (default ./examples; the copies built into the binary when absent).
       --quiet               No access logs.
     """
 
@@ -136,6 +136,11 @@ struct UpCommand: Command {
                                       "console": serverURL + "/console", "consoleLoginLink": consoleLink]
         let line = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys, .withoutEscapingSlashes])
         say(String(decoding: line, as: UTF8.self))
+        // Where this `up` listens, for `storekeeper shop` and scripts started with the same --data (removed at exit).
+        let addresses = root.appendingPathComponent("up.json")
+        try SecretFiles.replace(addresses, with: try JSONSerialization.data(withJSONObject: ["appstore": appstoreURL, "server": serverURL],
+                                                                            options: [.sortedKeys, .withoutEscapingSlashes]))
+        defer { try? FileManager.default.removeItem(at: addresses) }
         let coins = keys["com.example.coins"] ?? ""
         say("""
 

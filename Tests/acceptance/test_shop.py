@@ -141,3 +141,26 @@ def test_interactive_shop_buys_counts_and_restores(up):
         assert "owned" in row(screen, titles[globe - 1])
     finally:
         new_device.close()
+
+
+def test_up_runs_from_anywhere_and_shop_finds_it_by_its_data_directory(tmp_path):
+    """No checkout around it: `up` started in an empty directory loads the example stores built into the binary,
+    writes where it listens into its data directory, and `shop` given only that directory finds it."""
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    data = str(tmp_path / "data")
+    process = subprocess.Popen([BIN, "up", "--data", data, "--appstore-port", "0", "--server-port", "0", "--quiet"], cwd=work,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        summary = json.loads(process.stdout.readline())
+        assert {app["bundleId"] for app in summary["apps"]} == {"com.example.coins", "com.example.football", "com.example.comics", "com.example.magazine"}
+        listed = subprocess.run([BIN, "shop", "list", "--json", "--catalog", "magazine", "--data", data], cwd=work, capture_output=True, text=True,
+                                timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        assert "com.example.magazine.monthly" in listed.stdout
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=20)
+    # Once it has stopped, the address file is gone (a later `shop` does not talk to a dead port by mistake).
+    import os
+    assert not os.path.exists(os.path.join(data, "up.json"))
