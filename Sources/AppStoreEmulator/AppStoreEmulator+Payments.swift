@@ -59,6 +59,11 @@ extension AppStoreEmulator {
         try await read { state, _ in
             let (_, account) = try AppStoreEmulator.device(deviceId, in: state)
             guard let app = state.apps[bundleId] else { throw StoreError.notFound("App \(bundleId)") }
+            // The app's .storekit file switched Xcode's "Load Products" error on: the request fails as StoreKit's would.
+            if app.testSettings?.simulatesError("Load Products") == true {
+                throw StoreError.storeKit(.unknown, "Loading products failed (the app's StoreKit Testing settings simulate this error).",
+                                          status: .serviceUnavailable)
+            }
             var products: [StoreProduct] = []
             var invalid: [String] = []
             var seen: Set<String> = []

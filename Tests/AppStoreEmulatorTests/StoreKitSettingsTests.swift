@@ -71,6 +71,14 @@ struct StoreKitSettingsTests {
         #expect(failed.state == .failed && failed.error == .unknown)
         try await world.emulator.register(storeKit: StoreKitConfiguration(data: Self.file(settings: "\"_askToBuyEnabled\" : true")), bundleId: "com.example.asks")
         #expect(try await world.buy("com.example.asks", "coins").state == .deferred)
+        // Xcode's "Load Products" error: the products request fails; without it the same file's products load.
+        try await world.emulator.register(storeKit: StoreKitConfiguration(data: Self.file(settings: """
+            "_storeKitErrors" : [ { "current" : null, "enabled" : true, "name" : "Load Products" } ]
+            """)), bundleId: "com.example.noproducts")
+        await #expect(throws: StoreError.self) {
+            _ = try await world.emulator.products(bundleId: "com.example.noproducts", deviceId: world.device, ids: ["coins"])
+        }
+        #expect(try await world.emulator.products(bundleId: "com.example.fails", deviceId: world.device, ids: ["coins"]).products.count == 1)
         // Without the switches the same products sell.
         try await world.emulator.register(storeKit: StoreKitConfiguration(data: Self.file(settings: "")), bundleId: "com.example.plain")
         #expect(try await world.buy("com.example.plain", "coins").state == .purchased)
