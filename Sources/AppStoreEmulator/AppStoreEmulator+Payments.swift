@@ -43,6 +43,14 @@ public struct PaymentRequest: Codable, Sendable {
         public var nonce: String
         public var timestamp: Int64
         public var signature: String
+
+        public init(offerId: String, keyId: String, nonce: String, timestamp: Int64, signature: String) {
+            self.offerId = offerId
+            self.keyId = keyId
+            self.nonce = nonce
+            self.timestamp = timestamp
+            self.signature = signature
+        }
     }
 
     public init(productId: String, quantity: Int? = nil, applicationUsername: String? = nil, simulate: String? = nil) {

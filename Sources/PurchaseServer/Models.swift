@@ -263,6 +263,8 @@ public struct ServerError: Error, Sendable, CustomStringConvertible, Equatable {
         public static let invalidPassword = Code("invalid_password", .invalidRequest)
         public static let operatorNotFound = Code("operator_not_found", .notFound)
         public static let operatorExists = Code("operator_exists", .conflict)
+        public static let offerKeyMissing = Code("offer_key_missing", .conflict)
+        public static let userTokenRequired = Code("user_token_required", .unauthenticated)
         public static let missingIdempotencyKey = Code("missing_idempotency_key", .invalidRequest)
         public static let missingUserToken = Code("missing_user_token", .unauthenticated)
         public static let nestedUnverifiable = Code("nested_unverifiable", .unavailable)

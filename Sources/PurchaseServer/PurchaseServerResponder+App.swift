@@ -1,4 +1,5 @@
 import AppStoreModels
+import Clocks
 import Foundation
 import HTTP
 
@@ -71,6 +72,41 @@ extension PurchaseServerResponder {
                     }
                 }
                 return .json(try await server.store.alias(appId: key.appId, appUserId: user, alias: alias, now: server.clock.now()))
+            }
+        }
+        // A promotional offer signed with the app's In-App Purchase key, so the app never holds the key. With a public
+        // key the user's token is required: an offer is signed for the user who asks, never for a name alone.
+        router.on(.post, "/v1/offers/sign") { request in
+            await guarded {
+                let key = try authenticate(request, server)
+                struct OfferBody: Decodable {
+                    var appUserId: String?
+                    var productId: String
+                    var offerId: String
+                    var appAccountToken: String?
+                }
+                let body = try request.decode(OfferBody.self)
+                let (user, authenticated) = try await authorize(request, server, key: key, naming: body.appUserId)
+                guard key.kind == .secret || authenticated else {
+                    throw ServerError(.userTokenRequired, "Signing an offer with a public key needs the user's token (Storekeeper-User-Token).")
+                }
+                let productId = try ClientIdentifier(body.productId, .productId).value
+                guard (1...64).contains(body.offerId.utf8.count),
+                      body.offerId.unicodeScalars.allSatisfy({ $0.isASCII && $0.properties.generalCategory != .control && $0 != "\u{2063}" }) else {
+                    throw HTTPError.badRequest("offerId is the offer's identifier: 1–64 ASCII characters.", code: "invalid_offer")
+                }
+                if let token = body.appAccountToken, UUID(uuidString: token) == nil {
+                    throw HTTPError.badRequest("appAccountToken is a UUID.", code: "invalid_app_account_token")
+                }
+                guard let app = try await server.store.cachedApp(key.appId), let credentials = app.serverAPIKey else {
+                    throw ServerError(.offerKeyMissing, "The app has no In-App Purchase key (server app add --server-api-key-id …) to sign offers with.")
+                }
+                // Real time, not an emulated clock the server may follow: StoreKit judges the 24 hours on its own.
+                let signed = try PromotionalOfferSigner.sign(bundleId: app.id, credentials: credentials, productId: productId, offerId: body.offerId,
+                                                             appAccountToken: body.appAccountToken, nonce: UUID().uuidString,
+                                                             timestamp: Int64(SystemClock().now().timeIntervalSince1970 * 1000))
+                try await server.store.auditOffer(appId: app.id, userId: user, productId: productId, offerId: body.offerId, now: server.clock.now())
+                return .json(signed)
             }
         }
         // Apple calls this one: no API key, the signatures are the authentication.

@@ -131,6 +131,14 @@ extension PurchaseStore {
         }
     }
 
+    /// Records that an offer was signed for a user (who asked for which discount).
+    func auditOffer(appId: String, userId: String, productId: String, offerId: String, now: Date) async throws {
+        try await database.transaction { [ids] db in
+            try AuditRepository(db: db, ids: ids).append(appId: appId, userId: userId, kind: "offer_signed",
+                                                         detail: ["productId": productId, "offerId": offerId], now: now)
+        }
+    }
+
     /// Records a console action with the operator's name (the API's own audit records say what changed).
     func auditConsole(_ session: ConsoleSession, appId: String, userId: String?, action: String, detail: [String: String], now: Date) async throws {
         try await database.transaction { [ids] db in
