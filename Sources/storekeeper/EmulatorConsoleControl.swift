@@ -15,7 +15,7 @@ struct EmulatorConsoleControl: ConsoleEmulatorControl {
         try await emulator.faults().map { fault in
             var line = "\(fault.endpoint): \(fault.behavior)"
             if fault.latencyMax > 0 { line += String(format: ", %.0f–%.0f s late", fault.latencyMin, fault.latencyMax) }
-            if let until = fault.expiresAt { line += ", until " + ISO8601DateFormatter().string(from: until) }
+            if let until = fault.expiresAt { line += ", until " + ReceiptDate.rfc3339(until) }
             return line
         }
     }

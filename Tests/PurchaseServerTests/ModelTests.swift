@@ -20,18 +20,7 @@ import Testing
 /// `STOREKEEPER_MODEL_SCRIPTS` (default 300) and `STOREKEEPER_MODEL_SEED` choose the run; `make soak-model SCRIPTS=N` runs long.
 @Suite("Model: the server agrees with the App Store after every step", .serialized)
 struct ModelTests {
-    /// SplitMix64: small, fast, and the same on every machine.
-    struct Generator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-        mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(max(1, bound))) }
-    }
+    typealias Generator = SplitMix64
 
     enum Delivery: String, CaseIterable { case inOrder = "in order", reversed, twice, late, never }
 

@@ -11,37 +11,25 @@ struct SubscriptionMetricsRollupTests {
     static let t0: Int64 = 1_772_323_200_000   // 2026-03-01T00:00:00Z
     static let day: Int64 = 86_400_000
 
-    /// SplitMix64, so a failing seed can be run again.
-    struct Random: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-        mutating func below(_ bound: Int64) -> Int64 { Int64(next() % UInt64(max(1, bound))) }
-        mutating func chance(_ percent: Int64) -> Bool { below(100) < percent }
-    }
+    typealias Random = SplitMix64
 
     /// A random chain: an optional trial, then periods (weekly, monthly or yearly; some with gaps, some refunded,
     /// some at odd instants), or a one-off purchase; prices with up to 6 decimals in one of three currencies or none.
     static func chain(_ id: Int, _ random: inout Random) -> (rows: [MetricsRow], reason: String?) {
         let original = "o\(id)"
         let environment = random.chance(20) ? "Sandbox" : "Production"
-        let currency: String? = random.chance(10) ? nil : ["USD", "EUR", "JPY"][Int(random.below(3))]
-        let price = Decimal(random.below(20_000_000)) / 1_000_000
-        var start = t0 + random.below(120 * day)
+        let currency: String? = random.chance(10) ? nil : ["USD", "EUR", "JPY"][Int(random.below(int64: 3))]
+        let price = Decimal(random.below(int64: 20_000_000)) / 1_000_000
+        var start = t0 + random.below(int64: 120 * day)
         if random.chance(20) {
-            let type: ProductType = [.consumable, .nonConsumable, .nonRenewing][Int(random.below(3))]
+            let type: ProductType = [.consumable, .nonConsumable, .nonRenewing][Int(random.below(int64: 3))]
             return ([MetricsRow(transactionId: "\(original)-0", originalTransactionId: original, environment: environment, productType: type,
                                 purchaseDate: start, expiresDate: type == .nonRenewing ? start + 30 * day : nil,
-                                cancellationDate: random.chance(15) ? start + random.below(40 * day) : nil, quantity: 1 + random.below(3),
+                                cancellationDate: random.chance(15) ? start + random.below(int64: 40 * day) : nil, quantity: 1 + random.below(int64: 3),
                                 price: price, currency: currency)], nil)
         }
         let lengths: [Int64] = [7 * day, 30 * day, 365 * day, 3 * 60_000]
-        let length = lengths[Int(random.below(4))]
+        let length = lengths[Int(random.below(int64: 4))]
         var rows: [MetricsRow] = []
         if random.chance(40) {
             rows.append(MetricsRow(transactionId: "\(original)-t", originalTransactionId: original, environment: environment, productType: .autoRenewable,
@@ -49,15 +37,15 @@ struct SubscriptionMetricsRollupTests {
                                    isTrial: true, price: 0, currency: currency))
             start += 7 * day
         }
-        for period in 0..<random.below(8) {
-            if random.chance(15) { start += random.below(10 * day) }   // a gap: billing retry, or a return
-            let refunded = random.chance(10) ? start + random.below(length + 5 * day) : nil
+        for period in 0..<random.below(int64: 8) {
+            if random.chance(15) { start += random.below(int64: 10 * day) }   // a gap: billing retry, or a return
+            let refunded = random.chance(10) ? start + random.below(int64: length + 5 * day) : nil
             rows.append(MetricsRow(transactionId: "\(original)-\(period)", originalTransactionId: original, environment: environment,
                                    productType: .autoRenewable, purchaseDate: start, expiresDate: start + length, cancellationDate: refunded,
                                    price: random.chance(10) ? price * 2 : price, currency: currency))
             start += length
         }
-        return (rows, [nil, "1", "2", "3"][Int(random.below(4))])
+        return (rows, [nil, "1", "2", "3"][Int(random.below(int64: 4))])
     }
 
     /// The rollup's answer from stored contributions, as the server reads it.
@@ -76,19 +64,19 @@ struct SubscriptionMetricsRollupTests {
         var random = Random(state: 20_261_201)
         var compared = 0
         for _ in 0..<60 {
-            let chains = (0..<Int(random.below(40)) + 1).map { Self.chain($0, &random) }
+            let chains = (0..<Int(random.below(int64: 40)) + 1).map { Self.chain($0, &random) }
             let rows = chains.flatMap(\.rows)
             var reasons: [String: String] = [:]
             for (rows, reason) in chains { if let first = rows.first, let reason { reasons[first.environment + "|" + first.originalTransactionId] = reason } }
             let contributions = chains.map { SubscriptionMetricsRollup.contribution(of: $0.rows, churnReason: $0.reason) }
             for _ in 0..<6 {
                 // Now: often mid-day and at the edges of a day, where the moments of today matter.
-                var now = Self.t0 + random.below(500 * Self.day)
-                if random.chance(30) { now = SubscriptionMetricsRollup.day(of: now) + [0, 1, Self.day - 1][Int(random.below(3))] }
-                if random.chance(30), let row = rows.randomElement(using: &random), let expires = row.expiresDate { now = expires + random.below(3) - 1 }
-                let interval = SubscriptionMetrics.Interval.allCases[Int(random.below(3))]
-                let from = Self.t0 + random.below(200 * Self.day) - 30 * Self.day
-                let boundaries = SubscriptionMetrics.boundaries(from: from, to: from + (1 + random.below(300)) * Self.day, interval: interval)
+                var now = Self.t0 + random.below(int64: 500 * Self.day)
+                if random.chance(30) { now = SubscriptionMetricsRollup.day(of: now) + [0, 1, Self.day - 1][Int(random.below(int64: 3))] }
+                if random.chance(30), let row = rows.randomElement(using: &random), let expires = row.expiresDate { now = expires + random.below(int64: 3) - 1 }
+                let interval = SubscriptionMetrics.Interval.allCases[Int(random.below(int64: 3))]
+                let from = Self.t0 + random.below(int64: 200 * Self.day) - 30 * Self.day
+                let boundaries = SubscriptionMetrics.boundaries(from: from, to: from + (1 + random.below(int64: 300)) * Self.day, interval: interval)
                 let expected = SubscriptionMetrics.compute(rows: rows, churnReasons: reasons, boundaries: boundaries, now: now)
                 let actual = Self.fromRollup(contributions, boundaries: boundaries, now: now)
                 // The first interval that differs, alone (the whole answer is long).
@@ -110,7 +98,7 @@ struct SubscriptionMetricsRollupTests {
         var current = chains
         // Edit chains one at a time (a refund, a renewal, an extension), replacing each one's stored contribution.
         for step in 0..<40 {
-            let index = Int(random.below(Int64(current.count)))
+            let index = Int(random.below(int64: Int64(current.count)))
             guard var last = current[index].rows.last else { continue }
             switch step % 3 {
             case 0: current[index].rows[current[index].rows.count - 1].cancellationDate = last.purchaseDate + Self.day
