@@ -27,6 +27,10 @@ struct SubscriptionRepository {
     let appId: String
     let environment: String
 
+    /// Records what a notification or a verification says about a subscription, unless a later-signed state is
+    /// already stored. The renewal fields are the chain's; the expiry and the revocation are those of the
+    /// transaction it carried, so a transaction older than the stored one (a refund of a past period, say)
+    /// moves neither: the chain's current period stands.
     func record(_ state: SubscriptionState) throws {
         try db.query("""
             INSERT INTO subscriptions (app_id, environment, original_transaction_id, product_id, auto_renew_product_id, auto_renew_status,
@@ -34,9 +38,13 @@ struct SubscriptionRepository {
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (app_id, environment, original_transaction_id) DO UPDATE SET
             product_id = excluded.product_id, auto_renew_product_id = excluded.auto_renew_product_id,
-            auto_renew_status = excluded.auto_renew_status, expires_date = COALESCE(excluded.expires_date, subscriptions.expires_date),
+            auto_renew_status = excluded.auto_renew_status,
+            expires_date = CASE WHEN excluded.expires_date IS NULL OR excluded.expires_date < subscriptions.expires_date
+                                THEN subscriptions.expires_date ELSE excluded.expires_date END,
             expiration_intent = excluded.expiration_intent, is_in_billing_retry = excluded.is_in_billing_retry,
-            grace_period_expires_date = excluded.grace_period_expires_date, revoked_at = excluded.revoked_at, updated_at = excluded.updated_at,
+            grace_period_expires_date = excluded.grace_period_expires_date,
+            revoked_at = CASE WHEN excluded.expires_date < subscriptions.expires_date THEN subscriptions.revoked_at ELSE excluded.revoked_at END,
+            updated_at = excluded.updated_at,
             price_increase_status = excluded.price_increase_status
             WHERE subscriptions.updated_at <= excluded.updated_at
             """, [appId, environment, state.originalTransactionId, state.productId, state.autoRenewProductId,
