@@ -27,7 +27,7 @@ let package = Package(
         .target(name: "Clocks", dependencies: ["Locking"], swiftSettings: swiftSettings),
         .target(name: "AppStoreModels", swiftSettings: swiftSettings),
         .target(name: "HTTP", swiftSettings: swiftSettings),
-        .target(name: "HTTPServer", dependencies: ["HTTP", "CMicroHTTPD", "Locking"], swiftSettings: swiftSettings),
+        .target(name: "HTTPServer", dependencies: ["HTTP", "CMicroHTTPD", "COpenSSL", "CSystem", "Locking"], swiftSettings: swiftSettings),
         .target(name: "HTTPClient", dependencies: ["COpenSSL", "CSystem", "Locking"], swiftSettings: swiftSettings),
         .target(name: "AppStoreCrypto", dependencies: ["AppStoreModels", "COpenSSL"], swiftSettings: swiftSettings),
         .target(name: "Storage", dependencies: ["Locking"], swiftSettings: swiftSettings),

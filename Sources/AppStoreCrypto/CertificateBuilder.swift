@@ -13,6 +13,9 @@ public struct CertificateBuilder: Sendable {
     public var pathLength: Int?
     /// Marker extensions to add with a NULL value, non-critical (Apple's OIDs).
     public var markerExtensions: [String]
+    /// More extensions in OpenSSL's configuration syntax, e.g. `("subjectAltName", "DNS:a.example")`,
+    /// `("extendedKeyUsage", "serverAuth")`, `("authorityInfoAccess", "OCSP;URI:https://ocsp.example/")`.
+    public var extensions: [(String, String)] = []
 
     /// Creates a builder.
     public init(subject: [(String, String)], serial: UInt64, notBefore: Date, notAfter: Date,
@@ -57,6 +60,7 @@ public struct CertificateBuilder: Sendable {
         extensions.append(("subjectKeyIdentifier", "hash"))
         if issuer != nil { extensions.append(("authorityKeyIdentifier", "keyid:always")) }
         for oid in markerExtensions { extensions.append((oid, "DER:05:00")) }
+        extensions += self.extensions
         for (name, value) in extensions {
             guard let ext = X509V3_EXT_nconf(nil, &context, name, value) else {
                 throw CryptoError.openSSL("certificate_failed", "cannot build extension \(name)")

@@ -68,10 +68,7 @@ extension AppStoreEmulator {
             let (_, account) = try AppStoreEmulator.device(deviceId, in: state)
             guard let app = state.apps[bundleId] else { throw StoreError.notFound("App \(bundleId)") }
             // The app's .storekit file switched Xcode's "Load Products" error on: the request fails as StoreKit's would.
-            if app.testSettings?.simulatesError("Load Products") == true {
-                throw StoreError.storeKit(.unknown, "Loading products failed (the app's StoreKit Testing settings simulate this error).",
-                                          status: .serviceUnavailable)
-            }
+            if let error = app.testSettings?.simulatedError(for: .loadProducts) { throw StoreError.simulated(error, api: .loadProducts) }
             var products: [StoreProduct] = []
             var invalid: [String] = []
             var seen: Set<String> = []
@@ -155,12 +152,20 @@ extension AppStoreEmulator {
             let event: PaymentStateMachine.Event
             // The app's StoreKit Testing switches (a .storekit file's settings): every purchase fails, or waits for approval.
             let settings = app.testSettings
-            let failsEveryPurchase = settings?.failTransactionsEnabled == true || settings?.simulatesError("Purchase") == true
-            switch request.simulate?.lowercased() {
+            // A simulated verification error lets the purchase through; what the device is handed then fails to verify.
+            let simulated = settings?.simulatedError(for: .purchase).flatMap { $0.isVerification ? nil : $0 }
+            switch request.simulate?.lowercased() ?? "" {
             case "cancel": event = .cancelledByUser
             case "fail": event = .failed(.unknown)
-            case nil, "": event = failsEveryPurchase ? .failed(.unknown) : account.askToBuy || settings?.askToBuyEnabled == true ? .needsApproval : .charged
-            case let other?: throw StoreError.invalid("Unknown simulate value '\(other)'; use cancel or fail.")
+            case "":
+                if let simulated {
+                    event = simulated == .userCancelled ? .cancelledByUser : .failed(simulated.skError)
+                } else if settings?.failTransactionsEnabled == true {
+                    event = .failed(.unknown)
+                } else {
+                    event = account.askToBuy || settings?.askToBuyEnabled == true ? .needsApproval : .charged
+                }
+            case let other: throw StoreError.invalid("Unknown simulate value '\(other)'; use cancel or fail.")
             }
             let action = try machine.handle(event)
             record.state = machine.state

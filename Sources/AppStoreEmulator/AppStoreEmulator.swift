@@ -81,6 +81,9 @@ public final class AppStoreEmulator: Sendable {
             state.massExtensions = try decoder.decode([String: MassExtension].self, from: body)
         }
         if let body = try await store.document(in: Collection.settings, id: "quirks") { state.quirks = try decoder.decode(Quirks.self, from: body) }
+        if let body = try await store.document(in: Collection.settings, id: "revoked_certificates") {
+            state.revokedCertificates = try decoder.decode([String: Date].self, from: body)
+        }
         if let body = try await store.document(in: Collection.settings, id: "counters") { state.counters = try decoder.decode(Counters.self, from: body) }
         if let body = try await store.document(in: Collection.settings, id: "clock") {
             let offset = try decoder.decode(Double.self, from: body)
@@ -149,6 +152,7 @@ public final class AppStoreEmulator: Sendable {
         for id in changes.notificationIds { put(Collection.notifications, id, state.notifications[id]) }
         if changes.settings || !changes.transactions.isEmpty || !changes.accounts.isEmpty {
             put(Collection.settings, "quirks", state.quirks)
+            put(Collection.settings, "revoked_certificates", state.revokedCertificates)
             put(Collection.settings, "counters", state.counters)
             put(Collection.settings, "clock", state.clockOffset)
             put(Collection.settings, "notification_urls", state.notificationURLs)

@@ -345,13 +345,6 @@ extension AppStoreResponder {
                 return .json(quirks)
             }
         }
-        router.on(.get, "/admin/v1/ca") { request in
-            let chain = request.query["chain"] == "true"
-            // ?jws=true: the ECC chain that signs StoreKit 2 data (Apple Root CA - G3's role), else the receipt chain.
-            let authority = request.query["jws"] == "true" ? emulator.jwsAuthority : emulator.authority
-            let pem = chain ? authority.root.pem + authority.intermediate.pem : authority.root.pem
-            return .text(pem, contentType: "application/x-pem-file")
-        }
     }
 }
 

@@ -1,3 +1,4 @@
+import AppStoreCrypto
 import AppStoreModels
 import Foundation
 import HTTP
@@ -10,13 +11,17 @@ public struct AppStoreResponder: Responder {
     let adminToken: String?
 
     /// Builds the routes over an emulator.
-    public init(emulator: AppStoreEmulator, adminToken: String? = nil) {
+    /// - Parameter tlsRoot: the root of the certificate the emulator serves Apple's host names with, when it does
+    ///   (`GET /admin/v1/ca?tls=true` exports it).
+    public init(emulator: AppStoreEmulator, adminToken: String? = nil, tlsRoot: Certificate? = nil) {
         self.emulator = emulator
         self.adminToken = adminToken.flatMap { $0.isEmpty ? nil : $0 }
         var router = Router()
         AppStoreResponder.addVerifyReceiptRoutes(&router, emulator)
         AppStoreResponder.addDeviceRoutes(&router, emulator)
         AppStoreResponder.addAdminRoutes(&router, emulator)
+        AppStoreResponder.addCertificateRoutes(&router, emulator, tlsRoot: tlsRoot)
+        AppStoreResponder.addStoreKitTestingRoutes(&router, emulator)
         AppStoreResponder.addServerAPIRoutes(&router, emulator)
         AppStoreResponder.addStoreKit2Routes(&router, emulator)
         router.on(.get, "/health") { _ in .json(["status": "ok"]) }
@@ -35,14 +40,26 @@ public struct AppStoreResponder: Responder {
 
     public func respond(to request: Request) async -> Response {
         var request = request
-        // Apple's hosts serve verifyReceipt at /verifyReceipt; pick the environment from the Host header.
-        if request.path == "/verifyReceipt" {
-            switch request.host {
-            case "buy.itunes.apple.com": request.path = "/production/verifyReceipt"
-            case "sandbox.itunes.apple.com": request.path = "/sandbox/verifyReceipt"
-            default: break
+        // Through a tunnel only Apple's names are served: a Host of 127.0.0.1 (or none) inside it must not
+        // reach the admin or device API behind the proxy's back.
+        if request.tunnel != nil, !(request.host.map(AppleHosts.all.contains) ?? false) {
+            return HTTPError(HTTPStatus(421), code: "misdirected_request",
+                             message: "Through the proxy only Apple's App Store hosts are served; this request names \(request.host ?? "no host").").response
+        }
+        // Apple's hosts (reached through the proxy or a hosts entry) serve paths without an environment;
+        // the Host header picks it. Nothing else is served under Apple's names: the admin API stays on loopback names.
+        if let host = request.host, AppleHosts.all.contains(host) {
+            if let environment = AppleHosts.verifyReceipt[host], request.path == "/verifyReceipt" {
+                request.path = "/\(environment.pathComponent)/verifyReceipt"
+            } else if let environment = AppleHosts.serverAPI[host], request.path.hasPrefix("/inApps/") {
+                request.path = "/\(environment.pathComponent)" + request.path
+            } else if host == AppleHosts.ocsp {
+                request.path = "/ocsp"
+            } else {
+                return HTTPError(.notFound, code: "not_found", message: "\(host) serves no \(request.path) here.").response
             }
         }
+        if request.path.hasPrefix("/device/") { return await respondAsDevice(to: request) }
         return await router.respond(to: request)
     }
 
@@ -100,6 +117,10 @@ func errorResponse(_ error: any Error) -> Response {
         if let sk = error.skError {
             detail["skErrorCode"] = sk.rawValue
             detail["skError"] = sk.name
+        }
+        if let simulated = error.storeKitError {
+            detail["storeKitError"] = simulated.rawValue
+            detail["storeKitErrorType"] = simulated.family.typeName
         }
         let body = (try? JSONSerialization.data(withJSONObject: ["error": detail], options: [.sortedKeys])) ?? Data()
         return Response(status: error.status, headers: ["Content-Type": "application/json"], body: body)

@@ -26,33 +26,65 @@ public struct CertificateAuthority: Sendable {
     public let leafKey: PrivateKey
     /// The leaf's public key, kept to check our own receipts quickly.
     public let leafPublicKey: PublicKey
+    /// The keys that sign OCSP answers about the intermediate (the root's) and the leaf (the intermediate's).
+    /// Chains saved before the emulator answered OCSP have none.
+    public let rootKey: PrivateKey?
+    public let intermediateKey: PrivateKey?
+
+    /// Where the JWS chain's certificates say their status is answered (Apple's responder host, reached
+    /// through the emulator's proxy; the path tells the two certificates apart, as Apple's do).
+    public static let ocspURLs = (intermediate: "https://ocsp.apple.com/ocsp03-storekeeper-rootg3",
+                                  leaf: "https://ocsp.apple.com/ocsp03-storekeeper-wwdrg6")
+    static let authorityInfoAccessOID = "1.3.6.1.5.5.7.1.1"
+
+    /// The responder for this chain's intermediate and leaf, when the signing keys are at hand.
+    public var ocspResponder: OCSPResponder? {
+        guard let rootKey, let intermediateKey else { return nil }
+        return OCSPResponder(issued: [.init(certificate: intermediate, issuer: root, issuerKey: rootKey),
+                                      .init(certificate: leaf, issuer: intermediate, issuerKey: intermediateKey)])
+    }
 
     /// The chain in receipt order (leaf first).
     public var chain: [Certificate] { [leaf, intermediate, root] }
 
     /// Loads the chain from `directory`, generating and saving it on first use.
+    ///
+    /// A JWS chain saved before the emulator answered OCSP (no responder named, no signing keys) is issued
+    /// again, so online checks can work; its old root is then no longer the one to trust.
     public static func loadOrCreate(in directory: URL, algorithm: Algorithm = .rsa) throws -> CertificateAuthority {
-        let files = ["root.pem", "intermediate.pem", "leaf.pem", "leaf-key.pem"].map { directory.appendingPathComponent($0) }
-        if files.allSatisfy({ FileManager.default.fileExists(atPath: $0.path) }) {
-            let texts = try files.map { try String(contentsOf: $0, encoding: .utf8) }
-            return try CertificateAuthority(root: Certificate.parsePEM(texts[0])[0], intermediate: Certificate.parsePEM(texts[1])[0],
-                                            leaf: Certificate.parsePEM(texts[2])[0], leafKey: PrivateKey(pem: texts[3]))
+        let names = ["root.pem", "intermediate.pem", "leaf.pem", "leaf-key.pem", "root-key.pem", "intermediate-key.pem"]
+        let files = names.map { directory.appendingPathComponent($0) }
+        let exists = files.map { FileManager.default.fileExists(atPath: $0.path) }
+        if exists.prefix(4).allSatisfy({ $0 }) {
+            let texts = try files.prefix(4).map { try String(contentsOf: $0, encoding: .utf8) }
+            let keys = try files.suffix(2).enumerated().map { index, file in
+                exists[4 + index] ? try PrivateKey(pem: String(contentsOf: file, encoding: .utf8)) : nil
+            }
+            let loaded = try CertificateAuthority(root: Certificate.parsePEM(texts[0])[0], intermediate: Certificate.parsePEM(texts[1])[0],
+                                                  leaf: Certificate.parsePEM(texts[2])[0], leafKey: PrivateKey(pem: texts[3]),
+                                                  rootKey: keys[0], intermediateKey: keys[1])
+            let answersOCSP = loaded.ocspResponder != nil && loaded.leaf.hasExtension(authorityInfoAccessOID)
+            if algorithm == .rsa || answersOCSP { return loaded }
+            FileHandle.standardError.write(Data("storekeeper: issuing the JWS chain in \(directory.path) again, now with an OCSP responder; trust its new root (appstore ca export --jws)\n".utf8))
         }
         let authority = try generate(algorithm: algorithm)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let rootKeyless = [authority.root.pem, authority.intermediate.pem, authority.leaf.pem, authority.leafKey.pem]
-        for (file, text) in zip(files, rootKeyless) {
-            try text.write(to: file, atomically: true, encoding: .utf8)
+        let texts = [authority.root.pem, authority.intermediate.pem, authority.leaf.pem, authority.leafKey.pem,
+                     authority.rootKey?.pem ?? "", authority.intermediateKey?.pem ?? ""]
+        for (index, (file, text)) in zip(files, texts).enumerated() {
+            if index >= 3 { try PrivateFile.write(text, to: file) } else { try text.write(to: file, atomically: true, encoding: .utf8) }
         }
-        try? FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: files[3].path)
         return authority
     }
 
-    init(root: Certificate, intermediate: Certificate, leaf: Certificate, leafKey: PrivateKey) throws {
+    init(root: Certificate, intermediate: Certificate, leaf: Certificate, leafKey: PrivateKey,
+         rootKey: PrivateKey? = nil, intermediateKey: PrivateKey? = nil) throws {
         self.root = root
         self.intermediate = intermediate
         self.leaf = leaf
         self.leafKey = leafKey
+        self.rootKey = rootKey
+        self.intermediateKey = intermediateKey
         guard let publicKey = leaf.publicKey else { throw CryptoError("invalid_certificate", "leaf has no key") }
         leafPublicKey = publicKey
     }
@@ -68,18 +100,25 @@ public struct CertificateAuthority: Sendable {
             subject: [("C", "US"), ("O", "Storekeeper"), ("OU", "Storekeeper Certification Authority"), ("CN", "Storekeeper Emulator Root CA" + suffix)],
             serial: serialBase, notBefore: start, notAfter: end, isCertificateAuthority: true
         ).issue(for: rootKey, issuer: nil, issuerKey: rootKey)
+        // Apple's G3 chain names its OCSP responder in both certificates below the root; online checks follow it.
+        func ocsp(_ url: String) -> [(String, String)] { algorithm == .ecP256 ? [("authorityInfoAccess", "OCSP;URI:" + url)] : [] }
         let intermediateKey = try algorithm.generateKey()
-        let intermediate = try CertificateBuilder(
+        var intermediateBuilder = CertificateBuilder(
             subject: [("C", "US"), ("O", "Storekeeper"), ("OU", algorithm == .ecP256 ? "G6" : "G5"), ("CN", "Storekeeper Worldwide Developer Relations Certification Auth")],
             serial: serialBase + 1, notBefore: start, notAfter: end, isCertificateAuthority: true, pathLength: 0,
             markerExtensions: [OID.appleWWDRIntermediate]
-        ).issue(for: intermediateKey, issuer: root, issuerKey: rootKey)
+        )
+        intermediateBuilder.extensions = ocsp(ocspURLs.intermediate)
+        let intermediate = try intermediateBuilder.issue(for: intermediateKey, issuer: root, issuerKey: rootKey)
         let leafKey = try algorithm.generateKey()
-        let leaf = try CertificateBuilder(
+        var leafBuilder = CertificateBuilder(
             subject: [("C", "US"), ("O", "Storekeeper"), ("OU", "Storekeeper Emulator Worldwide Developer Relations"), ("CN", (algorithm == .ecP256 ? "Prod ECC " : "") + "Storekeeper Emulator Receipt Signing")],
             serial: serialBase + 2, notBefore: start, notAfter: end, isCertificateAuthority: false,
             markerExtensions: [OID.appleReceiptSigner]
-        ).issue(for: leafKey, issuer: intermediate, issuerKey: intermediateKey)
-        return try CertificateAuthority(root: root, intermediate: intermediate, leaf: leaf, leafKey: leafKey)
+        )
+        leafBuilder.extensions = ocsp(ocspURLs.leaf)
+        let leaf = try leafBuilder.issue(for: leafKey, issuer: intermediate, issuerKey: intermediateKey)
+        return try CertificateAuthority(root: root, intermediate: intermediate, leaf: leaf, leafKey: leafKey,
+                                        rootKey: rootKey, intermediateKey: intermediateKey)
     }
 }

@@ -38,6 +38,8 @@ struct EmulatorState: Sendable {
     /// Mass renewal-date extensions by "productId|requestIdentifier".
     var massExtensions: [String: MassExtension] = [:]
     var quirks = Quirks()
+    /// Certificates of the JWS chain the OCSP responder calls revoked ("leaf", "intermediate"), with when.
+    var revokedCertificates: [String: Date] = [:]
     var counters = Counters()
     var clockOffset: TimeInterval = 0
 

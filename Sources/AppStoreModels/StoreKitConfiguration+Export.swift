@@ -58,7 +58,7 @@ extension StoreKitConfiguration {
             "_askToBuyEnabled": settings.askToBuyEnabled,
             "_billingGracePeriodEnabled": settings.billingGracePeriodEnabled, "_billingIssuesEnabled": settings.billingIssuesEnabled,
             "_failTransactionsEnabled": settings.failTransactionsEnabled, "_disableDialogs": settings.disableDialogs,
-            "_storeKitErrors": settings.storeKitErrors.map { ["name": $0.name, "enabled": $0.enabled, "current": NSNull()] },
+            "_storeKitErrors": settings.storeKitErrors.map { ["name": $0.name, "enabled": $0.enabled, "current": $0.current] },
             "_timeRate": settings.timeRate ?? 0,
         ]
         if let storefront = settings.storefront { block["_storefront"] = storefront }

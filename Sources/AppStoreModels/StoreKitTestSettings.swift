@@ -22,12 +22,35 @@ public struct StoreKitTestSettings: Codable, Sendable, Equatable {
     public var applicationInternalID: String?
     public var developerTeamID: String?
 
+    /// One `_storeKitErrors` entry: an API by Xcode's name, whether its error is on, and which error
+    /// (nil: the API's default, `unknown` or for verification `invalidSignature`).
     public struct SimulatedError: Codable, Sendable, Equatable {
         public var name: String
         public var enabled: Bool
-        public init(name: String, enabled: Bool) {
+        public var error: StoreKitTestError?
+        public init(name: String, enabled: Bool, error: StoreKitTestError? = nil) {
             self.name = name
             self.enabled = enabled
+            self.error = error
+        }
+
+        /// The API it names, when it names one we know.
+        public var api: StoreKitAPI? { StoreKitAPI(fileName: name) }
+
+        /// Xcode's `current`: the chosen error as `{"type": family, "index": position in the family}`, or null.
+        public var current: Any {
+            guard let error else { return NSNull() }
+            return ["type": error.family.rawValue, "index": error.family.errors.firstIndex(of: error) ?? 0] as [String: Any]
+        }
+
+        /// Reads `current` as `current` writes it; anything else (or an error the API cannot have) is the default.
+        static func error(fromCurrent current: Any?, api: StoreKitAPI?) -> StoreKitTestError? {
+            guard let current = current as? [String: Any], let type = current["type"] as? String,
+                  let family = StoreKitTestError.Family(rawValue: type) else { return nil }
+            let index = (current["index"] as? Int) ?? (current["index"] as? NSNumber)?.intValue ?? 0
+            guard family.errors.indices.contains(index) else { return nil }
+            let error = family.errors[index]
+            return api.map { $0.allows(error) } == false ? nil : error
         }
     }
 
@@ -47,14 +70,23 @@ public struct StoreKitTestSettings: Codable, Sendable, Equatable {
         disableDialogs = flag("_disableDialogs")
         storeKitErrors = (settings["_storeKitErrors"] as? [[String: Any]] ?? []).compactMap { entry in
             guard let name = entry["name"] as? String else { return nil }
-            return SimulatedError(name: name, enabled: (entry["enabled"] as? Bool) ?? false)
+            return SimulatedError(name: name, enabled: (entry["enabled"] as? Bool) ?? false,
+                                  error: SimulatedError.error(fromCurrent: entry["current"], api: StoreKitAPI(fileName: name)))
         }
         applicationInternalID = (settings["_applicationInternalID"] as? String) ?? (settings["_applicationInternalID"] as? NSNumber)?.stringValue
         developerTeamID = settings["_developerTeamID"] as? String
     }
 
-    /// Whether the error of a named API (`Purchase`, `Load Products`, …) is switched on.
-    public func simulatesError(_ name: String) -> Bool {
-        storeKitErrors.contains { $0.enabled && $0.name.caseInsensitiveCompare(name) == .orderedSame }
+    /// The error an API fails with now, if its error is switched on.
+    public func simulatedError(for api: StoreKitAPI) -> StoreKitTestError? {
+        guard let entry = storeKitErrors.first(where: { $0.enabled && $0.api == api }) else { return nil }
+        return entry.error ?? api.defaultError
+    }
+
+    /// Switches an API's error on (with `error`, or the API's default) or off, keeping the list in Xcode's order.
+    public mutating func setSimulatedError(_ error: StoreKitTestError?, enabled: Bool, for api: StoreKitAPI) {
+        storeKitErrors.removeAll { $0.api == api }
+        storeKitErrors.append(SimulatedError(name: api.fileName, enabled: enabled, error: error))
+        storeKitErrors.sort { ($0.api.flatMap { StoreKitAPI.allCases.firstIndex(of: $0) } ?? .max) < ($1.api.flatMap { StoreKitAPI.allCases.firstIndex(of: $0) } ?? .max) }
     }
 }

@@ -29,6 +29,10 @@ public struct Request: Sendable {
     public var body: Data
     /// Path parameters captured by the router (`:id` segments).
     public var parameters: [String: String] = [:]
+    /// When the request came through a TLS connection the server terminated (a `CONNECT` tunnel or TLS
+    /// straight to an intercepting port): the host name the client asked for (empty when it named none).
+    /// Set by the server, never from a header.
+    public var tunnel: String?
 
     /// Creates a request; `target` may carry a query string.
     public init(method: HTTPMethod, target: String, headers: [String: String] = [:], body: Data = Data()) {

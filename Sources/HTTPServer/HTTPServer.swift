@@ -35,9 +35,34 @@ public final class HTTPServer: Sendable {
         /// `text` (one readable line) or `json` (one object per line, for log pipelines).
         public var logFormat: LogFormat = .text
 
+        /// When set, the port also terminates TLS and answers `CONNECT` for these host names (see `Interception`).
+        public var interception: Interception?
+
         /// How access log lines are written.
         public enum LogFormat: String, Sendable {
             case text, json
+        }
+
+        /// Serving other hosts' names over TLS on the same port: a client that sends `CONNECT host:443` for one
+        /// of `hosts` gets a tunnel whose TLS ends here (`HTTPS_PROXY`), a client that starts TLS at once is
+        /// served too (a hosts entry), and every other `CONNECT` is refused. The plaintext inside goes to the
+        /// same responder, which tells the hosts apart by `Host`.
+        public struct Interception: Sendable {
+            /// Names accepted in `CONNECT` and SNI (lowercased; port 443 only).
+            public var hosts: Set<String>
+            /// The server certificate (with `hosts` among its names) then its intermediates, PEM.
+            public var certificateChainPEM: String
+            /// The server certificate's private key, PEM.
+            public var privateKeyPEM: String
+            /// More ports that accept the same connections (443 for a hosts entry, say).
+            public var extraPorts: [UInt16]
+
+            public init(hosts: Set<String>, certificateChainPEM: String, privateKeyPEM: String, extraPorts: [UInt16] = []) {
+                self.hosts = hosts
+                self.certificateChainPEM = certificateChainPEM
+                self.privateKeyPEM = privateKeyPEM
+                self.extraPorts = extraPorts
+            }
         }
 
         /// Creates a configuration with loopback-only defaults.
@@ -68,6 +93,12 @@ public final class HTTPServer: Sendable {
     private struct State {
         // The daemon pointer is only touched under this lock.
         var daemon: DaemonHandle?
+        /// Accepts connections itself when the server intercepts TLS (libmicrohttpd then has no listening socket).
+        var front: ConnectionFront?
+        var ports: [UInt16] = []
+        /// Sockets of terminated TLS connections handed to libmicrohttpd and not yet started there, with the
+        /// host name each asked for; the connection-start notification moves the name onto the connection.
+        var pendingTunnels: [Int32: String] = [:]
         var inFlight: [Int: Task<Void, Never>] = [:]
         var nextTaskID = 0
         var port: UInt16 = 0
@@ -91,14 +122,18 @@ public final class HTTPServer: Sendable {
     /// The bound port once started.
     public var port: UInt16 { state.withLock { $0.port } }
 
+    /// Every bound port once started: the main one, then the interception's extra ports.
+    public var ports: [UInt16] { state.withLock { $0.ports } }
+
     /// Starts listening and returns the bound port.
     @discardableResult
     public func start() throws -> UInt16 {
+        if let interception = configuration.interception { return try startIntercepting(interception) }
         let flags = UInt32(MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue | MHD_ALLOW_SUSPEND_RESUME.rawValue)
         // The server outlives its daemon (shutdown stops the daemon first), so an unretained pointer is safe.
         let context = Unmanaged.passUnretained(self).toOpaque()
         guard let daemon = shim_mhd_start(flags, configuration.port, configuration.host, accessHandler, context,
-                                          completedHandler, context, configuration.connectionTimeout,
+                                          completedHandler, context, connectionNotifier, context, configuration.connectionTimeout,
                                           configuration.connectionLimit, configuration.threads, configuration.connectionsPerIP) else {
             throw StartError(description: "cannot listen on \(configuration.host):\(configuration.port) (address in use or invalid)")
         }
@@ -106,16 +141,81 @@ public final class HTTPServer: Sendable {
         state.withLock {
             $0.daemon = DaemonHandle(pointer: daemon)
             $0.port = bound
+            $0.ports = [bound]
         }
         return bound
+    }
+
+    /// libmicrohttpd without a listening socket, behind a `ConnectionFront` that owns the ports.
+    private func startIntercepting(_ interception: Configuration.Interception) throws -> UInt16 {
+        let tls: TLSServerContext
+        do {
+            tls = try TLSServerContext(certificateChainPEM: interception.certificateChainPEM, privateKeyPEM: interception.privateKeyPEM,
+                                       hosts: interception.hosts)
+        } catch { throw StartError(description: "TLS: \(error.description)") }
+        let flags = UInt32(MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue | MHD_ALLOW_SUSPEND_RESUME.rawValue
+                           | MHD_USE_NO_LISTEN_SOCKET.rawValue | MHD_USE_ITC.rawValue)
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        guard let daemon = shim_mhd_start(flags, 0, configuration.host, accessHandler, context, completedHandler, context,
+                                          connectionNotifier, context, configuration.connectionTimeout, configuration.connectionLimit, configuration.threads,
+                                          configuration.connectionsPerIP) else {
+            throw StartError(description: "cannot start the HTTP daemon")
+        }
+        let front: ConnectionFront
+        do {
+            front = try ConnectionFront(host: configuration.host, ports: [configuration.port] + interception.extraPorts, tls: tls) { [weak self] socket, peer, tunnel in
+                guard let self else {
+                    close(socket)
+                    return
+                }
+                handOff(socket, peer: peer, tunnel: tunnel)
+            }
+        } catch {
+            MHD_stop_daemon(daemon)
+            throw StartError(description: error.description)
+        }
+        state.withLock {
+            $0.daemon = DaemonHandle(pointer: daemon)
+            $0.front = front
+            $0.port = front.ports[0]
+            $0.ports = front.ports
+        }
+        front.start()
+        return front.ports[0]
+    }
+
+    /// Gives an accepted (or tunnelled) socket to libmicrohttpd, or closes it once the daemon is stopping.
+    private func handOff(_ socket: Int32, peer: sockaddr_in, tunnel: String?) {
+        var peer = peer
+        state.withLock { state in
+            guard let daemon = state.daemon?.pointer else {
+                close(socket)
+                return
+            }
+            if let tunnel { state.pendingTunnels[socket] = tunnel }
+            // libmicrohttpd closes the socket itself when it cannot take it.
+            let added = withUnsafePointer(to: &peer) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { MHD_add_connection(daemon, socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            if added != .YES { state.pendingTunnels[socket] = nil }
+        }
+    }
+
+    /// The tunnel host recorded for a socket libmicrohttpd starts serving, taken once.
+    func takeTunnel(socket: Int32) -> String? {
+        state.withLock { $0.pendingTunnels.removeValue(forKey: socket) }
     }
 
     /// Stops accepting connections, lets requests in flight finish (cancelling after `grace`), and stops.
     public func shutdown(grace: Duration = .seconds(5)) async {
         guard let daemon = state.withLock({ $0.daemon?.pointer }) else { return }
         // After quiescing, the listening socket belongs to us: close it so new clients are refused at once.
-        let listener = MHD_quiesce_daemon(daemon)
-        if listener >= 0 { close(listener) }
+        if let front = state.withLock({ $0.front }) {
+            front.stop()
+        } else {
+            let listener = MHD_quiesce_daemon(daemon)
+            if listener >= 0 { close(listener) }
+        }
         let deadline = ContinuousClock.now.advanced(by: grace)
         while state.withLock({ !$0.inFlight.isEmpty }) && ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(20))
@@ -140,6 +240,7 @@ public final class HTTPServer: Sendable {
             return
         }
         MHD_stop_daemon(daemon)
+        state.withLock { $0.front = nil }
     }
 
     func dispatch(_ request: Request, context: RequestContext, connection: OpaquePointer) {
@@ -212,16 +313,50 @@ final class RequestContext: Sendable {
     func complete(with response: Response) { fields.withLock { $0.response = response } }
 }
 
+/// What a connection carried in from a terminated TLS tunnel: the host name its client asked for.
+final class TunnelMark {
+    let host: String
+    init(host: String) { self.host = host }
+}
+
+/// Marks connections that came through a TLS tunnel when libmicrohttpd starts them, and frees the mark when
+/// it closes them.
+private let connectionNotifier: MHD_NotifyConnectionCallback = { cls, connection, socketContext, code in
+    guard let cls, let connection, let socketContext else { return }
+    switch code {
+    case .CONNECTION_NOTIFY_STARTED:
+        let server = Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
+        let socket = shim_mhd_connection_fd(connection)
+        if socket >= 0, let host = server.takeTunnel(socket: socket) {
+            socketContext.pointee = Unmanaged.passRetained(TunnelMark(host: host)).toOpaque()
+        }
+    case .CONNECTION_NOTIFY_CLOSED:
+        if let mark = socketContext.pointee {
+            Unmanaged<TunnelMark>.fromOpaque(mark).release()
+            socketContext.pointee = nil
+        }
+    default:
+        break
+    }
+}
+
 /// Collects key/value pairs from libmicrohttpd iterators.
 final class PairCollector {
     var pairs: [String: String] = [:]
     var items: [(name: String, value: String)] = []
+    /// Query arguments: decode the escapes libmicrohttpd kept (headers are never escaped).
+    var finishesDecoding = false
 }
 
 private let collectPair: MHD_KeyValueIterator = { cls, _, key, value in
     guard let cls, let key else { return .YES }
     let collector = Unmanaged<PairCollector>.fromOpaque(cls).takeUnretainedValue()
-    let name = String(cString: key), text = value.map { String(cString: $0) } ?? ""
+    var name = String(cString: key), text = value.map { String(cString: $0) } ?? ""
+    if collector.finishesDecoding {
+        // The escapes libmicrohttpd left (see shim_unescape_keeping_structure) are decoded here, once.
+        name = name.removingPercentEncoding ?? name
+        text = text.removingPercentEncoding ?? text
+    }
     collector.pairs[name] = text
     collector.items.append((name, text))
     return .YES
@@ -252,7 +387,10 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
         let declared = headers.pairs.first { $0.key.lowercased() == "content-length" }.flatMap { Int($0.value) }
         let requestMethod = HTTPMethod(rawValue: method.map { String(cString: $0) } ?? "GET")
         let target = url.map { String(cString: $0) } ?? "/"
-        let request = Request(method: requestMethod, target: target, headers: headers.pairs)
+        var request = Request(method: requestMethod, target: target, headers: headers.pairs)
+        if let mark = shim_mhd_socket_context(connection) {
+            request.tunnel = Unmanaged<TunnelMark>.fromOpaque(mark).takeUnretainedValue().host
+        }
         // Limits and authentication before a byte of the body is read: refusals go out now.
         let head = RequestHead(method: requestMethod, path: request.path, headers: headers.pairs, contentLength: declared)
         var refusal: Response?
@@ -325,6 +463,7 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
         return queue(response, on: connection)
     }
     let query = PairCollector()
+    query.finishesDecoding = true
     MHD_get_connection_values(connection, .GET_ARGUMENT_KIND, collectPair, Unmanaged.passUnretained(query).toOpaque())
     request.query = query.pairs
     request.queryItems = query.items

@@ -209,33 +209,113 @@ struct FaultListCommand: Command {
 struct CAExportCommand: Command {
     static let abstract = "Write the emulator's root certificate as PEM (what a backend must trust)."
     static let help = """
-    [--jws] [--chain] [--output FILE] [--url URL]
+    [--jws | --tls] [--chain] [--output FILE] [--url URL]
 
       --jws          The ECC root that signs StoreKit 2 data (signed transactions, notifications) instead of
                      the RSA root of receipts; Apple likewise has two (Apple Inc. Root, Apple Root CA - G3).
+      --tls          The root of the TLS certificate the emulator serves Apple's host names with: what
+                     SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS or a Java trust store must hold.
       --chain        Also write the intermediate (needed to check iOS 6 style receipts, which embed only the leaf).
       --output FILE  Write to FILE instead of standard output.
     """
     let client: AdminClient
     let chain: Bool
     let jws: Bool
+    let tls: Bool
     let output: String?
 
     init(_ arguments: inout Arguments) throws {
         client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
         chain = arguments.flag("chain")
         jws = arguments.flag("jws")
+        tls = arguments.flag("tls")
         output = try arguments.option("output")
+        if tls && (jws || chain) { throw UsageError(description: "--tls stands alone (the TLS root has no intermediate)") }
     }
 
     func run() async throws {
-        let query = [chain ? "chain=true" : nil, jws ? "jws=true" : nil].compactMap { $0 }.joined(separator: "&")
+        let query = [chain ? "chain=true" : nil, jws ? "jws=true" : nil, tls ? "tls=true" : nil].compactMap { $0 }.joined(separator: "&")
         let data = try await client.send("GET", "/admin/v1/ca" + (query.isEmpty ? "" : "?" + query))
         if let output {
             try data.write(to: URL(fileURLWithPath: output))
         } else {
             FileHandle.standardOutput.write(data)
         }
+    }
+}
+
+/// `storekeeper appstore simulate-error`
+struct SimulateErrorCommand: Command {
+    static let abstract = "Make a StoreKit API of an app fail, as SKTestSession.setSimulatedError(_:forAPI:) does (or stop it)."
+    static let help = """
+    --app BUNDLE [--api API [--error ERROR | --off]] [--clear] [--url URL]
+
+    APIs: loadProducts, purchase, verification, appStoreSync, subscriptionStatus, appTransaction,
+    manageSubscriptions, refundRequest, offerCodeRedeem (or Xcode's names, "Load Products", …).
+    ERROR is a StoreKit 2 case: StoreKitError (unknown, userCancelled, networkError, systemError,
+    notAvailableInStorefront, notEntitled, unsupported), Product.PurchaseError (purchase only: invalidQuantity,
+    productUnavailable, purchaseNotAllowed, ineligibleForOffer, invalidOfferIdentifier, invalidOfferPrice,
+    invalidOfferSignature, missingOfferParameters), VerificationResult.VerificationError (purchase, verification,
+    appTransaction: invalidSignature, …) or Transaction.RefundRequestError (refundRequest: duplicateRequest, failed).
+    Without --api it prints every API's state; --clear switches them all off.
+    """
+    let client: AdminClient
+    let app: String
+    let api: String?
+    let error: String?
+    let off: Bool
+    let clear: Bool
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
+        guard let app = try arguments.option("app") else { throw UsageError(description: "--app is required") }
+        self.app = app
+        api = try arguments.option("api")
+        error = try arguments.option("error")
+        off = arguments.flag("off")
+        clear = arguments.flag("clear")
+        if (error != nil || off) && api == nil { throw UsageError(description: "--error and --off need --api") }
+        if error != nil && off { throw UsageError(description: "--error and --off exclude each other") }
+        if clear && api != nil { throw UsageError(description: "--clear switches every API off; leave out --api") }
+    }
+
+    func run() async throws {
+        let path = "/admin/v1/apps/\(app)/simulated-errors"
+        if clear {
+            try await client.sendAndPrint("DELETE", path)
+        } else if let api {
+            var body: [String: Any] = ["api": api, "enabled": !off]
+            if let error { body["error"] = error }
+            try await client.sendAndPrint("PUT", path, json: body)
+        } else {
+            try await client.sendAndPrint("GET", path)
+        }
+    }
+}
+
+/// `storekeeper appstore ca revoke`
+struct CARevokeCommand: Command {
+    static let abstract = "Mark a certificate of the JWS chain revoked (or good again) for the OCSP responder it names."
+    static let help = """
+    leaf|intermediate [--undo] [--url URL]
+
+    Apple's SignedDataVerifier with online checks asks the responder about the intermediate and the leaf;
+    once one is revoked it refuses every signed transaction, renewal and notification. Prints what is revoked.
+    """
+    let client: AdminClient
+    let certificate: String
+    let undo: Bool
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
+        undo = arguments.flag("undo")
+        let certificate = try arguments.single("certificate (leaf or intermediate)")
+        guard ["leaf", "intermediate"].contains(certificate) else { throw UsageError(description: "the certificate is leaf or intermediate") }
+        self.certificate = certificate
+    }
+
+    func run() async throws {
+        try await client.sendAndPrint(undo ? "DELETE" : "POST", "/admin/v1/ca/revocations?certificate=" + certificate)
     }
 }
 

@@ -11,7 +11,7 @@ import SQLiteStorage
 struct AppStoreServeCommand: Command {
     static let abstract = "Run the App Store emulator (verifyReceipt, device API, admin API)."
     static let help = """
-    [--data DIR] [--host H] [--port P] [--catalog [BUNDLE_ID=]FILE]... [--tester EMAIL]... [--quiet]
+    [--data DIR] [--host H] [--port P] [--catalog [BUNDLE_ID=]FILE]... [--tester EMAIL]... [--https-port P | --no-proxy] [--quiet]
 
     OPTIONS:
       --data DIR           State directory: SQLite database and signing keys (default ./.storekeeper).
@@ -23,7 +23,12 @@ struct AppStoreServeCommand: Command {
       --max-body BYTES     Largest request body (default 4194304).
       --admin-token TOKEN  Require 'Authorization: Bearer TOKEN' on the admin API (default $STOREKEEPER_APPSTORE_TOKEN;
                            without one it answers loopback host names only). The CLI sends $STOREKEEPER_APPSTORE_TOKEN.
+      --https-port P       Also serve TLS directly on P (443 with a hosts entry pointing Apple's names here).
+      --no-proxy           Plain HTTP only: no CONNECT tunnels and no TLS for Apple's host names.
       --quiet              No access log.
+
+    The port also answers HTTPS_PROXY clients: 'CONNECT host:443' to one of Apple's App Store hosts gets a
+    tunnel whose TLS ends in the emulator (trust 'storekeeper appstore ca export --tls'); any other host is refused.
     """
 
     let data: String
@@ -34,6 +39,7 @@ struct AppStoreServeCommand: Command {
     let maxBody: Int
     let quiet: Bool
     let adminToken: String?
+    let tls: EmulatorTLS.Options
 
     init(_ arguments: inout Arguments) throws {
         data = try arguments.option("data") ?? "./.storekeeper"
@@ -46,6 +52,7 @@ struct AppStoreServeCommand: Command {
         self.maxBody = maxBody
         quiet = arguments.flag("quiet")
         adminToken = try arguments.option("admin-token") ?? ProcessInfo.processInfo.environment["STOREKEEPER_APPSTORE_TOKEN"]
+        tls = try EmulatorTLS.Options(&arguments)
     }
 
     func run() async throws {
@@ -60,16 +67,54 @@ struct AppStoreServeCommand: Command {
         for email in testers where try await !emulator.accounts().contains(where: { $0.email.lowercased() == email.lowercased() }) {
             try await emulator.addAccount(email: email, environment: .sandbox)
         }
-        let server = HTTPServer(configuration: .init(host: host, port: port, maxBodySize: maxBody, connectionLimit: FileLimits.connectionLimit(share: 0.5), accessLog: !quiet),
-                                responder: AppStoreResponder(emulator: emulator, adminToken: adminToken))
+        var configuration = HTTPServer.Configuration(host: host, port: port, maxBodySize: maxBody, connectionLimit: FileLimits.connectionLimit(share: 0.5), accessLog: !quiet)
+        let tlsAuthority = try tls.apply(to: &configuration, directory: directory)
+        let server = HTTPServer(configuration: configuration,
+                                responder: AppStoreResponder(emulator: emulator, adminToken: adminToken, tlsRoot: tlsAuthority?.root))
         let bound = try server.start()
         let notifications = Task { await emulator.runNotificationDelivery() }
         say("storekeeper appstore listening on http://\(host):\(bound)")
+        if tlsAuthority != nil { say(EmulatorTLS.summary(ports: server.ports, host: host)) }
         say("data: \(directory.path)  apps: \(try await emulator.apps().map(\.bundleId).joined(separator: ", "))")
         await ShutdownSignal.wait()
         FileHandle.standardError.write(Data("shutting down\n".utf8))
         notifications.cancel()
         await server.shutdown()
+    }
+}
+
+/// How the emulator serves Apple's host names over TLS (`--https-port`, `--no-proxy`).
+enum EmulatorTLS {
+    struct Options {
+        let httpsPort: UInt16?
+        let enabled: Bool
+
+        init(_ arguments: inout Arguments) throws {
+            enabled = !arguments.flag("no-proxy")
+            if let text = try arguments.option("https-port") {
+                guard let port = UInt16(text) else { throw UsageError(description: "--https-port must be 0–65535") }
+                httpsPort = port
+            } else {
+                httpsPort = nil
+            }
+            if !enabled && httpsPort != nil { throw UsageError(description: "--https-port and --no-proxy exclude each other") }
+        }
+
+        /// Loads (or makes) the TLS root and server certificate under `directory/ca/tls` and turns interception on.
+        func apply(to configuration: inout HTTPServer.Configuration, directory: URL) throws -> TLSAuthority? {
+            guard enabled else { return nil }
+            let authority = try TLSAuthority.loadOrCreate(in: directory.appendingPathComponent("ca/tls"))
+            configuration.interception = .init(hosts: AppleHosts.all, certificateChainPEM: authority.chainPEM,
+                                               privateKeyPEM: authority.serverKey.pem, extraPorts: httpsPort.map { [$0] } ?? [])
+            return authority
+        }
+    }
+
+    /// The line that tells how to reach the emulator as Apple's hosts.
+    static func summary(ports: [UInt16], host: String) -> String {
+        var line = "Apple's App Store hosts over TLS: HTTPS_PROXY=http://\(host):\(ports[0]) with the root from 'storekeeper appstore ca export --tls'"
+        if ports.count > 1 { line += "; TLS directly on port \(ports[1])" }
+        return line
     }
 }
 

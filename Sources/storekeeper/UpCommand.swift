@@ -41,7 +41,7 @@ enum ExampleStores {
 struct UpCommand: Command {
     static let abstract = "Run the App Store emulator and the purchase server together, wired to each other, with the example stores."
     static let help = """
-    [--data DIR] [--appstore-port P] [--server-port P] [--examples DIR] [--quiet]
+    [--data DIR] [--appstore-port P] [--server-port P] [--examples DIR] [--https-port P | --no-proxy] [--quiet]
 
     The first line of output is one JSON object for scripts:
       {"appstore": URL, "server": URL, "adminKey": KEY, "apps": [{"bundleId", "apiKey"}, …]}
@@ -50,6 +50,8 @@ struct UpCommand: Command {
       --appstore-port P     Emulator port (default 8010; 0 = any free port).
       --server-port P       Purchase server port (default 8020; 0 = any free port).
       --examples DIR        Where the example .storekit files are (default ./examples; the copies built into the binary when absent).
+      --https-port P        Also serve Apple's host names over TLS directly on P (see appstore serve).
+      --no-proxy            The emulator speaks plain HTTP only (no CONNECT tunnels to Apple's host names).
       --quiet               No access logs.
     """
 
@@ -58,9 +60,11 @@ struct UpCommand: Command {
     let serverPort: UInt16
     let examples: String
     let quiet: Bool
+    let tls: EmulatorTLS.Options
 
     init(_ arguments: inout Arguments) throws {
         data = try arguments.option("data") ?? "./.storekeeper"
+        tls = try EmulatorTLS.Options(&arguments)
         guard let appstorePort = UInt16(try arguments.option("appstore-port") ?? "8010"),
               let serverPort = UInt16(try arguments.option("server-port") ?? "8020") else {
             throw UsageError(description: "ports are 0–65535")
@@ -88,8 +92,9 @@ struct UpCommand: Command {
         if try await !emulator.accounts().contains(where: { $0.email == "sandbox@example.com" }) {
             try await emulator.addAccount(email: "sandbox@example.com", environment: .sandbox)
         }
-        let appstoreHTTP = HTTPServer(configuration: .init(port: appstorePort, connectionLimit: FileLimits.connectionLimit(share: 0.3), accessLog: !quiet),
-                                      responder: AppStoreResponder(emulator: emulator))
+        var appstoreConfiguration = HTTPServer.Configuration(port: appstorePort, connectionLimit: FileLimits.connectionLimit(share: 0.3), accessLog: !quiet)
+        let tlsAuthority = try tls.apply(to: &appstoreConfiguration, directory: appstoreDirectory)
+        let appstoreHTTP = HTTPServer(configuration: appstoreConfiguration, responder: AppStoreResponder(emulator: emulator, tlsRoot: tlsAuthority?.root))
         let appstorePortBound = try appstoreHTTP.start()
         let appstoreURL = "http://127.0.0.1:\(appstorePortBound)"
 

@@ -14,13 +14,14 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
         ("grace-period", .command(GracePeriodCommand.self)),
         ("redeem-code", .command(RedeemCodeCommand.self)),
         ("restore", .command(RestoreCommand.self)),
+        ("simulate-error", .command(SimulateErrorCommand.self)),
         ("time", .group(abstract: "Control the emulator clock.", children: [
             ("advance", .command(TimeAdvanceCommand.self)), ("set", .command(TimeSetCommand.self)), ("show", .command(TimeShowCommand.self)),
         ])),
         ("fault", .group(abstract: "Inject faults.", children: [
             ("add", .command(FaultAddCommand.self)), ("clear", .command(FaultClearCommand.self)), ("list", .command(FaultListCommand.self)),
         ])),
-        ("ca", .group(abstract: "The emulator's certificate authorities.", children: [("export", .command(CAExportCommand.self))])),
+        ("ca", .group(abstract: "The emulator's certificate authorities.", children: [("export", .command(CAExportCommand.self)), ("revoke", .command(CARevokeCommand.self))])),
         ("catalog", .group(abstract: "The emulator's catalogs.", children: [("export", .command(CatalogExportCommand.self))])),
         ("key", .group(abstract: "App Store Server API keys.", children: [("create", .command(ServerAPIKeyCreateCommand.self))])),
         ("notifications", .group(abstract: "App Store Server Notifications V2.", children: [("set", .command(NotificationURLCommand.self))])),

@@ -46,7 +46,7 @@ struct StoreKitSettingsTests {
         #expect(!settings.failTransactionsEnabled)
         #expect(settings.storefront == "JPN" && settings.locale == "ja_JP")
         #expect(settings.applicationInternalID == "6444444444" && settings.developerTeamID == "ABCDE12345")
-        #expect(settings.simulatesError("Load Products") && !settings.simulatesError("Purchase"))
+        #expect(settings.simulatedError(for: .loadProducts) == .unknown && settings.simulatedError(for: .purchase) == nil)
         #expect(configuration.version == "4.0")
         let plus = try #require(configuration.products.first { $0.productId == "plus.monthly" })
         #expect(plus.promotionalOffers.map(\.offerId) == ["welcome_back"] && plus.promotionalOffers.first?.paymentMode == .free)
