@@ -220,6 +220,8 @@ extension AppStoreEmulator {
                       offerType: Int = 2) {
         record.offerType = offerType
         record.offerIdentifier = offer.offerId
+        record.offerPeriod = offer.period.times(offer.numberOfPeriods)
+        record.offerDiscountType = offer.paymentMode.discountType
         record.isTrialPeriod = false
         record.isInIntroOfferPeriod = false
         record.expiresDate = periodEnd(from: now, period: offer.period, rate: rate, count: offer.paymentMode == .payAsYouGo ? 1 : max(1, offer.numberOfPeriods))
@@ -292,6 +294,8 @@ extension AppStoreEmulator {
         var introRemaining = 0
         let hadSubscription = activeChain != nil
         if let offer = product.introductoryOffer, !hadSubscription {
+            record.offerPeriod = offer.period.times(offer.numberOfPeriods)
+            record.offerDiscountType = offer.paymentMode.discountType
             switch offer.paymentMode {
             case .free:
                 record.isTrialPeriod = true

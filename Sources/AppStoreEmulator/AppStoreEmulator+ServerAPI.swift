@@ -221,14 +221,27 @@ extension AppStoreEmulator {
                 json.field("currency", price.currency)
                 if let milliunits = Milliunits.from(chain.priceIncreaseAmount ?? price.amount) { json.field("renewalPrice", milliunits) }
             }
+            json.field("appAccountToken", latest.appAccountToken ?? latest.applicationUsername.flatMap(UUID.init(uuidString:))?.uuidString.lowercased())
+            json.field("appTransactionId", appTransactionId(account: latest.accountEmail, bundleId: latest.bundleId))
         }
         return try JWS.sign(payload: json.bytes, key: jwsAuthority.leafKey, chain: jwsAuthority.chain)
     }
 
     /// The app's transaction `transactionId` in `environment` (any id of the customer's, as Apple accepts since 2023).
+    /// An `appTransactionId` (since 2025) names the customer's download of the app: it stands for their most
+    /// recent transaction of the app.
     func serverAPIRecord(bundleId: String, environment: AppStoreEnvironment, transactionId: String) async throws(ServerAPIError) -> TransactionRecord {
-        guard !transactionId.isEmpty, transactionId.allSatisfy(\.isNumber) else { throw .invalidTransactionId }
-        let record = try? await read { state, _ in state.transactions[transactionId] }
+        guard !transactionId.isEmpty, transactionId.count <= 20, transactionId.allSatisfy(\.isASCII), transactionId.allSatisfy(\.isNumber) else {
+            throw .invalidTransactionId
+        }
+        let record = try? await read { state, _ -> TransactionRecord? in
+            if let record = state.transactions[transactionId] { return record }
+            guard let app = state.apps[bundleId],
+                  let account = state.accounts.values.first(where: { String(AppStoreEmulator.downloadId($0, app)) == transactionId }) else { return nil }
+            return state.transactions(account: account.email, bundle: bundleId, environment: environment)
+                .filter { !$0.isRedelivery && ($0.state == .purchased || $0.state == .restored) }
+                .max { $0.purchaseDate < $1.purchaseDate }
+        }
         guard let record = record ?? nil, record.bundleId == bundleId, record.environment == environment else { throw .transactionIdNotFound }
         return record
     }

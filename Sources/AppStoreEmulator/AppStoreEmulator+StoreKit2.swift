@@ -12,8 +12,9 @@ extension AppStoreEmulator {
 
     /// Signs `record` as a `JWSTransactionDecodedPayload`, dated `signedAt`.
     public func signedTransaction(for record: TransactionRecord, signedAt: Date) throws -> String {
-        try JWS.sign(payload: Self.jwsTransaction(record, signedAt: signedAt).jsonBytes(), key: jwsAuthority.leafKey,
-                     chain: jwsAuthority.chain)
+        var payload = Self.jwsTransaction(record, signedAt: signedAt)
+        payload.appTransactionId = appTransactionId(account: record.accountEmail, bundleId: record.bundleId)
+        return try JWS.sign(payload: payload.jsonBytes(), key: jwsAuthority.leafKey, chain: jwsAuthority.chain)
     }
 
     /// The decoded payload of `record`'s signed transaction.
@@ -22,7 +23,7 @@ extension AppStoreEmulator {
         // StoreKit 1's applicationUsername becomes appAccountToken when it is a UUID, as on devices.
         let token = record.appAccountToken ?? record.applicationUsername.flatMap(UUID.init(uuidString:))?.uuidString.lowercased()
         let storefront = record.price?.storefront
-        return JWSTransaction(
+        var transaction = JWSTransaction(
             transactionId: record.id, originalTransactionId: record.originalId, webOrderLineItemId: record.webOrderLineItemId.map(String.init),
             bundleId: record.bundleId, productId: record.productId, subscriptionGroupIdentifier: record.subscriptionGroupId,
             purchaseDate: milliseconds(record.purchaseDate), originalPurchaseDate: milliseconds(record.originalPurchaseDate),
@@ -35,6 +36,22 @@ extension AppStoreEmulator {
             environment: record.environment == .production ? "Production" : "Sandbox", storefront: storefront,
             storefrontId: storefront.flatMap(StorefrontId.forStorefront), transactionReason: record.isRenewal ? "RENEWAL" : "PURCHASE",
             currency: record.price?.currency, price: record.price.flatMap { Milliunits.from($0.amount) })
+        transaction.offerPeriod = record.offerPeriod
+        transaction.offerDiscountType = record.offerDiscountType
+        if record.cancellationDate != nil {
+            // A family member's copy goes when the purchase or the sharing does; the purchaser's own is a refund, in full.
+            transaction.revocationType = record.sharedFromTransactionId == nil ? "REFUND_FULL" : "FAMILY_REVOKE"
+            transaction.revocationPercentage = record.sharedFromTransactionId == nil ? 100_000 : nil
+        }
+        return transaction
+    }
+
+    /// The AppTransaction id of an account's download of an app (the same in transactions, renewal info and the AppTransaction).
+    func appTransactionId(account email: String, bundleId: String) -> String? {
+        state.withLock { state in
+            guard let account = state.accounts[email.lowercased()], let app = state.apps[bundleId] else { return nil }
+            return String(Self.downloadId(account, app))
+        }
     }
 }
 

@@ -103,6 +103,9 @@ public struct TransactionRecord: Codable, Sendable, Equatable {
     /// StoreKit 2's `offerType` when an offer other than the introductory one applied (2 promotional) and its id.
     public var offerType: Int?
     public var offerIdentifier: String?
+    /// The applied offer's whole duration (ISO 8601) and `offerDiscountType`, for any offer type.
+    public var offerPeriod: String?
+    public var offerDiscountType: String?
     /// For a family member's copy of a purchase (FAMILY_SHARED): the purchaser's transaction id.
     public var sharedFromTransactionId: String?
     /// Set by the App Store Server API's Set App Account Token (else a UUID applicationUsername stands for it).

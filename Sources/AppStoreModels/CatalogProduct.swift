@@ -45,6 +45,15 @@ public struct IntroductoryOffer: Codable, Sendable, Equatable {
         case free = "free"
         case payAsYouGo = "payAsYouGo"
         case payUpFront = "payUpFront"
+
+        /// StoreKit 2's `offerDiscountType` for it.
+        public var discountType: String {
+            switch self {
+            case .free: "FREE_TRIAL"
+            case .payAsYouGo: "PAY_AS_YOU_GO"
+            case .payUpFront: "PAY_UP_FRONT"
+            }
+        }
     }
     public var paymentMode: PaymentMode
     /// The length of one offer period.

@@ -33,6 +33,14 @@ public struct JWSTransaction: Sendable, Equatable {
     public var currency: String?
     /// Price in milliunits (¥230 → 230000).
     public var price: Int64?
+    /// The app download's id, the same as the AppTransaction's (2025).
+    public var appTransactionId: String?
+    /// The offer's whole duration (ISO 8601, `P3M`) and how it is paid (`FREE_TRIAL`, `PAY_AS_YOU_GO`, `PAY_UP_FRONT`).
+    public var offerPeriod: String?
+    public var offerDiscountType: String?
+    /// Why it was revoked (`REFUND_FULL`, `REFUND_PRORATED`, `FAMILY_REVOKE`) and, for refunds, how much in milliunits of a whole.
+    public var revocationType: String?
+    public var revocationPercentage: Int?
 
     public init(transactionId: String, originalTransactionId: String, webOrderLineItemId: String? = nil, bundleId: String, productId: String,
                 subscriptionGroupIdentifier: String? = nil, purchaseDate: Int64, originalPurchaseDate: Int64, expiresDate: Int64? = nil,
@@ -96,6 +104,11 @@ public struct JWSTransaction: Sendable, Equatable {
             json.field("transactionReason", transactionReason)
             json.field("currency", currency)
             if let price { json.field("price", price) }
+            json.field("appTransactionId", appTransactionId)
+            json.field("offerPeriod", offerPeriod)
+            json.field("offerDiscountType", offerDiscountType)
+            json.field("revocationType", revocationType)
+            if let revocationPercentage { json.field("revocationPercentage", Int64(revocationPercentage)) }
         }
         return json.bytes
     }

@@ -33,4 +33,11 @@ public enum SubscriptionPeriod: String, Codable, Sendable, CaseIterable {
         case .oneYear: return 12
         }
     }
+
+    /// `count` periods as one ISO 8601 duration (`P1M` × 3 is `P3M`), as `offerPeriod` states an offer's length.
+    public func times(_ count: Int) -> String {
+        let body = rawValue.dropFirst()  // "1M"
+        guard let unit = body.last, let amount = Int(body.dropLast()) else { return rawValue }
+        return "P\(amount * max(1, count))\(unit)"
+    }
 }

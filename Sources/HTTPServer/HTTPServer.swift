@@ -89,6 +89,13 @@ public final class HTTPServer: Sendable {
     /// Bodies up to this size are read and discarded before a refusal is sent; larger ones are answered at once.
     static let drainLimit = 16 << 20
     private let state = Locked<State>(State())
+    /// The daemon as hand-offs see it: held while a socket is given to libmicrohttpd, so shutdown cannot stop the
+    /// daemon under it. Its own lock, not `state`'s: libmicrohttpd may call back (notifications, requests) on the
+    /// calling thread, and those callbacks take `state`.
+    private let handOffTarget = Locked<DaemonHandle?>(nil)
+    /// Sockets of terminated TLS connections handed to libmicrohttpd and not yet started there, with the host
+    /// name each asked for; the connection-start notification moves the name onto the connection.
+    private let pendingTunnels = Locked<[Int32: String]>([:])
 
     private struct State {
         // The daemon pointer is only touched under this lock.
@@ -96,9 +103,6 @@ public final class HTTPServer: Sendable {
         /// Accepts connections itself when the server intercepts TLS (libmicrohttpd then has no listening socket).
         var front: ConnectionFront?
         var ports: [UInt16] = []
-        /// Sockets of terminated TLS connections handed to libmicrohttpd and not yet started there, with the
-        /// host name each asked for; the connection-start notification moves the name onto the connection.
-        var pendingTunnels: [Int32: String] = [:]
         var inFlight: [Int: Task<Void, Never>] = [:]
         var nextTaskID = 0
         var port: UInt16 = 0
@@ -180,6 +184,7 @@ public final class HTTPServer: Sendable {
             $0.port = front.ports[0]
             $0.ports = front.ports
         }
+        handOffTarget.withLock { $0 = DaemonHandle(pointer: daemon) }
         front.start()
         return front.ports[0]
     }
@@ -187,23 +192,23 @@ public final class HTTPServer: Sendable {
     /// Gives an accepted (or tunnelled) socket to libmicrohttpd, or closes it once the daemon is stopping.
     private func handOff(_ socket: Int32, peer: sockaddr_in, tunnel: String?) {
         var peer = peer
-        state.withLock { state in
-            guard let daemon = state.daemon?.pointer else {
+        handOffTarget.withLock { target in
+            guard let daemon = target?.pointer else {
                 close(socket)
                 return
             }
-            if let tunnel { state.pendingTunnels[socket] = tunnel }
+            if let tunnel { pendingTunnels.withLock { $0[socket] = tunnel } }
             // libmicrohttpd closes the socket itself when it cannot take it.
             let added = withUnsafePointer(to: &peer) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { MHD_add_connection(daemon, socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
             }
-            if added != .YES { state.pendingTunnels[socket] = nil }
+            if added != .YES { _ = pendingTunnels.withLock { $0.removeValue(forKey: socket) } }
         }
     }
 
     /// The tunnel host recorded for a socket libmicrohttpd starts serving, taken once.
     func takeTunnel(socket: Int32) -> String? {
-        state.withLock { $0.pendingTunnels.removeValue(forKey: socket) }
+        pendingTunnels.withLock { $0.removeValue(forKey: socket) }
     }
 
     /// Stops accepting connections, lets requests in flight finish (cancelling after `grace`), and stops.
@@ -229,6 +234,7 @@ public final class HTTPServer: Sendable {
         while state.withLock({ $0.suspended > 0 }) && ContinuousClock.now < resumeDeadline {
             try? await Task.sleep(for: .milliseconds(10))
         }
+        handOffTarget.withLock { $0 = nil }  // waits for a hand-off in progress; later ones close their socket
         let stillSuspended = state.withLock { state -> Bool in
             state.daemon = nil
             return state.suspended > 0

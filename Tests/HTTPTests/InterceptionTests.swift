@@ -26,8 +26,20 @@ struct InterceptionTests {
         return (server, port, cert, directory)
     }
 
-    /// Sends `bytes` on a fresh connection and reads until the server closes (or 10 s pass).
-    static func exchange(_ port: UInt16, _ bytes: [UInt8]) throws -> String {
+    /// Runs blocking work on its own thread: the servers under test answer on the cooperative pool, which a
+    /// blocked test thread would starve (two threads on this machine).
+    static func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread { continuation.resume(with: Result { try body() }) }.start()
+        }
+    }
+
+    /// Sends `bytes` on a fresh connection and reads until the server closes (or 10 s pass), off the pool.
+    static func exchange(_ port: UInt16, _ bytes: [UInt8]) async throws -> String {
+        try await offPool { try blockingExchange(port, bytes) }
+    }
+
+    static func blockingExchange(_ port: UInt16, _ bytes: [UInt8]) throws -> String {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
         var address = sockaddr_in()
@@ -75,9 +87,12 @@ struct InterceptionTests {
         let output = Pipe()
         curl.standardOutput = output
         curl.standardError = FileHandle.nullDevice
-        try curl.run()
-        curl.waitUntilExit()
-        let tunnelled = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let tunnelled = try await Self.offPool { () -> String in
+            try curl.run()
+            let data = output.fileHandleForReading.readDataToEndOfFile()
+            curl.waitUntilExit()
+            return String(decoding: data, as: UTF8.self)
+        }
         #expect(curl.terminationStatus == 0)
         #expect(tunnelled.contains("\"path\":\"/where\"") && tunnelled.contains("\"host\":\"localhost\""))
         #expect(tunnelled.contains("\"tunnel\":\"localhost\""), "a CONNECT tunnel is marked with its target")
@@ -91,16 +106,16 @@ struct InterceptionTests {
         let (server, port, _, directory) = try Self.makeServer()
         defer { try? FileManager.default.removeItem(at: directory) }
         for target in ["example.com:443", "localhost:80", "localhost", "127.0.0.1:443", "LOCALHOST:4430"] {
-            let answer = try Self.exchange(port, Array("CONNECT \(target) HTTP/1.1\r\nHost: \(target)\r\n\r\n".utf8))
+            let answer = try await Self.exchange(port, Array("CONNECT \(target) HTTP/1.1\r\nHost: \(target)\r\n\r\n".utf8))
             #expect(answer.hasPrefix("HTTP/1.1 403 "), "\(target): \(answer.prefix(40))")
         }
-        #expect(try Self.exchange(port, Array("CONNECT localhost:443\r\n\r\n".utf8)).hasPrefix("HTTP/1.1 400 "))
+        #expect(try await Self.exchange(port, Array("CONNECT localhost:443\r\n\r\n".utf8)).hasPrefix("HTTP/1.1 400 "))
         let huge = "CONNECT localhost:443 HTTP/1.1\r\n" + String(repeating: "X-Padding: \(String(repeating: "a", count: 100))\r\n", count: 100)
-        #expect(try Self.exchange(port, Array(huge.utf8)).hasPrefix("HTTP/1.1 431 "))
+        #expect(try await Self.exchange(port, Array(huge.utf8)).hasPrefix("HTTP/1.1 431 "))
         // A NUL and binary after the method: still one refusal, no crash.
-        #expect(try Self.exchange(port, Array("CONNECT \u{0}\u{1}\u{FF} HTTP/1.1\r\n\r\n".utf8)).hasPrefix("HTTP/1.1 "))
+        #expect(try await Self.exchange(port, Array("CONNECT \u{0}\u{1}\u{FF} HTTP/1.1\r\n\r\n".utf8)).hasPrefix("HTTP/1.1 "))
         // COPY starts with C too, and is not CONNECT: libmicrohttpd answers it (here: no such route).
-        let copy = try Self.exchange(port, Array("COPY /where HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".utf8))
+        let copy = try await Self.exchange(port, Array("COPY /where HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".utf8))
         #expect(copy.hasPrefix("HTTP/1.1 4"))
         // A TLS handshake for a name not served is refused with an alert; the port goes on serving.
         let plain = try HTTPClient()
@@ -115,7 +130,7 @@ struct InterceptionTests {
         defer { try? FileManager.default.removeItem(at: directory) }
         await server.shutdown()
         try await Task.sleep(for: .milliseconds(100))
-        #expect(throws: (any Error).self) { try Self.exchange(port, Array("GET / HTTP/1.1\r\n\r\n".utf8)) }
+        await #expect(throws: (any Error).self) { try await Self.exchange(port, Array("GET / HTTP/1.1\r\n\r\n".utf8)) }
     }
 }
 
@@ -131,7 +146,7 @@ struct EscapeTests {
         let port = try server.start()
         // A raw request line: URL types and clients normalise escapes, a hostile client does not.
         func get(_ target: String) async throws -> (Int, [String: String]) {
-            let answer = try InterceptionTests.exchange(port, Array("GET \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".utf8))
+            let answer = try await InterceptionTests.exchange(port, Array("GET \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".utf8))
             let status = Int(answer.split(separator: " ").dropFirst().first ?? "") ?? 0
             let body = answer.components(separatedBy: "\r\n\r\n").dropFirst().joined()
             return (status, (try? JSONDecoder().decode([String: String].self, from: Data(body.utf8))) ?? [:])

@@ -232,3 +232,21 @@ def test_app_transaction_info_and_finish_transaction(emulator, jws_root_pem):
     assert json.loads(emulator.request("GET", f"/admin/v1/transactions/{bought['transaction_id']}")[1])["finished"] is False
     client.finish_transaction(bought["transaction_id"])
     assert json.loads(emulator.request("GET", f"/admin/v1/transactions/{bought['transaction_id']}")[1])["finished"] is True
+
+
+def test_fields_of_2025_decode_in_apples_library_and_app_transaction_id_looks_up(emulator, jws_root_pem):
+    client, _ = api_client(emulator, "com.example.magazine")
+    bought = emulator.buy("com.example.magazine", "com.example.magazine.monthly", account=new_tester(emulator))
+    check = verifier(jws_root_pem, "com.example.magazine")
+    first = check.verify_and_decode_signed_transaction(client.get_transaction_info(bought["transaction_id"]).signedTransactionInfo)
+    assert first.offerDiscountType.value == "FREE_TRIAL" and first.offerPeriod == "P1W" and first.offerType.value == 1
+    assert first.appTransactionId and first.appTransactionId.isdigit()
+    # The appTransactionId stands for the customer's latest transaction of the app.
+    again = check.verify_and_decode_signed_transaction(client.get_transaction_info(first.appTransactionId).signedTransactionInfo)
+    assert again.transactionId == bought["transaction_id"]
+    statuses = client.get_all_subscription_statuses(first.appTransactionId)
+    renewal = check.verify_and_decode_renewal_info(statuses.data[0].lastTransactions[0].signedRenewalInfo)
+    assert renewal.appTransactionId == first.appTransactionId
+    emulator.cli("appstore", "refund", bought["transaction_id"])
+    refunded = check.verify_and_decode_signed_transaction(client.get_transaction_info(bought["transaction_id"]).signedTransactionInfo)
+    assert refunded.revocationType.value == "REFUND_FULL" and refunded.revocationPercentage == 100000
