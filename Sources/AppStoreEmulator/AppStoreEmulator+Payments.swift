@@ -35,6 +35,8 @@ public struct PaymentRequest: Codable, Sendable {
     public var appAccountToken: String?
     /// A promotional offer signed by the developer's server (SKPaymentDiscount / `.promotionalOffer`).
     public var promotionalOffer: SignedOffer?
+    /// StoreKit 2's `.winBackOffer(_:)`: the id of one of the product's win-back offers.
+    public var winBackOfferId: String?
 
     /// The signed offer as the app passes it: offer id, key id, nonce (UUID), timestamp (ms), Base64 DER ECDSA signature.
     public struct SignedOffer: Codable, Sendable {
@@ -121,6 +123,13 @@ extension AppStoreEmulator {
             let existing = state.transactions(account: account.email, bundle: bundleId, environment: environment)
             let offer = try request.promotionalOffer.map { try AppStoreEmulator.checkPromotionalOffer($0, request: request, product: product, bundleId: bundleId,
                                                                                                     keys: state.apiKeys, history: existing) }
+            if request.promotionalOffer != nil && request.winBackOfferId != nil {
+                throw StoreError.storeKit(.paymentInvalid, "A purchase takes one offer: a promotional or a win-back offer.", status: .badRequest)
+            }
+            let winBack = try request.winBackOfferId.map { id in
+                try AppStoreEmulator.checkWinBackOffer(id, product: product, history: AppStoreEmulator.groupHistory(
+                    state, email: account.email, bundleId: bundleId, environment: environment, group: product.subscriptionGroupId), now: now)
+            }
             var machine = PaymentStateMachine()
 
             // Already owned non-consumables and free subscriptions are delivered again without a charge.
@@ -162,6 +171,9 @@ extension AppStoreEmulator {
                     event = simulated == .userCancelled ? .cancelledByUser : .failed(simulated.skError)
                 } else if settings?.failTransactionsEnabled == true {
                     event = .failed(.unknown)
+                } else if settings?.interruptedPurchasesEnabled == true {
+                    event = .needsApproval
+                    record.interrupted = true
                 } else {
                     event = account.askToBuy || settings?.askToBuyEnabled == true ? .needsApproval : .charged
                 }
@@ -177,6 +189,9 @@ extension AppStoreEmulator {
                 }
                 if let offer {
                     AppStoreEmulator.apply(offer, to: &record, changes: &changes, rate: state.renewalRate(account, bundleId: bundleId), now: now)
+                } else if let winBack {
+                    AppStoreEmulator.apply(winBack, to: &record, changes: &changes, rate: state.renewalRate(account, bundleId: bundleId), now: now,
+                                           offerType: AppStoreEmulator.winBackOfferType)
                 }
             }
             state.insert(record)

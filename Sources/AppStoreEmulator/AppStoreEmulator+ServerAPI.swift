@@ -223,6 +223,10 @@ extension AppStoreEmulator {
             }
             json.field("appAccountToken", latest.appAccountToken ?? latest.applicationUsername.flatMap(UUID.init(uuidString:))?.uuidString.lowercased())
             json.field("appTransactionId", appTransactionId(account: latest.accountEmail, bundleId: latest.bundleId))
+            let winBack = eligibleWinBackOfferIds(chain, now: clock.now())
+            if !winBack.isEmpty, let list = try? JSONSerialization.data(withJSONObject: winBack) {
+                json.field("eligibleWinBackOfferIds", rawJSON: String(decoding: list, as: UTF8.self))
+            }
         }
         return try JWS.sign(payload: json.bytes, key: jwsAuthority.leafKey, chain: jwsAuthority.chain)
     }

@@ -41,6 +41,92 @@ extension AppStoreEmulator {
         }
     }
 
+    /// The SKTestSession switches an app's tests change while the emulator runs; nil leaves one as it is.
+    public struct TestSessionChange: Codable, Sendable {
+        public var askToBuyEnabled: Bool?
+        public var failTransactionsEnabled: Bool?
+        public var interruptedPurchasesEnabled: Bool?
+        /// `shouldEnterBillingRetryOnRenewal`.
+        public var billingIssuesEnabled: Bool?
+        public var billingGracePeriodEnabled: Bool?
+        /// An SKTestSession.TimeRate raw value (0, 1–6, 10–15, 1000–1005).
+        public var timeRate: Int?
+
+        public init(askToBuyEnabled: Bool? = nil, failTransactionsEnabled: Bool? = nil, interruptedPurchasesEnabled: Bool? = nil,
+                    billingIssuesEnabled: Bool? = nil, billingGracePeriodEnabled: Bool? = nil, timeRate: Int? = nil) {
+            self.askToBuyEnabled = askToBuyEnabled
+            self.failTransactionsEnabled = failTransactionsEnabled
+            self.interruptedPurchasesEnabled = interruptedPurchasesEnabled
+            self.billingIssuesEnabled = billingIssuesEnabled
+            self.billingGracePeriodEnabled = billingGracePeriodEnabled
+            self.timeRate = timeRate
+        }
+    }
+
+    /// Changes the app's StoreKit Testing switches, as an `SKTestSession` does between test steps.
+    @discardableResult
+    public func changeTestSession(bundleId: String, _ change: TestSessionChange) async throws -> StoreKitTestSettings {
+        var rate: RenewalRate?
+        if let timeRate = change.timeRate {
+            guard let known = RenewalRate(storeKitTimeRate: timeRate) else {
+                throw StoreError.invalid("timeRate \(timeRate) is not an SKTestSession.TimeRate (0, 1–6, 10–15, 1000–1005).", code: "invalid_time_rate")
+            }
+            rate = known
+        }
+        let settings = try await mutate { state, changes, _ in
+            guard var app = state.apps[bundleId] else { throw StoreError.notFound("App \(bundleId)") }
+            var settings = app.testSettings ?? StoreKitTestSettings()
+            if let value = change.askToBuyEnabled { settings.askToBuyEnabled = value }
+            if let value = change.failTransactionsEnabled { settings.failTransactionsEnabled = value }
+            if let value = change.interruptedPurchasesEnabled { settings.interruptedPurchasesEnabled = value }
+            if let value = change.billingIssuesEnabled { settings.billingIssuesEnabled = value }
+            if let value = change.billingGracePeriodEnabled { settings.billingGracePeriodEnabled = value }
+            if let timeRate = change.timeRate {
+                settings.timeRate = timeRate
+                settings.renewalRate = rate
+            }
+            app.testSettings = settings
+            state.apps[bundleId] = app
+            changes.apps.insert(bundleId)
+            return settings
+        }
+        // Xcode's billing grace period is 16 days, as when a file switches it on.
+        if let grace = change.billingGracePeriodEnabled, grace != (try await read { state, _ in state.gracePeriodDays[bundleId] != nil }) {
+            try await setGracePeriod(bundleId: bundleId, days: grace ? 16 : nil)
+        }
+        return settings
+    }
+
+    /// `SKTestSession.resolveIssueForTransaction(identifier:)`: the customer deals with what interrupted the
+    /// purchase; it completes now and reaches the device as a transaction update.
+    public func resolveInterruptedPurchase(transactionId: String) async throws -> TransactionRecord {
+        let record = try await transaction(transactionId)
+        guard record.interrupted == true, record.state == .deferred else {
+            throw StoreError(.conflict, "not_interrupted", "Transaction \(transactionId) is not an interrupted purchase waiting for the customer.")
+        }
+        return try await answerAskToBuy(transactionId: transactionId, approve: true)
+    }
+
+    /// `SKTestSession.deleteTransaction(identifier:)` / `clearTransactions()`: forgets transactions as if never
+    /// made (the device's history, receipts and entitlements lose them). With no id, every transaction of the app.
+    @discardableResult
+    public func deleteTransactions(bundleId: String, transactionId: String?) async throws -> Int {
+        try await mutate { state, changes, _ in
+            guard state.apps[bundleId] != nil else { throw StoreError.notFound("App \(bundleId)") }
+            let doomed = state.transactions.values.filter { $0.bundleId == bundleId && (transactionId == nil || $0.id == transactionId || $0.originalId == transactionId && $0.productType == .autoRenewable) }
+            if let transactionId, doomed.isEmpty { throw StoreError.notFound("Transaction \(transactionId) of \(bundleId)") }
+            for record in doomed {
+                state.remove(record.id)
+                changes.transactions.insert(record.id)
+            }
+            for original in Set(doomed.filter { $0.productType == .autoRenewable }.map(\.originalId)) where state.chains[original] != nil {
+                state.chains[original] = nil
+                changes.chains.insert(original)
+            }
+            return doomed.count
+        }
+    }
+
     /// A transaction of the device's account in this app (what a sheet the app shows may act on).
     func ownedTransaction(_ id: String, bundleId: String, deviceId: String) async throws -> TransactionRecord {
         let (account, _, _) = try await storeKitContext(bundleId: bundleId, deviceId: deviceId)

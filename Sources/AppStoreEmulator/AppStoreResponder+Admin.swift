@@ -233,14 +233,19 @@ extension AppStoreResponder {
         router.on(.post, "/admin/v1/subscriptions/:id/expire") { request in
             await handle { .json(try await emulator.forceSubscription(originalTransactionId: request.parameters["id"] ?? "", expire: true)) }
         }
-        router.on(.post, "/admin/v1/offer-codes/redeem") { request in
-            await handle {
-                struct Body: Decodable { var app: String; var account: String; var product: String; var offer: String }
-                let body = try request.decode(Body.self)
-                let record = try await emulator.redeemOfferCode(bundleId: body.app, email: body.account, productId: body.product, offerId: body.offer)
-                var transaction = DeviceTransaction(record, receipt: nil)
-                transaction.signedTransaction = try emulator.signedTransaction(for: record, signedAt: emulator.clock.now())
-                return .json(transaction, status: .created)
+        // Offer codes and win-back offers redeemed in the App Store, outside the app.
+        for (path, winBack) in [("/admin/v1/offer-codes/redeem", false), ("/admin/v1/win-back-offers/redeem", true)] {
+            router.on(.post, path) { request in
+                await handle {
+                    struct Body: Decodable { var app: String; var account: String; var product: String; var offer: String }
+                    let body = try request.decode(Body.self)
+                    let record = winBack
+                        ? try await emulator.redeemWinBackOffer(bundleId: body.app, email: body.account, productId: body.product, offerId: body.offer)
+                        : try await emulator.redeemOfferCode(bundleId: body.app, email: body.account, productId: body.product, offerId: body.offer)
+                    var transaction = DeviceTransaction(record, receipt: nil)
+                    transaction.signedTransaction = try emulator.signedTransaction(for: record, signedAt: emulator.clock.now())
+                    return .json(transaction, status: .created)
+                }
             }
         }
         router.on(.post, "/admin/v1/transactions/:id/refund-request") { request in

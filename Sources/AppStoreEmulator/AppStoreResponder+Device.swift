@@ -27,6 +27,8 @@ extension AppStoreResponder {
         var appAccountToken: String?
         /// A promotional offer signed by the developer's server.
         var promotionalOffer: PaymentRequest.SignedOffer?
+        /// One of the product's win-back offers (StoreKit 2's `.winBackOffer`).
+        var winBackOfferId: String?
     }
 
     static func deviceTransaction(_ emulator: AppStoreEmulator, _ record: TransactionRecord) async throws -> DeviceTransaction {
@@ -78,6 +80,7 @@ extension AppStoreResponder {
                 var payment = PaymentRequest(productId: body.productId, quantity: body.quantity, applicationUsername: body.applicationUsername,
                                              simulate: body.simulate)
                 payment.promotionalOffer = body.promotionalOffer
+                payment.winBackOfferId = body.winBackOfferId
                 if let token = body.appAccountToken {
                     guard let uuid = UUID(uuidString: token) else {
                         throw StoreError.storeKit(.paymentInvalid, "appAccountToken must be a UUID.", status: .badRequest)

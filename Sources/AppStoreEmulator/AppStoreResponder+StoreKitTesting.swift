@@ -107,6 +107,23 @@ extension AppStoreResponder {
                 return .json(["status": autoRenew ? "autoRenewOn" : "autoRenewOff"])
             }
         }
+        router.on(.get, "/admin/v1/apps/:bundle/test-session") { request in
+            await handle { .json(testSessionBody(try await emulator.testSettings(bundleId: request.parameters["bundle"] ?? "") ?? StoreKitTestSettings())) }
+        }
+        router.on(.patch, "/admin/v1/apps/:bundle/test-session") { request in
+            await handle {
+                let change = try request.decode(AppStoreEmulator.TestSessionChange.self)
+                return .json(testSessionBody(try await emulator.changeTestSession(bundleId: request.parameters["bundle"] ?? "", change)))
+            }
+        }
+        router.on(.post, "/admin/v1/transactions/:id/resolve") { request in
+            await handle { .json(DeviceTransaction(try await emulator.resolveInterruptedPurchase(transactionId: request.parameters["id"] ?? ""), receipt: nil)) }
+        }
+        router.on(.delete, "/admin/v1/apps/:bundle/transactions") { request in
+            await handle {
+                .json(["deleted": try await emulator.deleteTransactions(bundleId: request.parameters["bundle"] ?? "", transactionId: request.query["transaction"])])
+            }
+        }
         router.on(.get, "/admin/v1/apps/:bundle/simulated-errors") { request in
             await handle { .json(simulatedErrorsBody(try await emulator.testSettings(bundleId: request.parameters["bundle"] ?? ""))) }
         }
@@ -141,6 +158,14 @@ extension AppStoreResponder {
                                        error: (entry?.error ?? (entry?.enabled == true ? api.defaultError : nil))?.rawValue,
                                        allowed: api.families.flatMap(\.errors).map(\.rawValue))
         }]
+    }
+
+    /// The switches as `GET …/test-session` shows them.
+    static func testSessionBody(_ settings: StoreKitTestSettings) -> AppStoreEmulator.TestSessionChange {
+        AppStoreEmulator.TestSessionChange(askToBuyEnabled: settings.askToBuyEnabled, failTransactionsEnabled: settings.failTransactionsEnabled,
+                                           interruptedPurchasesEnabled: settings.interruptedPurchasesEnabled ?? false,
+                                           billingIssuesEnabled: settings.billingIssuesEnabled, billingGracePeriodEnabled: settings.billingGracePeriodEnabled,
+                                           timeRate: settings.timeRate ?? 0)
     }
 
     struct SimulatedErrorState: Codable {

@@ -52,6 +52,11 @@ struct EmulatorState: Sendable {
         transactionIndex[EmulatorState.indexKey(record.accountEmail, record.bundleId, record.environment), default: []].append(record.id)
     }
 
+    mutating func remove(_ id: String) {
+        guard let record = transactions.removeValue(forKey: id) else { return }
+        transactionIndex[EmulatorState.indexKey(record.accountEmail, record.bundleId, record.environment)]?.removeAll { $0 == id }
+    }
+
     func transactions(account: String, bundle: String, environment: AppStoreEnvironment) -> [TransactionRecord] {
         (transactionIndex[EmulatorState.indexKey(account, bundle, environment)] ?? []).compactMap { transactions[$0] }
     }

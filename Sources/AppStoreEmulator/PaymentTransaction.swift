@@ -103,6 +103,8 @@ public struct TransactionRecord: Codable, Sendable, Equatable {
     /// StoreKit 2's `offerType` when an offer other than the introductory one applied (2 promotional) and its id.
     public var offerType: Int?
     public var offerIdentifier: String?
+    /// A purchase interrupted for the customer to act (SKTestSession's interrupted purchases), waiting as deferred.
+    public var interrupted: Bool?
     /// The applied offer's whole duration (ISO 8601) and `offerDiscountType`, for any offer type.
     public var offerPeriod: String?
     public var offerDiscountType: String?

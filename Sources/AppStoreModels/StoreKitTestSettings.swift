@@ -16,6 +16,9 @@ public struct StoreKitTestSettings: Codable, Sendable, Equatable {
     public var billingIssuesEnabled = false
     /// Every purchase fails (`_failTransactionsEnabled`).
     public var failTransactionsEnabled = false
+    /// `SKTestSession.interruptedPurchasesEnabled`: purchases need the customer to act first (accept terms,
+    /// update a payment method); they wait, as pending, until the issue is resolved. Not a `.storekit` key.
+    public var interruptedPurchasesEnabled: Bool?
     public var disableDialogs = false
     /// `_storeKitErrors`: each StoreKit API Xcode lets you break ("Load Products", "Purchase", …), whether its error is on.
     public var storeKitErrors: [SimulatedError] = []

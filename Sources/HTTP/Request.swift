@@ -9,6 +9,7 @@ public struct HTTPMethod: RawRepresentable, Hashable, Sendable, CustomStringConv
     public static let get = HTTPMethod(rawValue: "GET")
     public static let post = HTTPMethod(rawValue: "POST")
     public static let put = HTTPMethod(rawValue: "PUT")
+    public static let patch = HTTPMethod(rawValue: "PATCH")
     public static let delete = HTTPMethod(rawValue: "DELETE")
     public static let head = HTTPMethod(rawValue: "HEAD")
 }

@@ -244,6 +244,88 @@ struct CAExportCommand: Command {
     }
 }
 
+/// `storekeeper appstore test-session`
+struct TestSessionCommand: Command {
+    static let abstract = "Change an app's StoreKit Testing switches (SKTestSession's), or show them."
+    static let help = """
+    --app BUNDLE [--ask-to-buy on|off] [--fail-transactions on|off] [--interrupted-purchases on|off]
+                 [--billing-retry on|off] [--grace-period on|off] [--time-rate N] [--url URL]
+
+      --interrupted-purchases  Purchases wait (pending) until 'storekeeper appstore resolve TRANSACTION_ID'.
+      --billing-retry          Renewals fail to bill and enter billing retry (shouldEnterBillingRetryOnRenewal).
+      --grace-period           A 16-day billing grace period (scaled by the renewal rate), as Xcode's.
+      --time-rate N            An SKTestSession.TimeRate raw value: 0 real time, 1–6 a day in 1 h … 1 s,
+                               10–13 and 15 a month in 1 h, 30, 15, 5 min, 30 s, 1000–1005 every period in
+                               15 min, 5 min, 1 min, 30 s, 10 s, 2 s (the app's sandbox subscriptions).
+    """
+    let client: AdminClient
+    let app: String
+    let change: [String: Any]
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
+        guard let app = try arguments.option("app") else { throw UsageError(description: "--app is required") }
+        self.app = app
+        var change: [String: Any] = [:]
+        for (option, key) in [("ask-to-buy", "askToBuyEnabled"), ("fail-transactions", "failTransactionsEnabled"),
+                              ("interrupted-purchases", "interruptedPurchasesEnabled"), ("billing-retry", "billingIssuesEnabled"),
+                              ("grace-period", "billingGracePeriodEnabled")] {
+            guard let value = try arguments.option(option) else { continue }
+            guard value == "on" || value == "off" else { throw UsageError(description: "--\(option) is on or off") }
+            change[key] = value == "on"
+        }
+        if let rate = try arguments.option("time-rate") {
+            guard let value = Int(rate) else { throw UsageError(description: "--time-rate is a number (SKTestSession.TimeRate)") }
+            change["timeRate"] = value
+        }
+        self.change = change
+    }
+
+    func run() async throws {
+        let path = "/admin/v1/apps/\(app)/test-session"
+        if change.isEmpty { try await client.sendAndPrint("GET", path) } else { try await client.sendAndPrint("PATCH", path, json: change) }
+    }
+}
+
+/// `storekeeper appstore resolve`
+struct ResolveCommand: Command {
+    static let abstract = "Resolve an interrupted purchase: the customer acts, the purchase completes (SKTestSession.resolveIssueForTransaction)."
+    static let help = "TRANSACTION_ID [--url URL]"
+    let client: AdminClient
+    let id: String
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
+        id = try arguments.single("TRANSACTION_ID")
+    }
+
+    func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/transactions/\(id)/resolve") }
+}
+
+/// `storekeeper appstore delete-transactions`
+struct DeleteTransactionsCommand: Command {
+    static let abstract = "Forget an app's transactions as if never made (SKTestSession.deleteTransaction / clearTransactions)."
+    static let help = """
+    --app BUNDLE [--transaction ID] [--url URL]
+
+    Without --transaction, every transaction of the app, every account. A subscription's original id deletes its whole chain.
+    """
+    let client: AdminClient
+    let app: String
+    let transaction: String?
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
+        guard let app = try arguments.option("app") else { throw UsageError(description: "--app is required") }
+        self.app = app
+        transaction = try arguments.option("transaction")
+    }
+
+    func run() async throws {
+        try await client.sendAndPrint("DELETE", "/admin/v1/apps/\(app)/transactions" + (transaction.map { "?transaction=" + $0 } ?? ""))
+    }
+}
+
 /// `storekeeper appstore simulate-error`
 struct SimulateErrorCommand: Command {
     static let abstract = "Make a StoreKit API of an app fail, as SKTestSession.setSimulatedError(_:forAPI:) does (or stop it)."

@@ -139,6 +139,30 @@ struct TesterFamilyCommand: Command {
     }
 }
 
+/// `storekeeper appstore win-back --app BUNDLE --account EMAIL --product ID --offer OFFER_ID`
+struct WinBackCommand: Command {
+    static let abstract = "Redeem a win-back offer for a lapsed subscriber, as the App Store's streamlined purchase does."
+    static let help = """
+    --app BUNDLE --account EMAIL --product ID --offer OFFER_ID [--url URL]
+
+    The offer is one of the product's winbackOffers in its .storekit file (by offerID). The customer must have paid
+    for a subscription of the group that has lapsed, and redeems each offer once (else ineligibleForOffer). The
+    subscription starts again with the offer (offerType 4, SUBSCRIBED / RESUBSCRIBE). In the app, the same offer is
+    a purchase option: POST /device/v1/payments with "winBackOfferId".
+    """
+    let client: AdminClient
+    let body: [String: String]
+
+    init(_ arguments: inout Arguments) throws {
+        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
+        guard let app = try arguments.option("app"), let account = try arguments.option("account"), let product = try arguments.option("product"),
+              let offer = try arguments.option("offer") else { throw UsageError(description: "--app, --account, --product and --offer are required") }
+        body = ["app": app, "account": account, "product": product, "offer": offer]
+    }
+
+    func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/win-back-offers/redeem", json: body) }
+}
+
 /// `storekeeper appstore redeem-code --app BUNDLE --account EMAIL --product ID --offer REFERENCE`
 struct RedeemCodeCommand: Command {
     static let abstract = "Redeem a subscription offer code for a customer, as the App Store's redemption sheet does."

@@ -13,8 +13,12 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
         ("subscription", .command(SubscriptionControlCommand.self)),
         ("grace-period", .command(GracePeriodCommand.self)),
         ("redeem-code", .command(RedeemCodeCommand.self)),
+        ("win-back", .command(WinBackCommand.self)),
         ("restore", .command(RestoreCommand.self)),
         ("simulate-error", .command(SimulateErrorCommand.self)),
+        ("test-session", .command(TestSessionCommand.self)),
+        ("resolve", .command(ResolveCommand.self)),
+        ("delete-transactions", .command(DeleteTransactionsCommand.self)),
         ("time", .group(abstract: "Control the emulator clock.", children: [
             ("advance", .command(TimeAdvanceCommand.self)), ("set", .command(TimeSetCommand.self)), ("show", .command(TimeShowCommand.self)),
         ])),

@@ -1,0 +1,78 @@
+@testable import AppStoreEmulator
+import AppStoreModels
+import Foundation
+import StorekeeperTesting
+import Testing
+
+/// SKTestSession's switches and actions at run time: interrupted purchases resolved by the customer,
+/// deleted transactions, every time rate (the Xcode-only ones too), and the admin API that drives them.
+@Suite("StoreKit Testing session controls")
+struct TestSessionTests {
+    func patch(_ world: World, _ app: String, _ body: [String: Any]) async throws -> (Int, [String: Any]) {
+        try await world.client.json(.patch, "/admin/v1/apps/\(app)/test-session", json: body, headers: ["Content-Type": "application/json"])
+    }
+
+    @Test("An interrupted purchase waits as pending, completes when resolved, and reaches the device's updates")
+    func interruptedPurchases() async throws {
+        let world = try await World.make()
+        let (status, settings) = try await patch(world, "com.example.football", ["interruptedPurchasesEnabled": true])
+        #expect(status == 200 && settings["interruptedPurchasesEnabled"] as? Bool == true)
+        let interrupted = try await world.buy("com.example.football", "GoldenGlobe")
+        #expect(interrupted.state == .deferred && interrupted.interrupted == true)
+        let (before, _) = try await world.emulator.transactionUpdates(bundleId: "com.example.football", deviceId: world.device, since: .distantPast)
+        #expect(!before.contains { $0.id == interrupted.id })
+        // Ask to Buy's parent cannot approve it, and a normal purchase cannot be "resolved".
+        let plain = try await world.buy("com.example.coins", "Nada.JPYF01")
+        await #expect(throws: StoreError.self) { _ = try await world.emulator.resolveInterruptedPurchase(transactionId: plain.id) }
+        let (resolvedStatus, resolved) = try await world.client.json(.post, "/admin/v1/transactions/\(interrupted.id)/resolve")
+        #expect(resolvedStatus == 200 && resolved["transactionState"] as? String == "purchased")
+        let (after, _) = try await world.emulator.transactionUpdates(bundleId: "com.example.football", deviceId: world.device, since: .distantPast)
+        #expect(after.contains { $0.id == interrupted.id })
+        _ = try await patch(world, "com.example.football", ["interruptedPurchasesEnabled": false])
+        #expect(try await world.buy("com.example.football", "ProtectiveGloves").state == .purchased)
+    }
+
+    @Test("Deleting a transaction forgets it (receipt and entitlements); clearing forgets the app's every transaction")
+    func deleteAndClear() async throws {
+        let world = try await World.make()
+        let gloves = try await world.buy("com.example.football", "ProtectiveGloves")
+        let globe = try await world.buy("com.example.football", "GoldenGlobe")
+        let coins = try await world.buy("com.example.coins", "Nada.JPYF01")
+        let (status, deleted) = try await world.client.json(.delete, "/admin/v1/apps/com.example.football/transactions?transaction=\(gloves.id)")
+        #expect(status == 200 && deleted["deleted"] as? Int == 1)
+        let owned = try await world.emulator.currentEntitlements(bundleId: "com.example.football", deviceId: world.device).map(\.id)
+        #expect(owned == [globe.id])
+        #expect(try await world.verify(try await world.receipt("com.example.football")).inApp.map { $0["product_id"] as? String } == ["GoldenGlobe"])
+        #expect(try await world.client.json(.delete, "/admin/v1/apps/com.example.football/transactions?transaction=1").0 == 404)
+        _ = try await world.client.json(.delete, "/admin/v1/apps/com.example.football/transactions")
+        #expect(try await world.emulator.currentEntitlements(bundleId: "com.example.football", deviceId: world.device).isEmpty)
+        #expect(try await world.emulator.transaction(coins.id).id == coins.id, "other apps keep theirs")
+        // A subscription's original id deletes its chain: buying again starts a new one with the trial.
+        let monthly = try await world.buy("com.example.magazine", "com.example.magazine.monthly")
+        _ = try await world.emulator.deleteTransactions(bundleId: "com.example.magazine", transactionId: monthly.originalId)
+        #expect(try await world.emulator.read { state, _ in state.chains[monthly.originalId] } == nil)
+        #expect(try await world.buy("com.example.magazine", "com.example.magazine.monthly").isTrialPeriod)
+    }
+
+    @Test("Every SKTestSession.TimeRate value sets the app's renewal pace; anything else is refused")
+    func timeRates() async throws {
+        let world = try await World.make()
+        let expected: [Int: Int] = [1: 30 * 3600, 2: 30 * 1800, 3: 30 * 300, 4: 30 * 60, 5: 30 * 30, 6: 30, 10: 3600, 11: 1800, 12: 900,
+                                    13: 300, 15: 30, 1000: 900, 1001: 300, 1002: 60, 1003: 30, 1004: 10, 1005: 2]
+        for (rate, seconds) in expected.sorted(by: { $0.key < $1.key }) {
+            #expect(RenewalRate(storeKitTimeRate: rate)?.storeKitTimeRate == rate)
+            #expect(RenewalRate(storeKitTimeRate: rate)?.acceleratedSeconds(for: .oneMonth) == seconds, "rate \(rate)")
+        }
+        // Every period of any length renews after the same span at 1000–1005.
+        #expect(RenewalRate.oneRenewalEveryTenSeconds.acceleratedSeconds(for: .oneYear) == 10)
+        let (refused, body) = try await patch(world, "com.example.magazine", ["timeRate": 7])
+        #expect(refused == 400 && (body["error"] as? [String: Any])?["code"] as? String == "invalid_time_rate")
+        _ = try await patch(world, "com.example.magazine", ["timeRate": 1005])
+        let bought = try await world.buy("com.example.magazine", "com.example.magazine.yearly")
+        #expect(try #require(bought.expiresDate).timeIntervalSince(bought.purchaseDate) == 2)
+        // Real time (0) gives the calendar back.
+        _ = try await patch(world, "com.example.magazine", ["timeRate": 0])
+        let (_, shown) = try await world.client.json(.get, "/admin/v1/apps/com.example.magazine/test-session")
+        #expect(shown["timeRate"] as? Int == 0)
+    }
+}
