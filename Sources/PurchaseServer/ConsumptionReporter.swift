@@ -56,6 +56,8 @@ extension PurchaseServer {
         do {
             let response = try await client.send(method, url, headers: [("Authorization", "Bearer " + token), ("Content-Type", "application/json"),
                                                                         ("Accept", "application/json")], body: body, timeout: 30)
+            recorder?.record(method: method, url: url, requestBody: Data(body), status: response.status, contentType: response.header("Content-Type"),
+                             body: Data(response.body), at: Date())
             metrics.appleCall(endpoint: "\(method) \(endpoint)", environment: environment.rawValue, outcome: "http_\(response.status)",
                               seconds: (ContinuousClock.now - started).seconds)
             return response

@@ -25,6 +25,7 @@ public final class PurchaseServer: Sendable {
     let serverAPI: ServerAPIEndpoints
     /// For calls to the App Store Server API (nil if TLS could not be set up).
     let serverAPIClient: HTTPClient?
+    let recorder: AppleTrafficRecorder?
     /// Uploads per app and second (checked by the HTTP edge before bodies are read).
     let uploadLimiter: UploadRateLimiter
     /// Requests waiting on `?wait=` now, and the most allowed.
@@ -56,6 +57,8 @@ public final class PurchaseServer: Sendable {
         public var maximumLongPolls = 2048
         /// Webhook delivery: concurrency, timeout, retries.
         public var webhooks = WebhookDeliverer.Configuration()
+        /// Records the Server API's answers (`--record`; verifyReceipt's are recorded by wrapping `transport`).
+        public var recorder: AppleTrafficRecorder?
 
         public init(trust: TrustStore, endpoints: AppStoreEndpoints, transport: any HTTPTransport, adminKey: String,
                     worker: VerificationWorker.Configuration = .init(), retry: VerificationEngine.RetryPolicy = .init(), callTimeout: TimeInterval = 15) {
@@ -101,6 +104,7 @@ public final class PurchaseServer: Sendable {
         self.adminKeyHash = adminKeyHash
         self.serverAPI = serverAPI
         serverAPIClient = try? HTTPClient(configuration: .init(maxConnectionsPerHost: 16))
+        recorder = configuration.recorder
     }
 
     /// Starts the verification worker, webhook delivery, and the key ring's refresh (every second, so a key revoked by

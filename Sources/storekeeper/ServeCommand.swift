@@ -174,3 +174,66 @@ final class ResumeOnce: Sendable {
 }
 
 import Synchronization
+
+/// `storekeeper appstore replay`
+struct ReplayCommand: Command {
+    static let abstract = "Serve back what a purchase server recorded from Apple (server serve --record FILE), for CI."
+    static let help = """
+    FILE [--data DIR] [--host H] [--port P] [--https-port P | --no-proxy] [--quiet]
+
+    Answers verifyReceipt and the App Store Server API as recorded: the answer to the same request body when
+    there is one, else the answers to the same method and path in recorded order (the last one repeating);
+    404 not_recorded otherwise. Like the emulator it is Apple's hosts through HTTPS_PROXY (trust
+    'storekeeper appstore ca export --tls --url ...' or DIR/ca/tls/root.pem) and /production, /sandbox on HTTP.
+    Signed data in the recording verifies under the roots it was signed with (Apple's, for real sandbox traffic).
+      --data DIR     Where the TLS root is kept (default ./.storekeeper).
+      --port P       Port (default 8010; 0 picks a free one, printed on start).
+    """
+    let file: String
+    let data: String
+    let host: String
+    let port: UInt16
+    let quiet: Bool
+    let tls: EmulatorTLS.Options
+
+    init(_ arguments: inout Arguments) throws {
+        data = try arguments.option("data") ?? "./.storekeeper"
+        host = try arguments.option("host") ?? "127.0.0.1"
+        guard let port = UInt16(try arguments.option("port") ?? "8010") else { throw UsageError(description: "--port must be 0–65535") }
+        self.port = port
+        quiet = arguments.flag("quiet")
+        tls = try EmulatorTLS.Options(&arguments)
+        file = try arguments.single("FILE (a recording)")
+    }
+
+    func run() async throws {
+        guard let recording = FileManager.default.contents(atPath: file) else { throw CommandFailure(description: "cannot read \(file)") }
+        let replay: ReplayResponder
+        do { replay = try ReplayResponder(recording: recording) } catch { throw CommandFailure(description: "\(file): \(error.description)") }
+        let directory = URL(fileURLWithPath: data, isDirectory: true)
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        var configuration = HTTPServer.Configuration(host: host, port: port, connectionLimit: FileLimits.connectionLimit(share: 0.5), accessLog: !quiet)
+        let tlsAuthority = try tls.apply(to: &configuration, directory: directory)
+        let responder = ReplayWithCA(replay: replay, tlsRoot: tlsAuthority?.root.pem)
+        let server = HTTPServer(configuration: configuration, responder: responder)
+        let bound = try server.start()
+        say("storekeeper appstore replay listening on http://\(host):\(bound)")
+        say("\(replay.count) recorded answers from \(file)")
+        if tlsAuthority != nil { say(EmulatorTLS.summary(ports: server.ports, host: host)) }
+        await ShutdownSignal.wait()
+        await server.shutdown()
+    }
+}
+
+/// The replay, plus the TLS root at `/admin/v1/ca?tls=true` so clients can be told what to trust.
+struct ReplayWithCA: HTTP.Responder {
+    let replay: ReplayResponder
+    let tlsRoot: String?
+
+    func respond(to request: HTTP.Request) async -> HTTP.Response {
+        if request.tunnel == nil, request.method == .get, request.path == "/admin/v1/ca", request.query["tls"] == "true", let tlsRoot {
+            return HTTP.Response.text(tlsRoot, contentType: "application/x-pem-file")
+        }
+        return await replay.respond(to: request)
+    }
+}

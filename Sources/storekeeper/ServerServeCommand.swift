@@ -28,6 +28,8 @@ struct ServerOptions {
     var followEmulatorClock: Bool
     var uploadRate: Double
     var connectionsPerIP: UInt32
+    var recordFile: String?
+    var recordReceipts: Bool
 
     static let help = """
       --data DIR            State directory for the embedded SQLite database and the admin key (default ./.storekeeper).
@@ -53,6 +55,10 @@ struct ServerOptions {
       --connections-per-ip N  Most connections from one address (0: unlimited; default unlimited on loopback, 64 otherwise).
       --follow-emulator-clock  Keep this server's clock on the emulator's at --appstore-url (after `appstore time advance`),
                             so both judge expiry, grace and retry alike. For development and tests only.
+      --record FILE         Append every verifyReceipt and Server API answer to FILE (JSON lines, 0600) for
+                            `storekeeper appstore replay`. Shared secrets and bearer tokens are never written;
+                            receipts sent and returned are redacted unless --record-receipts.
+      --record-receipts     Keep the receipts in the recording (it then holds customer receipts: guard it).
     """
 
     init(_ arguments: inout Arguments) throws {
@@ -88,6 +94,9 @@ struct ServerOptions {
             guard let value = Double(text), value >= 0, value <= 1_000_000 else { throw UsageError(description: "--upload-rate must be 0–1000000") }
             return value
         } ?? 5000
+        recordFile = try arguments.option("record")
+        recordReceipts = arguments.flag("record-receipts")
+        if recordReceipts && recordFile == nil { throw UsageError(description: "--record-receipts needs --record FILE") }
         connectionsPerIP = try arguments.option("connections-per-ip").map { text in
             guard let value = UInt32(text) else { throw UsageError(description: "--connections-per-ip must be a count") }
             return value
@@ -127,12 +136,16 @@ struct ServerOptions {
             endpoints = .emulator(base)
         }
         let (key, created) = try adminKey.map { ($0, false) } ?? Self.persistentAdminKey(in: directory)
+        let recorder = try recordFile.map { try AppleTrafficRecorder(path: $0, redactReceipts: !recordReceipts) }
+        let client = try ClientTransport()
+        let transport: any HTTPTransport = recorder.map { RecordingTransport(client, recorder: $0) } ?? client
         var configuration = PurchaseServer.Configuration(
-            trust: trust, endpoints: endpoints, transport: try ClientTransport(), adminKey: key,
+            trust: trust, endpoints: endpoints, transport: transport, adminKey: key,
             worker: .init(concurrency: concurrency, lease: max(lease, callTimeout * 2 + 1)), retry: .init(baseDelay: retryBase, maxDelay: retryCap, maxAge: maxAge),
             callTimeout: callTimeout)
         if let appstoreURL, let base = URL(string: appstoreURL) { configuration.serverAPI = .emulator(base) }
         configuration.secrets = try SecretFiles.masterKey(in: directory)
+        configuration.recorder = recorder
         configuration.uploadsPerSecond = uploadRate
         configuration.webhooks = .init(timeout: webhookTimeout, retry: .init(baseDelay: webhookRetryBase))
         let server = try await PurchaseServer.open(database: database, configuration: configuration, clock: clock ?? SystemClock())

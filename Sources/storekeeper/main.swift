@@ -4,6 +4,7 @@ import Foundation
 let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right — a local App Store, a purchase server, a StoreKit client.", children: [
     ("appstore", .group(abstract: "The App Store emulator and the commands that drive it.", children: [
         ("serve", .command(AppStoreServeCommand.self)),
+        ("replay", .command(ReplayCommand.self)),
         ("tester", .group(abstract: "Manage sandbox testers.", children: [
             ("add", .command(TesterAddCommand.self)), ("family", .command(TesterFamilyCommand.self)),
         ])),
