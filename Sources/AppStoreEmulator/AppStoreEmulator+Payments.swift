@@ -37,6 +37,10 @@ public struct PaymentRequest: Codable, Sendable {
     public var promotionalOffer: SignedOffer?
     /// StoreKit 2's `.winBackOffer(_:)`: the id of one of the product's win-back offers.
     public var winBackOfferId: String?
+    /// `.promotionalOffer(_:compactJWS:)`: a promotional offer signed as a JWS (2025), instead of `promotionalOffer`.
+    public var promotionalOfferJWS: String?
+    /// `.introductoryOfferEligibility(compactJWS:)`: the developer's signed word on introductory-offer eligibility.
+    public var introductoryOfferEligibilityJWS: String?
 
     /// The signed offer as the app passes it: offer id, key id, nonce (UUID), timestamp (ms), Base64 DER ECDSA signature.
     public struct SignedOffer: Codable, Sendable {
@@ -123,8 +127,14 @@ extension AppStoreEmulator {
             let existing = state.transactions(account: account.email, bundle: bundleId, environment: environment)
             let offer = try request.promotionalOffer.map { try AppStoreEmulator.checkPromotionalOffer($0, request: request, product: product, bundleId: bundleId,
                                                                                                     keys: state.apiKeys, history: existing) }
-            if request.promotionalOffer != nil && request.winBackOfferId != nil {
+            if [request.promotionalOffer != nil, request.promotionalOfferJWS != nil, request.winBackOfferId != nil].filter({ $0 }).count > 1 {
                 throw StoreError.storeKit(.paymentInvalid, "A purchase takes one offer: a promotional or a win-back offer.", status: .badRequest)
+            }
+            let signedOffer = try request.promotionalOfferJWS.map {
+                try AppStoreEmulator.checkSignedPromotionalOffer($0, product: product, account: account, app: app, keys: state.apiKeys, history: existing)
+            }
+            let introEligibility = try request.introductoryOfferEligibilityJWS.map {
+                try AppStoreEmulator.checkIntroductoryEligibility($0, product: product, account: account, app: app, keys: state.apiKeys, history: existing)
             }
             let winBack = try request.winBackOfferId.map { id in
                 try AppStoreEmulator.checkWinBackOffer(id, product: product, history: AppStoreEmulator.groupHistory(
@@ -184,10 +194,11 @@ extension AppStoreEmulator {
             if case .reportFailure(let code) = action { record.error = code }
 
             if record.state == .purchased, product.type == .autoRenewable {
-                if let upgraded = try AppStoreEmulator.subscribe(&state, &changes, record: &record, product: product, account: account, now: now) {
+                if let upgraded = try AppStoreEmulator.subscribe(&state, &changes, record: &record, product: product, account: account, now: now,
+                                                                 introductoryOffer: introEligibility) {
                     return upgraded
                 }
-                if let offer {
+                if let offer = offer ?? signedOffer {
                     AppStoreEmulator.apply(offer, to: &record, changes: &changes, rate: state.renewalRate(account, bundleId: bundleId), now: now)
                 } else if let winBack {
                     AppStoreEmulator.apply(winBack, to: &record, changes: &changes, rate: state.renewalRate(account, bundleId: bundleId), now: now,
@@ -252,8 +263,9 @@ extension AppStoreEmulator {
 
     /// Starts or changes an auto-renewable subscription. Returns an existing transaction instead of
     /// charging when the customer is already subscribed to this product (or scheduled a downgrade).
+    /// `introductoryOffer` is the developer's signed word on eligibility, when given (else: only new subscribers).
     static func subscribe(_ state: inout EmulatorState, _ changes: inout Changes, record: inout TransactionRecord,
-                          product: CatalogProduct, account: Account, now: Date) throws -> TransactionRecord? {
+                          product: CatalogProduct, account: Account, now: Date, introductoryOffer: Bool? = nil) throws -> TransactionRecord? {
         guard let period = product.period, let group = product.subscriptionGroupId else { return nil }
         let rate = state.renewalRate(account, bundleId: record.bundleId)
         // Xcode's "billing issues" switch: the app's subscriptions fail to renew (they enter billing retry).
@@ -308,7 +320,7 @@ extension AppStoreEmulator {
         // A new subscription, or a resubscription after lapse in the same group (same original id).
         var introRemaining = 0
         let hadSubscription = activeChain != nil
-        if let offer = product.introductoryOffer, !hadSubscription {
+        if let offer = product.introductoryOffer, introductoryOffer ?? !hadSubscription {
             record.offerPeriod = offer.period.times(offer.numberOfPeriods)
             record.offerDiscountType = offer.paymentMode.discountType
             switch offer.paymentMode {

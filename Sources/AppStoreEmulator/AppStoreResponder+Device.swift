@@ -29,6 +29,9 @@ extension AppStoreResponder {
         var promotionalOffer: PaymentRequest.SignedOffer?
         /// One of the product's win-back offers (StoreKit 2's `.winBackOffer`).
         var winBackOfferId: String?
+        /// The 2025 JWS forms: a signed promotional offer, and signed introductory-offer eligibility.
+        var promotionalOfferJWS: String?
+        var introductoryOfferEligibilityJWS: String?
     }
 
     static func deviceTransaction(_ emulator: AppStoreEmulator, _ record: TransactionRecord) async throws -> DeviceTransaction {
@@ -81,6 +84,8 @@ extension AppStoreResponder {
                                              simulate: body.simulate)
                 payment.promotionalOffer = body.promotionalOffer
                 payment.winBackOfferId = body.winBackOfferId
+                payment.promotionalOfferJWS = body.promotionalOfferJWS
+                payment.introductoryOfferEligibilityJWS = body.introductoryOfferEligibilityJWS
                 if let token = body.appAccountToken {
                     guard let uuid = UUID(uuidString: token) else {
                         throw StoreError.storeKit(.paymentInvalid, "appAccountToken must be a UUID.", status: .badRequest)

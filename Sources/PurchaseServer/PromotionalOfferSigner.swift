@@ -1,4 +1,5 @@
 import AppStoreCrypto
+import AppStoreModels
 import Foundation
 
 /// A promotional offer signed for the app with its In-App Purchase key, as Apple's StoreKit checks it
@@ -30,5 +31,26 @@ public enum PromotionalOfferSigner {
                                              appAccountToken: appAccountToken, nonce: nonce, timestamp: timestamp), digest: .sha256)
         return SignedPromotionalOffer(productId: productId, offerId: offerId, keyIdentifier: credentials.keyId, nonce: nonce.lowercased(),
                                       timestamp: timestamp, signature: Data(signature).base64EncodedString())
+    }
+
+    /// The 2025 form: a compact JWS (ES256, `kid` the key id) StoreKit takes as
+    /// `.promotionalOffer(_:compactJWS:)` (`aud` `promotional-offer`) or `.introductoryOfferEligibility(compactJWS:)`
+    /// (`aud` `introductory-offer-eligibility`), with `bid`, `iss`, `iat` (seconds), a fresh `nonce` and the claims of the feature.
+    public static func signJWS(audience: String, bundleId: String, credentials: ServerAPICredentials, productId: String,
+                               offerIdentifier: String? = nil, transactionId: String? = nil, allowIntroductoryOffer: Bool? = nil,
+                               nonce: String, issuedAt: Int64) throws -> String {
+        var payload = JSONBuffer(capacity: 256)
+        payload.object { json in
+            json.field("productId", productId)
+            json.field("offerIdentifier", offerIdentifier)
+            if let allowIntroductoryOffer { json.field("allowIntroductoryOffer", allowIntroductoryOffer) }
+            json.field("transactionId", transactionId)
+            json.field("bid", bundleId)
+            json.field("iss", credentials.issuerId)
+            json.field("aud", audience)
+            json.field("iat", issuedAt)
+            json.field("nonce", nonce.lowercased())
+        }
+        return try JWS.sign(payload: payload.bytes, key: PrivateKey(pem: credentials.privateKey), keyId: credentials.keyId)
     }
 }

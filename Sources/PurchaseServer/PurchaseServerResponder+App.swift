@@ -4,6 +4,14 @@ import Foundation
 import HTTP
 
 extension PurchaseServerResponder {
+    /// A transaction id or appTransactionId as Apple writes them: 1–20 ASCII digits.
+    static func transactionIdentifier(_ text: String) throws -> String {
+        guard (1...20).contains(text.utf8.count), text.utf8.allSatisfy({ (0x30...0x39).contains($0) }) else {
+            throw HTTPError.badRequest("transactionId is a transaction id or an appTransactionId: 1–20 digits.", code: "invalid_transaction_id")
+        }
+        return text
+    }
+
     /// `{"appUserId", "receiptData", "transactionId", "productId"}`, read without JSONDecoder: every upload carries kilobytes of Base64.
     struct ReceiptBody {
         var appUserId: String?
@@ -84,6 +92,10 @@ extension PurchaseServerResponder {
                     var productId: String
                     var offerId: String
                     var appAccountToken: String?
+                    /// `v1` (the signature of SKPaymentDiscount, the default) or `jws` (the 2025 compact JWS).
+                    var format: String?
+                    /// For `jws`: any transaction id of the customer, or their appTransactionId (recommended by Apple).
+                    var transactionId: String?
                 }
                 let body = try request.decode(OfferBody.self)
                 let (user, authenticated) = try await authorize(request, server, key: key, naming: body.appUserId)
@@ -101,12 +113,50 @@ extension PurchaseServerResponder {
                 guard let app = try await server.store.cachedApp(key.appId), let credentials = app.serverAPIKey else {
                     throw ServerError(.offerKeyMissing, "The app has no In-App Purchase key (server app add --server-api-key-id …) to sign offers with.")
                 }
+                let transactionId = try body.transactionId.map { try Self.transactionIdentifier($0) }
                 // Real time, not an emulated clock the server may follow: StoreKit judges the 24 hours on its own.
-                let signed = try PromotionalOfferSigner.sign(bundleId: app.id, credentials: credentials, productId: productId, offerId: body.offerId,
-                                                             appAccountToken: body.appAccountToken, nonce: UUID().uuidString,
-                                                             timestamp: Int64(SystemClock().now().timeIntervalSince1970 * 1000))
-                try await server.store.auditOffer(appId: app.id, userId: user, productId: productId, offerId: body.offerId, now: server.clock.now())
-                return .json(signed)
+                let now = SystemClock().now().timeIntervalSince1970
+                switch body.format ?? "v1" {
+                case "v1":
+                    let signed = try PromotionalOfferSigner.sign(bundleId: app.id, credentials: credentials, productId: productId, offerId: body.offerId,
+                                                                 appAccountToken: body.appAccountToken, nonce: UUID().uuidString, timestamp: Int64(now * 1000))
+                    try await server.store.auditOffer(appId: app.id, userId: user, productId: productId, offerId: body.offerId, now: server.clock.now())
+                    return .json(signed)
+                case "jws":
+                    let jws = try PromotionalOfferSigner.signJWS(audience: "promotional-offer", bundleId: app.id, credentials: credentials, productId: productId,
+                                                                 offerIdentifier: body.offerId, transactionId: transactionId, nonce: UUID().uuidString,
+                                                                 issuedAt: Int64(now))
+                    try await server.store.auditOffer(appId: app.id, userId: user, productId: productId, offerId: body.offerId, now: server.clock.now())
+                    return .json(["productId": productId, "offerId": body.offerId, "jws": jws])
+                default:
+                    throw HTTPError.badRequest("format is v1 or jws.", code: "invalid_format")
+                }
+            }
+        }
+        // The developer's word on introductory-offer eligibility: a secret key only, for it gives discounts away.
+        router.on(.post, "/v1/offers/introductory-eligibility") { request in
+            await guarded {
+                let key = try authenticate(request, server)
+                guard key.kind == .secret else {
+                    throw HTTPError(.forbidden, code: "secret_key_required",
+                                    message: "Introductory-offer eligibility is signed for your backend's secret key only: an app could otherwise grant itself trials.")
+                }
+                struct EligibilityBody: Decodable {
+                    var productId: String
+                    var allowIntroductoryOffer: Bool
+                    var transactionId: String
+                }
+                let body = try request.decode(EligibilityBody.self)
+                let productId = try ClientIdentifier(body.productId, .productId).value
+                let transactionId = try Self.transactionIdentifier(body.transactionId)
+                guard let app = try await server.store.cachedApp(key.appId), let credentials = app.serverAPIKey else {
+                    throw ServerError(.offerKeyMissing, "The app has no In-App Purchase key (server app add --server-api-key-id …) to sign with.")
+                }
+                let jws = try PromotionalOfferSigner.signJWS(audience: "introductory-offer-eligibility", bundleId: app.id, credentials: credentials,
+                                                             productId: productId, transactionId: transactionId,
+                                                             allowIntroductoryOffer: body.allowIntroductoryOffer, nonce: UUID().uuidString,
+                                                             issuedAt: Int64(SystemClock().now().timeIntervalSince1970))
+                return .json(["productId": productId, "jws": jws])
             }
         }
         // Apple calls this one: no API key, the signatures are the authentication.

@@ -53,3 +53,54 @@ struct OfferSigningTests {
         }
     }
 }
+
+extension OfferSigningTests {
+    @Test("The 2025 JWS forms: a signed promotional offer and signed introductory eligibility are honoured; tampered, foreign or stale ones refused")
+    func jwsForms() async throws {
+        let world = try await ServerWorld.make(.sqlite)
+        defer { Task { await world.stop() } }
+        let app = "com.example.magazine", product = "com.example.magazine.monthly"
+        let secret = ["Authorization": "Bearer \(world.keys[app]!)"]
+        let (key, pem) = try await world.emulator.createServerAPIKey(bundleId: app)
+        var registered = try #require(try await world.server.store.app(app))
+        registered.serverAPIKey = ServerAPICredentials(issuerId: key.issuerId, keyId: key.keyId, privateKey: pem)
+        try await world.server.store.updateApp(registered)
+        let first = try await world.buy(app, product).0
+        #expect(first.isTrialPeriod, "a new subscriber gets the trial")
+        let body: [String: Any] = ["appUserId": "u1", "productId": product, "offerId": "comeback50", "format": "jws", "transactionId": first.id]
+        let (status, signed) = try await world.client.json(.post, "/v1/offers/sign", json: body, headers: secret)
+        #expect(status == 200)
+        let jws = try #require(signed["jws"] as? String)
+        func pay(offer: String? = nil, eligibility: String? = nil) async throws -> TransactionRecord {
+            var request = PaymentRequest(productId: product)
+            request.promotionalOfferJWS = offer
+            request.introductoryOfferEligibilityJWS = eligibility
+            return try await world.emulator.addPayment(bundleId: app, deviceId: world.device, request: request)
+        }
+        // Honoured only once the subscription lapses (a promotional offer on an active one is a no-op here), so expire it first.
+        _ = try await world.emulator.forceSubscription(originalTransactionId: first.originalId, expire: true)
+        let redeemed = try await pay(offer: jws)
+        #expect(redeemed.offerType == 2 && redeemed.offerIdentifier == "comeback50")
+        // Tampered payload, another product, a key of another app: refused as StoreKit refuses them.
+        let parts = jws.split(separator: ".").map(String.init)
+        let tampered: String = parts[0] + "." + String(parts[1].dropLast(2)) + "AA." + parts[2]
+        await #expect(throws: StoreError.self) { _ = try await pay(offer: tampered) }
+        await #expect(throws: StoreError.self) { _ = try await pay(offer: "not.a.jws") }
+        // Introductory eligibility: a secret key only; false takes the trial away from a new subscriber of another group.
+        let publicKey = try await world.server.store.createKey(appId: app, label: "app", kind: .public, now: world.server.clock.now())
+        let (denied, _) = try await world.client.json(.post, "/v1/offers/introductory-eligibility", json: [
+            "productId": product, "allowIntroductoryOffer": true, "transactionId": first.id,
+        ], headers: ["Authorization": "Bearer \(publicKey)"])
+        #expect(denied == 403)
+        let (okay, eligibility) = try await world.client.json(.post, "/v1/offers/introductory-eligibility", json: [
+            "productId": product, "allowIntroductoryOffer": true, "transactionId": first.id,
+        ], headers: secret)
+        #expect(okay == 200)
+        _ = try await world.emulator.forceSubscription(originalTransactionId: first.originalId, expire: true)
+        let again = try await pay(eligibility: try #require(eligibility["jws"] as? String))
+        #expect(again.isTrialPeriod, "the developer allowed a returning customer the trial")
+        #expect(try await world.client.json(.post, "/v1/offers/introductory-eligibility", json: [
+            "productId": product, "allowIntroductoryOffer": true, "transactionId": "12ab",
+        ], headers: secret).0 == 400)
+    }
+}
