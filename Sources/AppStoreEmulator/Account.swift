@@ -19,6 +19,9 @@ public struct Account: Codable, Sendable, Equatable {
     public var identifier: String
     /// The Family Sharing group this account belongs to, if any.
     public var family: String?
+    /// A tester of Xcode's StoreKit Testing: its StoreKit 2 data is signed by the Xcode certificate, says
+    /// `environment` `Xcode`, and is unknown to the App Store Server API (as Apple's servers never see it).
+    public var xcode: Bool?
 
     /// Creates an account.
     public init(email: String, environment: AppStoreEnvironment, storefront: String = "USA", locale: String = "en_US",

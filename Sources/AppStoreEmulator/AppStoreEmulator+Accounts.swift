@@ -6,7 +6,7 @@ extension AppStoreEmulator {
     /// Adds a sandbox tester or production account (idempotent for the same email and environment).
     @discardableResult
     public func addAccount(email: String, environment: AppStoreEnvironment, storefront: String = "USA", locale: String = "en_US",
-                           renewalRate: RenewalRate? = nil, askToBuy: Bool = false) async throws -> Account {
+                           renewalRate: RenewalRate? = nil, askToBuy: Bool = false, xcode: Bool = false) async throws -> Account {
         let trimmed = email.trimmingCharacters(in: .whitespaces)
         guard trimmed.contains("@"), trimmed.count <= 254, !trimmed.contains(" ") else {
             throw StoreError.invalid("'\(email)' is not an email address.", code: "invalid_email")
@@ -24,14 +24,16 @@ extension AppStoreEmulator {
                 existing.locale = locale
                 if let renewalRate { existing.renewalRate = renewalRate }
                 existing.askToBuy = askToBuy
+                existing.xcode = xcode ? true : nil
                 existing.deleted = false
                 state.accounts[key] = existing
                 changes.accounts.insert(key)
                 return existing
             }
             state.counters.account += 1
-            let account = Account(email: trimmed, environment: environment, storefront: storefront, locale: locale,
+            var account = Account(email: trimmed, environment: environment, storefront: storefront, locale: locale,
                                   renewalRate: renewalRate, askToBuy: askToBuy, identifier: String(1_000_000_000 + state.counters.account))
+            account.xcode = xcode ? true : nil
             state.accounts[key] = account
             changes.accounts.insert(key)
             return account

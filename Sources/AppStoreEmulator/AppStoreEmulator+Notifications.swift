@@ -138,6 +138,8 @@ extension AppStoreEmulator {
             signedAt = signedAt.addingTimeInterval(0.001)  // strictly increasing within one operation, too
             guard state.notificationURLs[event.bundleId]?.url(for: event.environment) != nil || event.type == .test else { continue }
             let record = event.transactionId.flatMap { state.transactions[$0] }
+            // Xcode's StoreKit Testing sends no server notifications: nor does the emulator for its testers.
+            if let record, state.accounts[record.accountEmail.lowercased()]?.xcode == true { continue }
             let chain = record.flatMap { state.chains[$0.originalId] }
             let latest = chain.flatMap { state.transactions[$0.latestTransactionId] }
             let app = state.apps[event.bundleId]

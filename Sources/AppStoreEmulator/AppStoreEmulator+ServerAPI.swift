@@ -213,7 +213,7 @@ extension AppStoreEmulator {
             json.field("isInBillingRetryPeriod", chain.billingRetryStart != nil)
             if let grace = chain.gracePeriodEnd { json.field("gracePeriodExpiresDate", ReceiptDate.milliseconds(grace)) }
             json.field("signedDate", ReceiptDate.milliseconds(signedAt))
-            json.field("environment", chain.environment == .production ? "Production" : "Sandbox")
+            json.field("environment", isXcodeTester(chain.accountEmail) ? "Xcode" : chain.environment == .production ? "Production" : "Sandbox")
             if chain.priceIncreaseAmount != nil { json.field("priceIncreaseStatus", Int64(chain.priceIncreaseConsented == true ? 1 : 0)) }
             json.field("recentSubscriptionStartDate", ReceiptDate.milliseconds(latest.originalPurchaseDate))
             if let expires = latest.expiresDate { json.field("renewalDate", ReceiptDate.milliseconds(expires)) }
@@ -228,7 +228,7 @@ extension AppStoreEmulator {
                 json.field("eligibleWinBackOfferIds", rawJSON: String(decoding: list, as: UTF8.self))
             }
         }
-        return try JWS.sign(payload: json.bytes, key: jwsAuthority.leafKey, chain: jwsAuthority.chain)
+        return try signStoreKitData(json.bytes, account: chain.accountEmail)
     }
 
     /// The app's transaction `transactionId` in `environment` (any id of the customer's, as Apple accepts since 2023).
@@ -246,7 +246,10 @@ extension AppStoreEmulator {
                 .filter { !$0.isRedelivery && ($0.state == .purchased || $0.state == .restored) }
                 .max { $0.purchaseDate < $1.purchaseDate }
         }
-        guard let record = record ?? nil, record.bundleId == bundleId, record.environment == environment else { throw .transactionIdNotFound }
+        // Apple's servers never see what Xcode's StoreKit Testing sells.
+        guard let record = record ?? nil, record.bundleId == bundleId, record.environment == environment, !isXcodeTester(record.accountEmail) else {
+            throw .transactionIdNotFound
+        }
         return record
     }
 }

@@ -14,6 +14,10 @@ extension AppStoreEmulator {
     public func signedTransaction(for record: TransactionRecord, signedAt: Date) throws -> String {
         var payload = Self.jwsTransaction(record, signedAt: signedAt)
         payload.appTransactionId = appTransactionId(account: record.accountEmail, bundleId: record.bundleId)
+        if isXcodeTester(record.accountEmail) {
+            payload.environment = "Xcode"
+            return try xcodeAuthority.sign(payload.jsonBytes())
+        }
         return try JWS.sign(payload: payload.jsonBytes(), key: jwsAuthority.leafKey, chain: jwsAuthority.chain)
     }
 
@@ -44,6 +48,16 @@ extension AppStoreEmulator {
             transaction.revocationPercentage = record.sharedFromTransactionId == nil ? 100_000 : nil
         }
         return transaction
+    }
+
+    /// Whether the account tests with Xcode's StoreKit Testing (its signed data is Xcode's).
+    func isXcodeTester(_ email: String) -> Bool {
+        state.withLock { $0.accounts[email.lowercased()]?.xcode == true }
+    }
+
+    /// Signs StoreKit 2 data about an account: Xcode's way for Xcode testers, the App Store's otherwise.
+    func signStoreKitData(_ payload: [UInt8], account email: String) throws -> String {
+        isXcodeTester(email) ? try xcodeAuthority.sign(payload) : try JWS.sign(payload: payload, key: jwsAuthority.leafKey, chain: jwsAuthority.chain)
     }
 
     /// The AppTransaction id of an account's download of an app (the same in transactions, renewal info and the AppTransaction).
@@ -110,7 +124,7 @@ extension AppStoreEmulator {
         let sandbox = account.environment == .sandbox
         var json = JSONBuffer(capacity: 512)
         json.object { json in
-            json.field("receiptType", sandbox ? "Sandbox" : "Production")
+            json.field("receiptType", account.xcode == true ? "Xcode" : sandbox ? "Sandbox" : "Production")
             if !sandbox { json.field("appAppleId", app.appAppleId) }
             json.field("bundleId", app.bundleId)
             json.field("applicationVersion", app.version)
@@ -128,6 +142,6 @@ extension AppStoreEmulator {
             json.field("appTransactionId", String(Self.downloadId(account, app)))
             json.field("originalPlatform", "iOS")
         }
-        return try JWS.sign(payload: json.bytes, key: jwsAuthority.leafKey, chain: jwsAuthority.chain)
+        return try signStoreKitData(json.bytes, account: account.email)
     }
 }

@@ -23,6 +23,8 @@ public final class AppStoreEmulator: Sendable {
     public let authority: CertificateAuthority
     /// The StoreKit 2 signing chain (ECC P-256): signed transactions, renewal info, notifications.
     public let jwsAuthority: CertificateAuthority
+    /// The self-signed key and certificate that stand for Xcode's StoreKit Testing (Xcode testers' signed data).
+    public let xcodeAuthority: XcodeAuthority
     let persistLock = PersistQueue()
     /// App Store Server API request budgets (in memory: a restart forgives, as an hour would).
     let rateLimiter = RateLimiter()
@@ -34,7 +36,9 @@ public final class AppStoreEmulator: Sendable {
     }
 
     /// Opens the emulator over a store, loading everything it holds.
+    /// `xcodeAuthority` signs the StoreKit 2 data of Xcode testers (a fresh one when not given).
     public static func open(store: any DocumentStore, authority: CertificateAuthority, jwsAuthority: CertificateAuthority,
+                            xcodeAuthority: XcodeAuthority? = nil,
                             clock: AdjustableClock = AdjustableClock(), ids: any IDGenerator = RandomIDs()) async throws -> AppStoreEmulator {
         var state = EmulatorState()
         let decoder = JSONDecoder()
@@ -90,15 +94,17 @@ public final class AppStoreEmulator: Sendable {
             clock.advance(by: offset - clock.currentOffset)
             state.clockOffset = offset
         }
-        return AppStoreEmulator(state: state, store: store, authority: authority, jwsAuthority: jwsAuthority, clock: clock, ids: ids)
+        return AppStoreEmulator(state: state, store: store, authority: authority, jwsAuthority: jwsAuthority,
+                                xcodeAuthority: try xcodeAuthority ?? XcodeAuthority.generate(), clock: clock, ids: ids)
     }
 
     private init(state: EmulatorState, store: any DocumentStore, authority: CertificateAuthority, jwsAuthority: CertificateAuthority,
-                 clock: AdjustableClock, ids: any IDGenerator) {
+                 xcodeAuthority: XcodeAuthority, clock: AdjustableClock, ids: any IDGenerator) {
         self.state = Locked(state)
         self.store = store
         self.authority = authority
         self.jwsAuthority = jwsAuthority
+        self.xcodeAuthority = xcodeAuthority
         self.clock = clock
         self.ids = ids
     }

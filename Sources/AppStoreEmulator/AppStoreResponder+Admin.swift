@@ -10,6 +10,8 @@ extension AppStoreResponder {
         var locale: String?
         var renewalRate: RenewalRate?
         var askToBuy: Bool?
+        /// A tester of Xcode's StoreKit Testing (sandbox only).
+        var xcode: Bool?
     }
 
     struct BuyBody: Codable {
@@ -146,8 +148,12 @@ extension AppStoreResponder {
                     guard let parsed = AppStoreEnvironment(loose: text) else { throw StoreError.invalid("Environment is sandbox or production.", code: "invalid_environment") }
                     environment = parsed
                 }
+                if body.xcode == true && environment != .sandbox {
+                    throw StoreError.invalid("Xcode testers are sandbox accounts.", code: "invalid_environment")
+                }
                 return .json(try await emulator.addAccount(email: body.email, environment: environment, storefront: body.storefront ?? "USA",
-                                                           locale: body.locale ?? "en_US", renewalRate: body.renewalRate, askToBuy: body.askToBuy ?? false),
+                                                           locale: body.locale ?? "en_US", renewalRate: body.renewalRate, askToBuy: body.askToBuy ?? false,
+                                                           xcode: body.xcode ?? false),
                              status: .created)
             }
         }

@@ -13,6 +13,7 @@ extension AppStoreResponder {
                 }
                 return .text(tlsRoot.pem, contentType: "application/x-pem-file")
             }
+            if request.query["xcode"] == "true" { return .text(emulator.xcodeAuthority.certificate.pem, contentType: "application/x-pem-file") }
             let chain = request.query["chain"] == "true"
             // ?jws=true: the ECC chain that signs StoreKit 2 data (Apple Root CA - G3's role), else the receipt chain.
             let authority = request.query["jws"] == "true" ? emulator.jwsAuthority : emulator.authority

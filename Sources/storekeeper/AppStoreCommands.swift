@@ -4,12 +4,15 @@ import Foundation
 struct TesterAddCommand: Command {
     static let abstract = "Add a sandbox tester (or, with --production, a production account)."
     static let help = """
-    EMAIL [--production] [--storefront USA] [--locale en_US] [--renewal-rate RATE] [--ask-to-buy] [--url URL]
+    EMAIL [--production] [--storefront USA] [--locale en_US] [--renewal-rate RATE] [--ask-to-buy] [--xcode] [--url URL]
 
     OPTIONS:
       --renewal-rate RATE  One of MONTHLY_RENEWAL_EVERY_THREE_MINUTES, …_FIVE_MINUTES (default), …_FIFTEEN_MINUTES,
                            …_THIRTY_MINUTES, …_ONE_HOUR.
       --ask-to-buy         Purchases wait for a parent's approval.
+      --xcode              A tester of Xcode's StoreKit Testing: its signed data is signed by a self-signed
+                           "StoreKit Testing in Xcode" certificate with environment Xcode, as Xcode's is
+                           (export it with 'ca export --xcode'); the Server API does not know its transactions.
       --url URL            The emulator (default http://127.0.0.1:8010).
     """
     let client: AdminClient
@@ -22,6 +25,7 @@ struct TesterAddCommand: Command {
         if let locale = try arguments.option("locale") { body["locale"] = locale }
         if let rate = try arguments.option("renewal-rate") { body["renewalRate"] = rate }
         body["askToBuy"] = arguments.flag("ask-to-buy")
+        if arguments.flag("xcode") { body["xcode"] = true }
         let rest = try arguments.positionals()
         guard rest.count == 1 else { throw UsageError(description: "give one EMAIL") }
         body["email"] = rest[0]
@@ -209,12 +213,13 @@ struct FaultListCommand: Command {
 struct CAExportCommand: Command {
     static let abstract = "Write the emulator's root certificate as PEM (what a backend must trust)."
     static let help = """
-    [--jws | --tls] [--chain] [--output FILE] [--url URL]
+    [--jws | --tls | --xcode] [--chain] [--output FILE] [--url URL]
 
       --jws          The ECC root that signs StoreKit 2 data (signed transactions, notifications) instead of
                      the RSA root of receipts; Apple likewise has two (Apple Inc. Root, Apple Root CA - G3).
       --tls          The root of the TLS certificate the emulator serves Apple's host names with: what
                      SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS or a Java trust store must hold.
+      --xcode        The self-signed certificate of Xcode testers' signed data (Xcode's StoreKitTestCertificate's role).
       --chain        Also write the intermediate (needed to check iOS 6 style receipts, which embed only the leaf).
       --output FILE  Write to FILE instead of standard output.
     """
@@ -222,6 +227,7 @@ struct CAExportCommand: Command {
     let chain: Bool
     let jws: Bool
     let tls: Bool
+    let xcode: Bool
     let output: String?
 
     init(_ arguments: inout Arguments) throws {
@@ -229,12 +235,14 @@ struct CAExportCommand: Command {
         chain = arguments.flag("chain")
         jws = arguments.flag("jws")
         tls = arguments.flag("tls")
+        xcode = arguments.flag("xcode")
         output = try arguments.option("output")
         if tls && (jws || chain) { throw UsageError(description: "--tls stands alone (the TLS root has no intermediate)") }
     }
 
     func run() async throws {
-        let query = [chain ? "chain=true" : nil, jws ? "jws=true" : nil, tls ? "tls=true" : nil].compactMap { $0 }.joined(separator: "&")
+        let query = [chain ? "chain=true" : nil, jws ? "jws=true" : nil, tls ? "tls=true" : nil, xcode ? "xcode=true" : nil]
+            .compactMap { $0 }.joined(separator: "&")
         let data = try await client.send("GET", "/admin/v1/ca" + (query.isEmpty ? "" : "?" + query))
         if let output {
             try data.write(to: URL(fileURLWithPath: output))

@@ -62,7 +62,8 @@ struct AppStoreServeCommand: Command {
         let authority = try CertificateAuthority.loadOrCreate(in: directory.appendingPathComponent("ca"))
         let jwsAuthority = try CertificateAuthority.loadOrCreate(in: directory.appendingPathComponent("ca/jws"), algorithm: .ecP256)
         let store = try SQLiteDocumentStore(path: directory.appendingPathComponent("appstore.sqlite").path)
-        let emulator = try await AppStoreEmulator.open(store: store, authority: authority, jwsAuthority: jwsAuthority)
+        let emulator = try await AppStoreEmulator.open(store: store, authority: authority, jwsAuthority: jwsAuthority,
+                                                       xcodeAuthority: try XcodeAuthority.loadOrCreate(in: directory.appendingPathComponent("ca/xcode")))
         for entry in catalogs { try await CatalogLoader.load(entry, into: emulator) }
         for email in testers where try await !emulator.accounts().contains(where: { $0.email.lowercased() == email.lowercased() }) {
             try await emulator.addAccount(email: email, environment: .sandbox)

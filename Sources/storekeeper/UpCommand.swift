@@ -85,7 +85,8 @@ struct UpCommand: Command {
         let authority = try CertificateAuthority.loadOrCreate(in: appstoreDirectory.appendingPathComponent("ca"))
         let jwsAuthority = try CertificateAuthority.loadOrCreate(in: appstoreDirectory.appendingPathComponent("ca/jws"), algorithm: .ecP256)
         let emulator = try await AppStoreEmulator.open(store: try SQLiteDocumentStore(path: appstoreDirectory.appendingPathComponent("appstore.sqlite").path),
-                                                       authority: authority, jwsAuthority: jwsAuthority)
+                                                       authority: authority, jwsAuthority: jwsAuthority,
+                                                       xcodeAuthority: try XcodeAuthority.loadOrCreate(in: appstoreDirectory.appendingPathComponent("ca/xcode")))
         for store in ExampleStores.all {
             try await CatalogLoader.load("\(store.bundleId)=\(examples)/\(store.file)", into: emulator)
         }
