@@ -71,7 +71,8 @@ extension AppStoreEmulator {
     /// `SKProductsRequest`: the products of `ids` sellable in the device's environment, and the invalid ones.
     public func products(bundleId: String, deviceId: String, ids: [String]) async throws -> ProductsResponse {
         try await read { state, _ in
-            let (_, account) = try AppStoreEmulator.device(deviceId, in: state)
+            let (_, signedIn) = try AppStoreEmulator.device(deviceId, in: state)
+            let account = state.shopper(signedIn, bundleId: bundleId)  // the app's test storefront and locale, if it sets them
             guard let app = state.apps[bundleId] else { throw StoreError.notFound("App \(bundleId)") }
             // The app's .storekit file switched Xcode's "Load Products" error on: the request fails as StoreKit's would.
             if let error = app.testSettings?.simulatedError(for: .loadProducts) { throw StoreError.simulated(error, api: .loadProducts) }
@@ -111,7 +112,8 @@ extension AppStoreEmulator {
             throw StoreError.storeKit(.paymentInvalid, "applicationUsername is longer than 256 bytes.", status: .badRequest)
         }
         return try await mutate { state, changes, now in
-            let (device, account) = try AppStoreEmulator.device(deviceId, in: state)
+            let (device, signedIn) = try AppStoreEmulator.device(deviceId, in: state)
+            let account = state.shopper(signedIn, bundleId: bundleId)  // the app's test storefront and locale, if it sets them
             guard device.canMakePayments else {
                 throw StoreError.storeKit(.paymentNotAllowed, "In-app purchases are restricted on this device.", status: .forbidden)
             }
@@ -283,12 +285,18 @@ extension AppStoreEmulator {
             if chain.productId == product.productId || newLevel > currentLevel {
                 // Same product: already subscribed. Lower level: a downgrade that starts at the next renewal.
                 let downgrade = chain.autoRenewProductId != product.productId && chain.productId != product.productId
+                // Buying the current product again undoes a pending downgrade (DID_CHANGE_RENEWAL_PREF, no subtype)
+                // and, with auto-renew off, turns it back on (DID_CHANGE_RENEWAL_STATUS / AUTO_RENEW_ENABLED).
+                let reverted = chain.productId == product.productId && chain.autoRenewProductId != product.productId
+                let resubscribed = chain.productId == product.productId && !chain.autoRenewEnabled
                 chain.autoRenewProductId = product.productId
                 chain.autoRenewEnabled = true
                 chain.expirationIntent = nil
                 state.chains[chain.originalTransactionId] = chain
                 changes.chains.insert(chain.originalTransactionId)
                 if downgrade { changes.notify(.didChangeRenewalPref, .downgrade, latest) }
+                if reverted { changes.notify(.didChangeRenewalPref, nil, latest) }
+                if resubscribed { changes.notify(.didChangeRenewalStatus, .autoRenewEnabled, latest) }
                 var redelivery = latest
                 redelivery.id = state.nextTransactionId(record.environment)
                 redelivery.isRedelivery = true
@@ -485,6 +493,15 @@ extension AppStoreEmulator {
             }
             changes.notifications.append(NotificationEvent(type: .consumptionRequest, subtype: nil, transactionId: record.id, bundleId: record.bundleId,
                                                            environment: record.environment, consumptionRequestReason: reason))
+            // Apple turns auto-renew off when a customer asks for a subscription's refund (DID_CHANGE_RENEWAL_STATUS / AUTO_RENEW_DISABLED).
+            if record.productType == .autoRenewable, var chain = state.chains[record.originalId], chain.autoRenewEnabled,
+               let latest = state.transactions[chain.latestTransactionId] {
+                chain.autoRenewEnabled = false
+                chain.expirationIntent = 1
+                state.chains[chain.originalTransactionId] = chain
+                changes.chains.insert(chain.originalTransactionId)
+                changes.notify(.didChangeRenewalStatus, .autoRenewDisabled, latest)
+            }
             return record
         }
     }

@@ -151,8 +151,10 @@ extension AppStoreEmulator {
     }
 
     /// A price increase needing consent (PRICE_INCREASE / PENDING), or the customer's consent to it
-    /// (PRICE_INCREASE / ACCEPTED). Without consent the subscription lapses at its next renewal.
-    public func priceIncrease(originalTransactionId: String, amount: String?, consent: Bool) async throws -> SubscriptionChain {
+    /// (PRICE_INCREASE / ACCEPTED). Without consent the subscription lapses at its next renewal. With
+    /// `needsConsent` false the increase is one Apple only announces (within its limits, or where the law
+    /// allows): PRICE_INCREASE / ACCEPTED at once, `priceIncreaseStatus` 1, and renewals charge the new price.
+    public func priceIncrease(originalTransactionId: String, amount: String?, consent: Bool, needsConsent: Bool = true) async throws -> SubscriptionChain {
         try await mutate { state, changes, _ in
             guard var chain = state.chains[originalTransactionId], let latest = state.transactions[chain.latestTransactionId] else {
                 throw StoreError.notFound("Subscription \(originalTransactionId)")
@@ -166,8 +168,8 @@ extension AppStoreEmulator {
             } else {
                 guard let amount, Decimal(string: amount) != nil else { throw StoreError.invalid("The new price is a decimal amount, e.g. 5.99.") }
                 chain.priceIncreaseAmount = amount
-                chain.priceIncreaseConsented = false
-                changes.notify(.priceIncrease, .pending, latest)
+                chain.priceIncreaseConsented = !needsConsent
+                changes.notify(.priceIncrease, needsConsent ? .pending : .accepted, latest)
             }
             state.chains[originalTransactionId] = chain
             changes.chains.insert(originalTransactionId)

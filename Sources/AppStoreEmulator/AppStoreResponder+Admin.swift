@@ -225,7 +225,8 @@ extension AppStoreResponder {
         }
         router.on(.post, "/admin/v1/subscriptions/:id/price-increase") { request in
             await handle {
-                .json(try await emulator.priceIncrease(originalTransactionId: request.parameters["id"] ?? "", amount: request.query["price"], consent: false))
+                .json(try await emulator.priceIncrease(originalTransactionId: request.parameters["id"] ?? "", amount: request.query["price"], consent: false,
+                                                       needsConsent: request.query["consent"] != "none"))
             }
         }
         router.on(.post, "/admin/v1/subscriptions/:id/price-increase/consent") { request in

@@ -64,6 +64,20 @@ extension AppStoreResponder {
                 return signed.isEmpty ? ["status": 1] : ["status": 0, "signedTransactions": signed]
             }
         }
+        // Refund History v1 (deprecated by Apple, still answered): every refunded transaction at once, no revision.
+        router.on(.get, "/:environment/inApps/v1/refund/lookup/:id") { request in
+            await serverAPI(request, emulator, rate: 10) { bundle, environment in
+                var signed: [String] = []
+                var revision: String?
+                repeat {
+                    let page = try await emulator.serverAPIRefunds(bundleId: bundle, environment: environment, transactionId: request.parameters["id"] ?? "",
+                                                                   revision: revision)
+                    signed += page.signed
+                    revision = page.hasMore ? page.revision : nil
+                } while revision != nil && signed.count < 1000
+                return ["signedTransactions": signed]
+            }
+        }
         router.on(.get, "/:environment/inApps/v2/refund/lookup/:id") { request in
             await serverAPI(request, emulator, rate: 10) { bundle, environment in
                 let page = try await emulator.serverAPIRefunds(bundleId: bundle, environment: environment, transactionId: request.parameters["id"] ?? "",

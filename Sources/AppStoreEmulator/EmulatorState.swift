@@ -18,6 +18,16 @@ struct EmulatorState: Sendable {
         return rate
     }
 
+    /// The storefront and locale a sandbox account shops in for an app: the app's `.storekit` `_storefront` and
+    /// `_locale` when it sets them (SKTestSession.storefront / .locale), else the account's own.
+    func shopper(_ account: Account, bundleId: String) -> Account {
+        guard account.environment != .production, let settings = apps[bundleId]?.testSettings else { return account }
+        var shopper = account
+        if let storefront = settings.storefront, Storefront.known.contains(where: { $0.code == storefront }) { shopper.storefront = storefront }
+        if let locale = settings.locale, !locale.isEmpty { shopper.locale = locale }
+        return shopper
+    }
+
     var apps: [String: CatalogApp] = [:]
     /// Product ids ever used per app: an identifier once used cannot be reused.
     var usedProductIds: [String: Set<String>] = [:]

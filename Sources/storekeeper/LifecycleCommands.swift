@@ -24,7 +24,7 @@ struct SubscriptionControlCommand: Command {
 
     static let abstract = "Drive a subscription: renew now, expire now, fail billing (retry, grace), resolve billing (recover)."
     static let help = """
-    renew|expire|fail-billing|resolve-billing|price-increase|consent-price-increase ORIGINAL_TRANSACTION_ID [--price P] [--url URL]
+    renew|expire|fail-billing|resolve-billing|price-increase|consent-price-increase ORIGINAL_TRANSACTION_ID [--price P [--no-consent-needed]] [--url URL]
 
       renew            The current period ends now and renews (DID_RENEW).
       expire           Auto-renew off and the period ends now (EXPIRED / VOLUNTARY).
@@ -34,26 +34,30 @@ struct SubscriptionControlCommand: Command {
       price-increase   A higher price (--price) that needs consent (PRICE_INCREASE / PENDING); without consent the
                        subscription lapses at its next renewal (EXPIRED / PRICE_INCREASE).
       consent-price-increase  The customer agrees (PRICE_INCREASE / ACCEPTED); renewals charge the new price.
+      --no-consent-needed  With price-increase: an increase Apple only announces (PRICE_INCREASE / ACCEPTED at once).
     """
     let client: AdminClient
     let action: Action
     let id: String
     let price: String?
+    let noConsentNeeded: Bool
 
     init(_ arguments: inout Arguments) throws {
         client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
         price = try arguments.option("price")
+        noConsentNeeded = arguments.flag("no-consent-needed")
         let words = try arguments.positionals()
         guard words.count == 2, let action = Action(rawValue: words[0]) else {
             throw UsageError(description: "give one of \(Action.allCases.map(\.rawValue).joined(separator: ", ")) and an original transaction id")
         }
         if action == .priceIncrease, price == nil { throw UsageError(description: "price-increase needs --price") }
+        if noConsentNeeded, action != .priceIncrease { throw UsageError(description: "--no-consent-needed goes with price-increase") }
         self.action = action
         id = words[1]
     }
 
     func run() async throws {
-        let query = action == .priceIncrease ? "?price=" + (price ?? "") : ""
+        let query = action == .priceIncrease ? "?price=" + (price ?? "") + (noConsentNeeded ? "&consent=none" : "") : ""
         try await client.sendAndPrint("POST", "/admin/v1/subscriptions/\(id)/\(action.path)" + query)
     }
 }

@@ -75,4 +75,27 @@ struct TestSessionTests {
         let (_, shown) = try await world.client.json(.get, "/admin/v1/apps/com.example.magazine/test-session")
         #expect(shown["timeRate"] as? Int == 0)
     }
+
+    @Test("A file's _storefront and _locale are where the app's sandbox testers shop: titles in the file's locale, prices in its storefront")
+    func storefrontAndLocale() async throws {
+        let world = try await World.make()
+        let file = Data("""
+            { "identifier" : "L", "nonRenewingSubscriptions" : [], "subscriptionGroups" : [], "version" : { "major" : 4, "minor" : 0 },
+              "settings" : { "_storefront" : "JPN", "_locale" : "ja_JP" },
+              "products" : [ { "displayPrice" : "230", "familyShareable" : false, "internalID" : "1", "productID" : "gems", "referenceName" : "Gems",
+                               "type" : "Consumable", "localizations" : [ { "description" : "Gems", "displayName" : "Gems", "locale" : "en_US" },
+                                                                          { "description" : "宝石", "displayName" : "宝石パック", "locale" : "ja_JP" } ] } ] }
+            """.utf8)
+        try await world.emulator.register(storeKit: StoreKitConfiguration(data: file), bundleId: "com.example.locale")
+        let listed = try await world.emulator.products(bundleId: "com.example.locale", deviceId: world.device, ids: ["gems"])
+        #expect(listed.products.first?.localizedTitle == "宝石パック", "the tester is en_US; the file says ja_JP")
+        #expect(listed.products.first?.currencyCode == "JPY" && listed.products.first?.storefront == "JPN")
+        let bought = try await world.buy("com.example.locale", "gems")
+        #expect(bought.price?.storefront == "JPN" && bought.price?.currency == "JPY")
+        // Without the file's locale the same catalog shows the tester's own (en_US).
+        try await world.emulator.register(storeKit: StoreKitConfiguration(data: Data(String(decoding: file, as: UTF8.self)
+            .replacingOccurrences(of: "\"_locale\" : \"ja_JP\"", with: "\"_disableDialogs\" : false").utf8)), bundleId: "com.example.locale2")
+        let plain = try await world.emulator.products(bundleId: "com.example.locale2", deviceId: world.device, ids: ["gems"])
+        #expect(plain.products.first?.localizedTitle == "Gems")
+    }
 }

@@ -130,6 +130,17 @@ def test_refund_history_order_lookup_and_app_account_token(emulator, jws_root_pe
     refunds = client.get_refund_history(gloves["transaction_id"], None)
     assert [check.verify_and_decode_signed_transaction(s).transactionId for s in refunds.signedTransactions] == [globe["transaction_id"]]
     assert refunds.hasMore is False
+    # Refund History v1 (deprecated, no revision): the same refunds at once, signed with the same key discipline.
+    import jwt as pyjwt
+    key = json.loads(emulator.cli("appstore", "key", "create", "--app", "com.example.football").stdout)
+    token = pyjwt.encode({"iss": key["issuerId"], "iat": int(time.time()), "exp": int(time.time()) + 600, "aud": "appstoreconnect-v1",
+                          "bid": "com.example.football"}, key["privateKey"], algorithm="ES256", headers={"kid": key["keyId"]})
+    request = urllib.request.Request(f"{emulator.url}/sandbox/inApps/v1/refund/lookup/{gloves['original_transaction_id']}",
+                                     headers={"Authorization": "Bearer " + token})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        v1 = json.loads(response.read())
+    assert [check.verify_and_decode_signed_transaction(s).transactionId for s in v1["signedTransactions"]] == [globe["transaction_id"]]
+    assert set(v1) == {"signedTransactions"}
 
     token = str(uuid.uuid4())
     client.set_app_account_token(gloves["transaction_id"], UpdateAppAccountTokenRequest(appAccountToken=token))

@@ -1,0 +1,61 @@
+@testable import AppStoreEmulator
+import AppStoreModels
+import Foundation
+import StorekeeperTesting
+import Testing
+
+/// Notification forms Apple sends that the emulator sends too: a reverted downgrade, auto-renew turned back on by
+/// buying again, auto-renew turned off by a refund request, a price increase that needs no consent.
+@Suite("Notification forms")
+struct NotificationFormsTests {
+    static let app = "com.example.magazine"
+
+    /// Every notification sent so far about the chain, in order, as "TYPE/SUBTYPE".
+    func sent(_ world: World, chain original: String) async throws -> [String] {
+        try await world.emulator.read { state, _ in
+            state.notifications.values.filter { $0.originalTransactionId == original }.sorted { $0.createdAt < $1.createdAt || ($0.createdAt == $1.createdAt && $0.signedPayload < $1.signedPayload) }
+                .map { [$0.notificationType.rawValue, $0.subtype?.rawValue].compactMap { $0 }.joined(separator: "/") }
+        }
+    }
+
+    func types(_ world: World, _ original: String) async throws -> Set<String> { Set(try await sent(world, chain: original)) }
+
+    @Test("Buying the current product again reverts a pending downgrade (no subtype) and turns auto-renew back on")
+    func revertAndResubscribe() async throws {
+        let world = try await World.make()
+        try await world.emulator.setNotificationURLs(bundleId: Self.app, NotificationURLs(sandbox: "http://127.0.0.1:9/none"))
+        let yearly = try await world.buy(Self.app, "com.example.magazine.yearly")
+        _ = try await world.buy(Self.app, "com.example.magazine.monthly")
+        #expect(try await types(world, yearly.originalId).contains("DID_CHANGE_RENEWAL_PREF/DOWNGRADE"))
+        _ = try await world.buy(Self.app, "com.example.magazine.yearly")
+        #expect(try await types(world, yearly.originalId).contains("DID_CHANGE_RENEWAL_PREF"), "the downgrade was reverted")
+        let chain = try #require(try await world.emulator.read { state, _ in state.chains[yearly.originalId] })
+        #expect(chain.autoRenewProductId == "com.example.magazine.yearly")
+        _ = try await world.emulator.setAutoRenew(originalTransactionId: yearly.originalId, enabled: false)
+        _ = try await world.buy(Self.app, "com.example.magazine.yearly")
+        #expect(try await types(world, yearly.originalId).contains("DID_CHANGE_RENEWAL_STATUS/AUTO_RENEW_ENABLED"))
+        #expect(try await world.emulator.read { state, _ in state.chains[yearly.originalId]?.autoRenewEnabled } == true)
+    }
+
+    @Test("A refund request turns auto-renew off; a price increase Apple only announces is accepted at once")
+    func refundRequestAndAnnouncedIncrease() async throws {
+        let world = try await World.make()
+        try await world.emulator.setNotificationURLs(bundleId: Self.app, NotificationURLs(sandbox: "http://127.0.0.1:9/none"))
+        let monthly = try await world.buy(Self.app, "com.example.magazine.monthly")
+        _ = try await world.emulator.advanceTime(by: 8 * 60)  // past the trial: a paid period
+        let chainBefore = try #require(try await world.emulator.read { state, _ in state.chains[monthly.originalId] })
+        let paid = chainBefore.latestTransactionId
+        _ = try await world.emulator.requestRefund(transactionId: paid, reason: "UNSATISFIED_WITH_PURCHASE")
+        let after = try await types(world, monthly.originalId)
+        #expect(after.contains("CONSUMPTION_REQUEST") && after.contains("DID_CHANGE_RENEWAL_STATUS/AUTO_RENEW_DISABLED"))
+        #expect(try await world.emulator.read { state, _ in state.chains[monthly.originalId]?.autoRenewEnabled } == false)
+
+        let other = try await World.make()
+        try await other.emulator.setNotificationURLs(bundleId: Self.app, NotificationURLs(sandbox: "http://127.0.0.1:9/none"))
+        let subscribed = try await other.buy(Self.app, "com.example.magazine.monthly")
+        let chain = try await other.emulator.priceIncrease(originalTransactionId: subscribed.originalId, amount: "5.49", consent: false, needsConsent: false)
+        #expect(chain.priceIncreaseConsented == true && chain.priceIncreaseAmount == "5.49")
+        let sent = try await types(other, subscribed.originalId)
+        #expect(sent.contains("PRICE_INCREASE/ACCEPTED") && !sent.contains("PRICE_INCREASE/PENDING"))
+    }
+}
