@@ -280,9 +280,12 @@ extension AppStoreEmulator {
         record.webOrderLineItemId = state.nextWebOrderLineItemId(record.environment)
         if var chain = activeChain, let latest = state.transactions[chain.latestTransactionId],
            let expires = latest.expiresDate, expires > now, latest.cancellationDate == nil {
-            let currentLevel = state.product(chain.bundleId, chain.productId)?.groupLevel ?? 1
+            let current = state.product(chain.bundleId, chain.productId)
+            let currentLevel = current?.groupLevel ?? 1
             let newLevel = product.groupLevel ?? 1
-            if chain.productId == product.productId || newLevel > currentLevel {
+            // A crossgrade (same level) to another duration waits for the next renewal too, reported as a downgrade.
+            let crossgradeLater = newLevel == currentLevel && current?.period != product.period
+            if chain.productId == product.productId || newLevel > currentLevel || crossgradeLater {
                 // Same product: already subscribed. Lower level: a downgrade that starts at the next renewal.
                 let downgrade = chain.autoRenewProductId != product.productId && chain.productId != product.productId
                 // Buying the current product again undoes a pending downgrade (DID_CHANGE_RENEWAL_PREF, no subtype)

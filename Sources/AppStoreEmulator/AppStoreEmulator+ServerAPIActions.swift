@@ -197,7 +197,10 @@ extension AppStoreEmulator {
                     if let storefronts, let storefront = state.accounts[chain.accountEmail.lowercased()]?.storefront, !storefronts.contains(storefront) { continue }
                     switch Self.extend(&state, &changes, originalTransactionId: chain.originalTransactionId, days: Int(days), now: now) {
                     case .success: succeeded += 1
-                    case .failure: failed += 1
+                    case .failure:
+                        failed += 1
+                        // Each subscription the mass extension could not extend is reported on its own (RENEWAL_EXTENSION / FAILURE).
+                        if let latest = state.transactions[chain.latestTransactionId] { changes.notify(.renewalExtension, .failure, latest) }
                     }
                 }
                 state.massExtensions[product + "|" + request] = MassExtension(

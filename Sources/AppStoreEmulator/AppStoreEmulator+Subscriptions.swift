@@ -22,9 +22,12 @@ extension AppStoreEmulator {
             guard var latest = state.transactions[chain.latestTransactionId], let account = state.accounts[chain.accountEmail.lowercased()] else { continue }
             var changed = false
             while chain.autoRenewEnabled, let expires = latest.expiresDate, expires <= now {
+                let rate = state.renewalRate(account, bundleId: chain.bundleId)
+                // TestFlight renews six times, then turns auto-renew off; the sandbox as many times as its quirk says.
+                let limit = rate == .testFlight ? RenewalRate.testFlightRenewals : state.quirks.sandboxMaxRenewals
                 let facts = SubscriptionLifecycle.Facts(
-                    latestExpires: expires, accountDeleted: account.deleted, renewalRate: state.renewalRate(account, bundleId: chain.bundleId),
-                    renewalLimitReached: chain.environment == .sandbox && chain.renewals >= state.quirks.sandboxMaxRenewals,
+                    latestExpires: expires, accountDeleted: account.deleted, renewalRate: rate,
+                    renewalLimitReached: chain.environment == .sandbox && chain.renewals >= limit,
                     gracePeriodDays: state.gracePeriodDays[chain.bundleId], renewalProduct: state.product(chain.bundleId, chain.autoRenewProductId))
                 let (next, actions) = SubscriptionLifecycle.periodEnded(chain, facts, now: now)
                 changed = changed || next != chain || !actions.isEmpty

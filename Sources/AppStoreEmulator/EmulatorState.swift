@@ -13,8 +13,10 @@ struct Counters: Codable, Sendable {
 struct EmulatorState: Sendable {
     /// The renewal rate of an account's subscriptions to an app: for a sandbox account the app's `.storekit` time
     /// rate when it sets one (as an Xcode test session does), else the account's own; production renews as the account does.
+    /// A TestFlight tester renews at TestFlight's pace whatever the file says (TestFlight builds use no `.storekit` file).
     func renewalRate(_ account: Account, bundleId: String) -> RenewalRate {
-        guard account.environment != .production, let rate = apps[bundleId]?.testSettings?.renewalRate else { return account.renewalRate }
+        guard account.environment != .production, account.renewalRate != .testFlight,
+              let rate = apps[bundleId]?.testSettings?.renewalRate else { return account.renewalRate }
         return rate
     }
 

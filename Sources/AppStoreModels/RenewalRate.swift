@@ -6,6 +6,8 @@ public enum RenewalRate: String, Codable, Sendable, CaseIterable {
     case monthlyEveryFifteenMinutes = "MONTHLY_RENEWAL_EVERY_FIFTEEN_MINUTES"
     case monthlyEveryFiveMinutes = "MONTHLY_RENEWAL_EVERY_FIVE_MINUTES"
     case monthlyEveryThreeMinutes = "MONTHLY_RENEWAL_EVERY_THREE_MINUTES"
+    /// TestFlight builds: every subscription renews daily, whatever its duration, six times at most.
+    case testFlight = "TESTFLIGHT_DAILY"
     // Xcode-only rates (SKTestSession.TimeRate): a day compressed to a span of seconds, a month in thirty
     // seconds, or every period of any length renewing after a fixed span.
     case oneHourIsOneDay = "XCODE_ONE_HOUR_IS_ONE_DAY"
@@ -21,6 +23,9 @@ public enum RenewalRate: String, Codable, Sendable, CaseIterable {
     case oneRenewalEveryThirtySeconds = "XCODE_ONE_RENEWAL_EVERY_THIRTY_SECONDS"
     case oneRenewalEveryTenSeconds = "XCODE_ONE_RENEWAL_EVERY_TEN_SECONDS"
     case oneRenewalEveryTwoSeconds = "XCODE_ONE_RENEWAL_EVERY_TWO_SECONDS"
+
+    /// How many times TestFlight renews a subscription before turning auto-renew off.
+    public static let testFlightRenewals = 6
 
     /// The sandbox default: a month is five minutes.
     public static let sandboxDefault = RenewalRate.monthlyEveryFiveMinutes
@@ -53,15 +58,15 @@ public enum RenewalRate: String, Codable, Sendable, CaseIterable {
         }
     }
 
-    /// The SKTestSession.TimeRate raw value of the rate (what a `.storekit` file's `_timeRate` holds).
-    public var storeKitTimeRate: Int {
+    /// The SKTestSession.TimeRate raw value of the rate (what a `.storekit` file's `_timeRate` holds); nil for TestFlight's.
+    public var storeKitTimeRate: Int? {
         let values: [RenewalRate: Int] = [.realTime: 0, .oneHourIsOneDay: 1, .thirtyMinutesIsOneDay: 2, .fiveMinutesIsOneDay: 3, .oneMinuteIsOneDay: 4,
                                           .thirtySecondsIsOneDay: 5, .oneSecondIsOneDay: 6, .monthlyEveryHour: 10, .monthlyEveryThirtyMinutes: 11,
                                           .monthlyEveryFifteenMinutes: 12, .monthlyEveryFiveMinutes: 13, .monthlyEveryThreeMinutes: 14,
                                           .monthlyEveryThirtySeconds: 15, .oneRenewalEveryFifteenMinutes: 1000, .oneRenewalEveryFiveMinutes: 1001,
                                           .oneRenewalEveryMinute: 1002, .oneRenewalEveryThirtySeconds: 1003, .oneRenewalEveryTenSeconds: 1004,
                                           .oneRenewalEveryTwoSeconds: 1005]
-        return values[self] ?? 0
+        return values[self]
     }
 
     /// Days in a period, for the rates that compress days.
@@ -82,6 +87,7 @@ public enum RenewalRate: String, Codable, Sendable, CaseIterable {
         let table: [SubscriptionPeriod: Int]
         switch self {
         case .realTime: return nil
+        case .testFlight: return 86_400
         case .oneHourIsOneDay: return Self.days(period) * 3600
         case .thirtyMinutesIsOneDay: return Self.days(period) * 1800
         case .fiveMinutesIsOneDay: return Self.days(period) * 300

@@ -8,7 +8,8 @@ struct TesterAddCommand: Command {
 
     OPTIONS:
       --renewal-rate RATE  One of MONTHLY_RENEWAL_EVERY_THREE_MINUTES, …_FIVE_MINUTES (default), …_FIFTEEN_MINUTES,
-                           …_THIRTY_MINUTES, …_ONE_HOUR.
+                           …_THIRTY_MINUTES, …_ONE_HOUR, or TESTFLIGHT_DAILY (a TestFlight build: every
+                           subscription renews daily, six times, then auto-renew turns off).
       --ask-to-buy         Purchases wait for a parent's approval.
       --xcode              A tester of Xcode's StoreKit Testing: its signed data is signed by a self-signed
                            "StoreKit Testing in Xcode" certificate with environment Xcode, as Xcode's is

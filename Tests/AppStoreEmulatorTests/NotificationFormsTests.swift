@@ -58,4 +58,46 @@ struct NotificationFormsTests {
         let sent = try await types(other, subscribed.originalId)
         #expect(sent.contains("PRICE_INCREASE/ACCEPTED") && !sent.contains("PRICE_INCREASE/PENDING"))
     }
+
+    @Test("A crossgrade to another duration waits for the next renewal (DOWNGRADE); one to the same duration is immediate")
+    func crossgrades() async throws {
+        let world = try await World.make()
+        func subscription(_ id: String, _ period: String, number: String) -> String {
+            """
+            { "adHocOffers" : [], "codeOffers" : [], "displayPrice" : "4.99", "familyShareable" : false, "groupNumber" : 1,
+              "internalID" : "\(number)", "introductoryOffer" : null, "localizations" : [], "productID" : "\(id)",
+              "recurringSubscriptionPeriod" : "\(period)", "referenceName" : "\(id)", "subscriptionGroupID" : "g", "type" : "RecurringSubscription" }
+            """
+        }
+        let file = Data("""
+            { "identifier" : "X", "nonRenewingSubscriptions" : [], "products" : [], "settings" : {}, "version" : { "major" : 4, "minor" : 0 },
+              "subscriptionGroups" : [ { "id" : "g", "name" : "Plans", "localizations" : [], "subscriptions" : [
+                \(subscription("plan.monthly", "P1M", number: "1")), \(subscription("plan.yearly", "P1Y", number: "2")),
+                \(subscription("plan.monthly.plus", "P1M", number: "3")) ] } ] }
+            """.utf8)
+        try await world.emulator.register(storeKit: StoreKitConfiguration(data: file), bundleId: "com.example.plans")
+        try await world.emulator.setNotificationURLs(bundleId: "com.example.plans", NotificationURLs(sandbox: "http://127.0.0.1:9/none"))
+        let monthly = try await world.buy("com.example.plans", "plan.monthly")
+        _ = try await world.buy("com.example.plans", "plan.yearly")
+        var chain = try #require(try await world.emulator.read { state, _ in state.chains[monthly.originalId] })
+        #expect(chain.productId == "plan.monthly" && chain.autoRenewProductId == "plan.yearly", "the yearly plan starts at the next renewal")
+        #expect(try await types(world, monthly.originalId).contains("DID_CHANGE_RENEWAL_PREF/DOWNGRADE"))
+        _ = try await world.buy("com.example.plans", "plan.monthly.plus")
+        chain = try #require(try await world.emulator.read { state, _ in state.chains[monthly.originalId] })
+        #expect(chain.productId == "plan.monthly.plus", "the same duration changes at once")
+    }
+
+    @Test("A mass extension reports each subscription it cannot extend: RENEWAL_EXTENSION / FAILURE, beside the summary")
+    func massExtensionFailure() async throws {
+        let world = try await World.make()
+        try await world.emulator.setNotificationURLs(bundleId: Self.app, NotificationURLs(sandbox: "http://127.0.0.1:9/none"))
+        let yearly = try await world.buy(Self.app, "com.example.magazine.yearly")
+        for round in 0..<3 {  // Apple allows two extensions a year; the third fails
+            let body = try JSONValue.parse(Array(#"{"extendByDays": 3, "extendReasonCode": 0, "requestIdentifier": "r\#(round)", "productId": "com.example.magazine.yearly"}"#.utf8))
+            _ = try await world.emulator.serverAPIMassExtend(bundleId: Self.app, environment: .sandbox, body: body)
+        }
+        let sent = try await sent(world, chain: yearly.originalId)
+        #expect(sent.filter { $0 == "RENEWAL_EXTENDED" }.count == 2)
+        #expect(sent.filter { $0 == "RENEWAL_EXTENSION/FAILURE" }.count == 1)
+    }
 }

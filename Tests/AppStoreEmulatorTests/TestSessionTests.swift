@@ -98,4 +98,16 @@ struct TestSessionTests {
         let plain = try await world.emulator.products(bundleId: "com.example.locale2", deviceId: world.device, ids: ["gems"])
         #expect(plain.products.first?.localizedTitle == "Gems")
     }
+
+    @Test("TestFlight: every subscription renews daily whatever its duration, six times, then auto-renew is off")
+    func testFlightCadence() async throws {
+        let world = try await World.make()
+        try await world.emulator.addAccount(email: "beta@example.com", environment: .sandbox, renewalRate: .testFlight)
+        let device = try await world.emulator.signIn(deviceId: nil, email: "beta@example.com")
+        let yearly = try await world.buy("com.example.magazine", "com.example.magazine.yearly", device: device.id)
+        #expect(try #require(yearly.expiresDate).timeIntervalSince(yearly.purchaseDate) == 86_400)
+        _ = try await world.emulator.advanceTime(by: 10 * 86_400)
+        let chain = try #require(try await world.emulator.read { state, _ in state.chains[yearly.originalId] })
+        #expect(chain.renewals == RenewalRate.testFlightRenewals && !chain.autoRenewEnabled)
+    }
 }
