@@ -14,6 +14,10 @@ extension AppStoreEmulator {
         guard Storefront.known.contains(where: { $0.code == storefront }) else {
             throw StoreError.invalid("Unknown storefront \(storefront).", code: "invalid_storefront")
         }
+        // Production renews on the calendar; accelerated rates are the sandbox's (and would renew without end there).
+        if environment == .production, let renewalRate, renewalRate != .realTime {
+            throw StoreError.invalid("Production accounts renew in real time; accelerated rates are for sandbox testers.", code: "invalid_renewal_rate")
+        }
         return try await mutate { state, changes, _ in
             let key = trimmed.lowercased()
             if var existing = state.accounts[key] {

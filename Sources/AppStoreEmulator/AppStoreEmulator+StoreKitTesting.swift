@@ -108,22 +108,50 @@ extension AppStoreEmulator {
     }
 
     /// `SKTestSession.deleteTransaction(identifier:)` / `clearTransactions()`: forgets transactions as if never
-    /// made (the device's history, receipts and entitlements lose them). With no id, every transaction of the app.
+    /// made (the device's history, receipts and entitlements lose them). A subscription's original id takes its
+    /// chain; a renewal's id only that renewal (the chain falls back to the period before). With no id, the app's
+    /// sandbox transactions (of one account when given): production's are never cleared. Family members' copies
+    /// go with what they copy.
     @discardableResult
-    public func deleteTransactions(bundleId: String, transactionId: String?) async throws -> Int {
+    public func deleteTransactions(bundleId: String, transactionId: String?, account email: String? = nil) async throws -> Int {
         try await mutate { state, changes, _ in
             guard state.apps[bundleId] != nil else { throw StoreError.notFound("App \(bundleId)") }
-            let doomed = state.transactions.values.filter { $0.bundleId == bundleId && (transactionId == nil || $0.id == transactionId || $0.originalId == transactionId && $0.productType == .autoRenewable) }
-            if let transactionId, doomed.isEmpty { throw StoreError.notFound("Transaction \(transactionId) of \(bundleId)") }
-            for record in doomed {
-                state.remove(record.id)
-                changes.transactions.insert(record.id)
+            var doomed: [TransactionRecord]
+            if let transactionId {
+                guard let record = state.transactions[transactionId], record.bundleId == bundleId else {
+                    throw StoreError.notFound("Transaction \(transactionId) of \(bundleId)")
+                }
+                doomed = record.productType == .autoRenewable && record.id == record.originalId
+                    ? state.transactions.values.filter { $0.bundleId == bundleId && $0.originalId == record.originalId }
+                    : [record]
+            } else {
+                doomed = state.transactions.values.filter { record in
+                    record.bundleId == bundleId && record.environment == .sandbox && (email.map { record.accountEmail.lowercased() == $0.lowercased() } ?? true)
+                }
             }
-            for original in Set(doomed.filter { $0.productType == .autoRenewable }.map(\.originalId)) where state.chains[original] != nil {
+            let named = Set(doomed.map(\.id))
+            doomed += state.transactions.values.filter { copy in copy.sharedFromTransactionId.map(named.contains) == true && !named.contains(copy.id) }
+            let removed = Set(doomed.map(\.id))
+            for id in removed {
+                state.remove(id)
+                changes.transactions.insert(id)
+            }
+            for (original, var chain) in state.chains where removed.contains(original) || removed.contains(chain.latestTransactionId) {
+                let left = state.transactions.values.filter { $0.originalId == original && !$0.isRedelivery }.max { $0.purchaseDate < $1.purchaseDate }
+                if removed.contains(original) || left == nil {
+                    state.chains[original] = nil
+                } else if let left {
+                    chain.latestTransactionId = left.id
+                    state.chains[original] = chain
+                }
+                changes.chains.insert(original)
+            }
+            // A family member's chain goes with the purchaser's.
+            for (original, chain) in state.chains where chain.sharedFromOriginalId.map({ state.chains[$0] == nil }) == true {
                 state.chains[original] = nil
                 changes.chains.insert(original)
             }
-            return doomed.count
+            return removed.count
         }
     }
 

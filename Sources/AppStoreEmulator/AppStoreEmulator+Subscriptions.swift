@@ -21,7 +21,11 @@ extension AppStoreEmulator {
         for (originalId, var chain) in state.chains where chain.autoRenewEnabled && chain.sharedFromOriginalId == nil {
             guard var latest = state.transactions[chain.latestTransactionId], let account = state.accounts[chain.accountEmail.lowercased()] else { continue }
             var changed = false
-            while chain.autoRenewEnabled, let expires = latest.expiresDate, expires <= now {
+            // At most this many periods per chain per pass: a long jump of the clock catches up over later passes
+            // instead of holding the state lock for millions of renewals.
+            var budget = 10_000
+            while chain.autoRenewEnabled, budget > 0, let expires = latest.expiresDate, expires <= now {
+                budget -= 1
                 let rate = state.renewalRate(account, bundleId: chain.bundleId)
                 // TestFlight renews six times, then turns auto-renew off; the sandbox as many times as its quirk says.
                 let limit = rate == .testFlight ? RenewalRate.testFlightRenewals : state.quirks.sandboxMaxRenewals

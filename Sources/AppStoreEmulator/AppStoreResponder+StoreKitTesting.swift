@@ -41,11 +41,10 @@ extension AppStoreResponder {
         return response
     }
 
-    /// `app` from the query or the JSON body.
+    /// `app` where the route's handler reads it: the JSON body of a POST, the query otherwise.
     static func appParameter(_ request: Request) -> String? {
-        if let app = request.query["app"] { return app }
-        guard request.method == .post, !request.body.isEmpty,
-              let body = try? JSONSerialization.jsonObject(with: request.body) as? [String: Any] else { return nil }
+        guard request.method == .post else { return request.query["app"] }
+        guard !request.body.isEmpty, let body = try? JSONSerialization.jsonObject(with: request.body) as? [String: Any] else { return nil }
         return body["app"] as? String
     }
 
@@ -121,7 +120,8 @@ extension AppStoreResponder {
         }
         router.on(.delete, "/admin/v1/apps/:bundle/transactions") { request in
             await handle {
-                .json(["deleted": try await emulator.deleteTransactions(bundleId: request.parameters["bundle"] ?? "", transactionId: request.query["transaction"])])
+                .json(["deleted": try await emulator.deleteTransactions(bundleId: request.parameters["bundle"] ?? "", transactionId: request.query["transaction"],
+                                                                        account: request.query["account"])])
             }
         }
         router.on(.get, "/admin/v1/apps/:bundle/simulated-errors") { request in

@@ -157,7 +157,8 @@ extension PurchaseServer {
                     autoRenewProductId: renewal["autoRenewProductId"]?.text, autoRenewStatus: renewal["autoRenewStatus"]?.int64.map { $0 != 0 },
                     expiresDate: transaction?.expiresDate, expirationIntent: renewal["expirationIntent"]?.int64.map(String.init),
                     isInBillingRetry: renewal["isInBillingRetryPeriod"]?.bool ?? false, gracePeriodExpiresDate: renewal["gracePeriodExpiresDate"]?.int64,
-                    revokedAt: transaction?.revocationDate, priceIncreaseStatus: renewal["priceIncreaseStatus"]?.int64, signedDate: signedDate))
+                    revokedAt: transaction?.revocationDate, priceIncreaseStatus: renewal["priceIncreaseStatus"]?.int64, signedDate: signedDate,
+                    periodPurchaseDate: transaction?.purchaseDate))
             }
             guard let transaction else { return (true, nil) }
             let owner = try LedgerReader(db: db).firstOwner(appId: app.id, environment: env, originalTransactionId: transaction.originalTransactionId)

@@ -32,16 +32,17 @@ public final class AppleTrafficRecorder: Sendable {
     private let lock = Locked(())
     public let redactReceipts: Bool
 
-    /// Opens (appending to) `path`, created 0600: even redacted, the traffic is customer data.
+    /// Opens (appending to) `path`, 0600 whether new or not: even redacted, the traffic is customer data. A symbolic
+    /// link or anything but a regular file is refused.
     public init(path: String, redactReceipts: Bool = true) throws {
-        if !FileManager.default.fileExists(atPath: path) {
-            guard FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600]) else {
-                throw ServerError(.invalidUrl, "cannot create the recording \(path)")
-            }
+        let fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw ServerError(.invalidUrl, "cannot open the recording \(path): \(String(cString: strerror(errno)))") }
+        var info = stat()
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, fchmod(fd, 0o600) == 0 else {
+            close(fd)
+            throw ServerError(.invalidUrl, "the recording \(path) must be a regular file of this user")
         }
-        guard let handle = FileHandle(forWritingAtPath: path) else { throw ServerError(.invalidUrl, "cannot write the recording \(path)") }
-        handle.seekToEndOfFile()
-        self.handle = handle
+        handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
         self.redactReceipts = redactReceipts
     }
 

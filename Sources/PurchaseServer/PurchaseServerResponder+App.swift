@@ -114,6 +114,10 @@ extension PurchaseServerResponder {
                     throw ServerError(.offerKeyMissing, "The app has no In-App Purchase key (server app add --server-api-key-id …) to sign offers with.")
                 }
                 let transactionId = try body.transactionId.map { try Self.transactionIdentifier($0) }
+                // Inside the app (a public key) the offer may only be bound to one of the signed-in user's own transactions.
+                if let transactionId, key.kind != .secret, try await !server.store.userOwns(appId: key.appId, userId: user, transactionId: transactionId) {
+                    throw HTTPError(.forbidden, code: "transaction_not_owned", message: "transactionId is not one of this user's transactions.")
+                }
                 // Real time, not an emulated clock the server may follow: StoreKit judges the 24 hours on its own.
                 let now = SystemClock().now().timeIntervalSince1970
                 switch body.format ?? "v1" {
@@ -126,7 +130,8 @@ extension PurchaseServerResponder {
                     let jws = try PromotionalOfferSigner.signJWS(audience: "promotional-offer", bundleId: app.id, credentials: credentials, productId: productId,
                                                                  offerIdentifier: body.offerId, transactionId: transactionId, nonce: UUID().uuidString,
                                                                  issuedAt: Int64(now))
-                    try await server.store.auditOffer(appId: app.id, userId: user, productId: productId, offerId: body.offerId, now: server.clock.now())
+                    try await server.store.auditOffer(appId: app.id, userId: user, productId: productId, offerId: body.offerId, now: server.clock.now(),
+                                                      detail: ["format": "jws", "transactionId": transactionId ?? ""])
                     return .json(["productId": productId, "offerId": body.offerId, "jws": jws])
                 default:
                     throw HTTPError.badRequest("format is v1 or jws.", code: "invalid_format")
@@ -156,6 +161,9 @@ extension PurchaseServerResponder {
                                                              productId: productId, transactionId: transactionId,
                                                              allowIntroductoryOffer: body.allowIntroductoryOffer, nonce: UUID().uuidString,
                                                              issuedAt: Int64(SystemClock().now().timeIntervalSince1970))
+                try await server.store.auditOffer(appId: app.id, userId: nil, productId: productId, offerId: "", now: server.clock.now(),
+                                                  kind: "introductory_eligibility_signed",
+                                                  detail: ["allowIntroductoryOffer": String(body.allowIntroductoryOffer), "transactionId": transactionId])
                 return .json(["productId": productId, "jws": jws])
             }
         }

@@ -132,11 +132,17 @@ extension PurchaseStore {
     }
 
     /// Records that an offer was signed for a user (who asked for which discount).
-    func auditOffer(appId: String, userId: String, productId: String, offerId: String, now: Date) async throws {
+    func auditOffer(appId: String, userId: String?, productId: String, offerId: String, now: Date, kind: String = "offer_signed",
+                    detail extra: [String: String] = [:]) async throws {
         try await database.transaction { [ids] db in
-            try AuditRepository(db: db, ids: ids).append(appId: appId, userId: userId, kind: "offer_signed",
-                                                         detail: ["productId": productId, "offerId": offerId], now: now)
+            try AuditRepository(db: db, ids: ids).append(appId: appId, userId: userId, kind: kind,
+                                                         detail: ["productId": productId, "offerId": offerId].merging(extra) { $1 }, now: now)
         }
+    }
+
+    /// Whether the user was granted this transaction (what a signed offer bound to it may name).
+    func userOwns(appId: String, userId: String, transactionId: String) async throws -> Bool {
+        try await database.transaction { db in try LedgerReader(db: db).owns(appId: appId, appUserId: userId, transactionId: transactionId) }
     }
 
     /// Records a console action with the operator's name (the API's own audit records say what changed).

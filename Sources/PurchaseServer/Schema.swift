@@ -251,5 +251,10 @@ enum Schema {
             "CREATE INDEX operator_sessions_email ON operator_sessions (email)",
             "CREATE TABLE operator_login_links (token_hash TEXT PRIMARY KEY, email TEXT NOT NULL, expires_at BIGINT NOT NULL, used_at BIGINT)",
         ]),
+        // Which period a subscription's expiry and revocation are of: the purchase date of the transaction they came
+        // from, so news about an older transaction (a refund of a past period) cannot overwrite the current one's.
+        SQLMigration(version: 16, statements: [
+            "ALTER TABLE subscriptions ADD COLUMN period_purchase_date BIGINT",
+        ]),
     ]
 }

@@ -250,8 +250,9 @@ extension PurchaseStore {
         for subscription in settlement.subscriptions {
             let expires = settlement.transactions.filter { $0.originalTransactionId == subscription.originalTransactionId && $0.cancellationDate == nil }
                 .compactMap(\.expiresDate).max()
-            let revoked = settlement.transactions.filter { $0.originalTransactionId == subscription.originalTransactionId }
-                .max { $0.purchaseDate < $1.purchaseDate }?.cancellationDate
+            let latest = settlement.transactions.filter { $0.originalTransactionId == subscription.originalTransactionId }
+                .max { $0.purchaseDate < $1.purchaseDate }
+            let revoked = latest?.cancellationDate
             // Apple's answer is the state at the time it answered.
             try subscriptions.record(SubscriptionState(originalTransactionId: subscription.originalTransactionId, productId: subscription.productId,
                                                        autoRenewProductId: subscription.autoRenewProductId, autoRenewStatus: subscription.autoRenewStatus,
@@ -259,7 +260,7 @@ extension PurchaseStore {
                                                        isInBillingRetry: subscription.isInBillingRetry,
                                                        gracePeriodExpiresDate: subscription.gracePeriodExpiresDate?.milliseconds,
                                                        revokedAt: revoked?.milliseconds, priceIncreaseStatus: subscription.priceIncreaseStatus,
-                                                       signedDate: now))
+                                                       signedDate: now, periodPurchaseDate: latest?.purchaseDate.milliseconds))
         }
         let state: JobState
         var reason: String?

@@ -315,23 +315,29 @@ struct ResolveCommand: Command {
 struct DeleteTransactionsCommand: Command {
     static let abstract = "Forget an app's transactions as if never made (SKTestSession.deleteTransaction / clearTransactions)."
     static let help = """
-    --app BUNDLE [--transaction ID] [--url URL]
+    --app BUNDLE [--transaction ID | --account EMAIL] [--url URL]
 
-    Without --transaction, every transaction of the app, every account. A subscription's original id deletes its whole chain.
+    Without --transaction, the app's sandbox transactions (of one account with --account); production's are never
+    cleared. A subscription's original id deletes its whole chain, a renewal's id that renewal only.
     """
     let client: AdminClient
     let app: String
     let transaction: String?
+    let account: String?
 
     init(_ arguments: inout Arguments) throws {
         client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
         guard let app = try arguments.option("app") else { throw UsageError(description: "--app is required") }
         self.app = app
         transaction = try arguments.option("transaction")
+        account = try arguments.option("account")
+        if transaction != nil && account != nil { throw UsageError(description: "--transaction and --account exclude each other") }
     }
 
     func run() async throws {
-        try await client.sendAndPrint("DELETE", "/admin/v1/apps/\(app)/transactions" + (transaction.map { "?transaction=" + $0 } ?? ""))
+        var query = transaction.map { "?transaction=" + $0 } ?? ""
+        if let account { query = "?account=" + (account.addingPercentEncoding(withAllowedCharacters: .urlQueryAllowed) ?? account) }
+        try await client.sendAndPrint("DELETE", "/admin/v1/apps/\(app)/transactions" + query)
     }
 }
 

@@ -47,6 +47,19 @@ struct TestSessionTests {
         _ = try await world.client.json(.delete, "/admin/v1/apps/com.example.football/transactions")
         #expect(try await world.emulator.currentEntitlements(bundleId: "com.example.football", deviceId: world.device).isEmpty)
         #expect(try await world.emulator.transaction(coins.id).id == coins.id, "other apps keep theirs")
+        // A renewal's id deletes that renewal only: the chain falls back to the period before.
+        let renewing = try await world.buy("com.example.magazine", "com.example.magazine.yearly")
+        _ = try await world.emulator.advanceTime(by: 61 * 60)  // a yearly period is an hour at the tester's rate
+        let renewed = try #require(try await world.emulator.read { state, _ in state.chains[renewing.originalId] })
+        #expect(renewed.latestTransactionId != renewing.id)
+        _ = try await world.emulator.deleteTransactions(bundleId: "com.example.magazine", transactionId: renewed.latestTransactionId)
+        let fallen = try #require(try await world.emulator.read { state, _ in state.chains[renewing.originalId] })
+        #expect(fallen.latestTransactionId != renewed.latestTransactionId)
+        _ = try await world.emulator.deleteTransactions(bundleId: "com.example.magazine", transactionId: renewing.originalId)
+        // Production accounts cannot take accelerated rates (they would renew without the sandbox's limit).
+        await #expect(throws: StoreError.self) {
+            _ = try await world.emulator.addAccount(email: "fast@example.com", environment: .production, renewalRate: .oneRenewalEveryTwoSeconds)
+        }
         // A subscription's original id deletes its chain: buying again starts a new one with the trial.
         let monthly = try await world.buy("com.example.magazine", "com.example.magazine.monthly")
         _ = try await world.emulator.deleteTransactions(bundleId: "com.example.magazine", transactionId: monthly.originalId)

@@ -64,6 +64,7 @@ extension OfferSigningTests {
         let (key, pem) = try await world.emulator.createServerAPIKey(bundleId: app)
         var registered = try #require(try await world.server.store.app(app))
         registered.serverAPIKey = ServerAPICredentials(issuerId: key.issuerId, keyId: key.keyId, privateKey: pem)
+        registered.userTokenSecret = AuthorizationTests.secret
         try await world.server.store.updateApp(registered)
         let first = try await world.buy(app, product).0
         #expect(first.isTrialPeriod, "a new subscriber gets the trial")
@@ -88,6 +89,11 @@ extension OfferSigningTests {
         await #expect(throws: StoreError.self) { _ = try await pay(offer: "not.a.jws") }
         // Introductory eligibility: a secret key only; false takes the trial away from a new subscriber of another group.
         let publicKey = try await world.server.store.createKey(appId: app, label: "app", kind: .public, now: world.server.clock.now())
+        // Inside the app (a public key, the user named), an offer cannot be bound to a transaction that is not the user's.
+        let (foreign, foreignBody) = try await world.client.json(.post, "/v1/offers/sign", json: [
+            "appUserId": "u1", "productId": product, "offerId": "comeback50", "format": "jws", "transactionId": "2999999999999999",
+        ], headers: ["Authorization": "Bearer \(publicKey)", "Storekeeper-User-Token": world.token("u1")])
+        #expect(foreign == 403 && (foreignBody["error"] as? [String: Any])?["code"] as? String == "transaction_not_owned", "\(foreignBody)")
         let (denied, _) = try await world.client.json(.post, "/v1/offers/introductory-eligibility", json: [
             "productId": product, "allowIntroductoryOffer": true, "transactionId": first.id,
         ], headers: ["Authorization": "Bearer \(publicKey)"])

@@ -43,4 +43,19 @@ struct RecordReplayTests {
         #expect(await lookup() == 404)
         #expect(throws: ReplayResponder.ReadError.self) { try ReplayResponder(recording: Data("{\"method\":1}\n".utf8)) }
     }
+
+    @Test("The recording is 0600 even when it existed with other permissions; a symbolic link is refused")
+    func fileSafety() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("record-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let existing = directory.appendingPathComponent("open.jsonl").path
+        FileManager.default.createFile(atPath: existing, contents: Data(), attributes: [.posixPermissions: 0o644])
+        _ = try AppleTrafficRecorder(path: existing)
+        #expect(try FileManager.default.attributesOfItem(atPath: existing)[.posixPermissions] as? Int == 0o600)
+        let link = directory.appendingPathComponent("link.jsonl").path
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: existing)
+        #expect(throws: ServerError.self) { _ = try AppleTrafficRecorder(path: link) }
+        #expect(throws: ServerError.self) { _ = try AppleTrafficRecorder(path: directory.path) }
+    }
 }

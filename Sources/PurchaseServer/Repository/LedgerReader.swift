@@ -35,6 +35,13 @@ struct LedgerReader {
             """, [appId, environment, originalTransactionId]).first?.string("app_user_id")
     }
 
+    /// Whether the user was granted this transaction (by its id or its original id), in any environment.
+    func owns(appId: String, appUserId: String, transactionId: String) throws -> Bool {
+        try !db.query("""
+            SELECT 1 FROM ledger WHERE app_id = ? AND app_user_id = ? AND (transaction_id = ? OR original_transaction_id = ?) LIMIT 1
+            """, [appId, appUserId, transactionId, transactionId]).isEmpty
+    }
+
     /// Rows recorded newest first, of one app and user when given, every column as text.
     func rows(appId: String?, appUserId: String?, limit: Int) throws -> [[String: String]] {
         var sql = "SELECT * FROM ledger WHERE 1 = 1"
