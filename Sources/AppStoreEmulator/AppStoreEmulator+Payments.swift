@@ -535,14 +535,7 @@ extension AppStoreEmulator {
                 chain.accountEmail.lowercased() == email.lowercased() && chain.bundleId == bundleId && chain.subscriptionGroupId == product.subscriptionGroupId
                     && (state.transactions[chain.latestTransactionId]?.expiresDate ?? .distantPast) > now
             }
-            var record = TransactionRecord(
-                id: state.nextTransactionId(account.environment), originalId: "", bundleId: bundleId, productId: productId,
-                productType: .autoRenewable, accountEmail: account.email, deviceId: "", environment: account.environment,
-                quantity: 1, purchaseDate: now, originalPurchaseDate: now, expiresDate: nil, webOrderLineItemId: nil,
-                isTrialPeriod: false, isInIntroOfferPeriod: false, cancellationDate: nil, cancellationReason: nil, isUpgraded: false,
-                state: .purchased, finished: false, error: nil, applicationUsername: nil, isRedelivery: false, isRenewal: false,
-                price: product.price(for: account.storefront), subscriptionGroupId: product.subscriptionGroupId)
-            record.originalId = record.id
+            var record = AppStoreEmulator.storeSubscription(&state, account: account, product: product, bundleId: bundleId, now: now)
             if let existing = try AppStoreEmulator.subscribe(&state, &changes, record: &record, product: product, account: account, now: now) {
                 return existing  // already subscribed to this product: the code waits for the next renewal at Apple; here it is a no-op
             }

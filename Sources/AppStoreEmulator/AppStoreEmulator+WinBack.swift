@@ -48,14 +48,7 @@ extension AppStoreEmulator {
             }
             let history = Self.groupHistory(state, email: account.email, bundleId: bundleId, environment: account.environment, group: product.subscriptionGroupId)
             let offer = try Self.checkWinBackOffer(offerId, product: product, history: history, now: now)
-            var record = TransactionRecord(
-                id: state.nextTransactionId(account.environment), originalId: "", bundleId: bundleId, productId: productId,
-                productType: .autoRenewable, accountEmail: account.email, deviceId: "", environment: account.environment,
-                quantity: 1, purchaseDate: now, originalPurchaseDate: now, expiresDate: nil, webOrderLineItemId: nil,
-                isTrialPeriod: false, isInIntroOfferPeriod: false, cancellationDate: nil, cancellationReason: nil, isUpgraded: false,
-                state: .purchased, finished: false, error: nil, applicationUsername: nil, isRedelivery: false, isRenewal: false,
-                price: product.price(for: account.storefront), subscriptionGroupId: product.subscriptionGroupId)
-            record.originalId = record.id
+            var record = AppStoreEmulator.storeSubscription(&state, account: account, product: product, bundleId: bundleId, now: now)
             if let existing = try AppStoreEmulator.subscribe(&state, &changes, record: &record, product: product, account: account, now: now) {
                 return existing
             }
@@ -65,6 +58,19 @@ extension AppStoreEmulator {
             changes.transactions.insert(record.id)
             return record
         }
+    }
+
+    /// A subscription bought in the App Store itself (an offer code, a win-back offer): no device, purchased at once.
+    static func storeSubscription(_ state: inout EmulatorState, account: Account, product: CatalogProduct, bundleId: String, now: Date) -> TransactionRecord {
+        var record = TransactionRecord(
+            id: state.nextTransactionId(account.environment), originalId: "", bundleId: bundleId, productId: product.productId,
+            productType: .autoRenewable, accountEmail: account.email, deviceId: "", environment: account.environment,
+            quantity: 1, purchaseDate: now, originalPurchaseDate: now, expiresDate: nil, webOrderLineItemId: nil,
+            isTrialPeriod: false, isInIntroOfferPeriod: false, cancellationDate: nil, cancellationReason: nil, isUpgraded: false,
+            state: .purchased, finished: false, error: nil, applicationUsername: nil, isRedelivery: false, isRenewal: false,
+            price: product.price(for: account.storefront), subscriptionGroupId: product.subscriptionGroupId)
+        record.originalId = record.id
+        return record
     }
 
     /// `eligibleWinBackOfferIds` of a chain's renewal info: what its product offers the customer now, best first.

@@ -154,17 +154,11 @@ struct WinBackCommand: Command {
     subscription starts again with the offer (offerType 4, SUBSCRIBED / RESUBSCRIBE). In the app, the same offer is
     a purchase option: POST /device/v1/payments with "winBackOfferId".
     """
-    let client: AdminClient
-    let body: [String: String]
+    let redemption: OfferRedemption
 
-    init(_ arguments: inout Arguments) throws {
-        client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
-        guard let app = try arguments.option("app"), let account = try arguments.option("account"), let product = try arguments.option("product"),
-              let offer = try arguments.option("offer") else { throw UsageError(description: "--app, --account, --product and --offer are required") }
-        body = ["app": app, "account": account, "product": product, "offer": offer]
-    }
+    init(_ arguments: inout Arguments) throws { redemption = try OfferRedemption(&arguments, path: "/admin/v1/win-back-offers/redeem") }
 
-    func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/win-back-offers/redeem", json: body) }
+    func run() async throws { try await redemption.run() }
 }
 
 /// `storekeeper appstore redeem-code --app BUNDLE --account EMAIL --product ID --offer REFERENCE`
@@ -176,15 +170,26 @@ struct RedeemCodeCommand: Command {
     The offer is one of the product's codeOffers in its .storekit file (by referenceName). The subscription starts or
     changes with the offer (offerType 3): SUBSCRIBED for a new or lapsed subscriber, OFFER_REDEEMED for an active one.
     """
+    let redemption: OfferRedemption
+
+    init(_ arguments: inout Arguments) throws { redemption = try OfferRedemption(&arguments, path: "/admin/v1/offer-codes/redeem") }
+
+    func run() async throws { try await redemption.run() }
+}
+
+/// `--app --account --product --offer`, posted to an admin route that redeems an offer in the App Store.
+struct OfferRedemption {
     let client: AdminClient
+    let path: String
     let body: [String: String]
 
-    init(_ arguments: inout Arguments) throws {
+    init(_ arguments: inout Arguments, path: String) throws {
         client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
         guard let app = try arguments.option("app"), let account = try arguments.option("account"), let product = try arguments.option("product"),
               let offer = try arguments.option("offer") else { throw UsageError(description: "--app, --account, --product and --offer are required") }
+        self.path = path
         body = ["app": app, "account": account, "product": product, "offer": offer]
     }
 
-    func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/offer-codes/redeem", json: body) }
+    func run() async throws { try await client.sendAndPrint("POST", path, json: body) }
 }
