@@ -31,6 +31,9 @@ extension AppStoreEmulator {
         app.products = configuration.products
         app.subscriptionGroups = configuration.subscriptionGroups
         app.testSettings = configuration.settings
+        app.appPolicies = configuration.appPolicies
+        // A file synced from App Store Connect names the app's Apple id: receipts and signed data carry it.
+        if let id = configuration.settings.applicationInternalID.flatMap(Int64.init), id > 0 { app.appAppleId = id }
         let registered = try await register(app: app)
         // Xcode's billing grace period: 16 days (the emulator scales days by each account's renewal rate).
         if configuration.settings.billingGracePeriodEnabled, try await read({ state, _ in state.gracePeriodDays[bundleId] }) == nil {
@@ -76,6 +79,30 @@ extension AppStoreEmulator {
         }
     }
 
+    /// Billing plans: a monthly plan pays a yearly subscription in 12 installments and names its commitment's price.
+    static func validateBillingPlans(_ product: CatalogProduct) throws {
+        guard !product.billingPlans.isEmpty else { return }
+        guard product.type == .autoRenewable else {
+            throw StoreError.invalid("Billing plans are for auto-renewable subscriptions (\(product.productId)).", code: "invalid_billing_plan")
+        }
+        guard Set(product.billingPlans.map(\.type)).count == product.billingPlans.count else {
+            throw StoreError.invalid("\(product.productId) names a billing plan twice.", code: "invalid_billing_plan")
+        }
+        for plan in product.billingPlans {
+            guard let amount = Milliunits.from(plan.amount), amount >= 0 else {
+                throw StoreError.invalid("Billing plan prices of \(product.productId) are decimal amounts of 0 or more.", code: "invalid_billing_plan")
+            }
+            if plan.type == .monthly {
+                guard product.period == .oneYear else {
+                    throw StoreError.invalid("A monthly billing plan pays a yearly subscription; \(product.productId) is not one.", code: "invalid_billing_plan")
+                }
+                guard let commitment = plan.commitmentAmount.flatMap(Milliunits.from), commitment >= 0 else {
+                    throw StoreError.invalid("The monthly plan of \(product.productId) needs its commitment's price.", code: "invalid_billing_plan")
+                }
+            }
+        }
+    }
+
     static func validate(_ app: CatalogApp) throws {
         guard !app.bundleId.isEmpty, app.bundleId.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "." || $0 == "-") }) else {
             throw StoreError.invalid("Bundle id '\(app.bundleId)' may contain only letters, digits, periods and hyphens.", code: "invalid_bundle_id")
@@ -101,6 +128,12 @@ extension AppStoreEmulator {
                 guard product.subscriptionGroupId != nil, product.period != nil else {
                     throw StoreError.invalid("Auto-renewable \(product.productId) needs a subscription group and a period.", code: "invalid_subscription")
                 }
+            }
+            try validateBillingPlans(product)
+            guard product.oneTimeOfferCodes.isEmpty || [.consumable, .nonConsumable, .nonRenewing].contains(product.type),
+                  product.oneTimeOfferCodes.allSatisfy({ !$0.offerId.isEmpty && $0.offerId.utf8.count <= 64 && ($0.amount.map { Milliunits.from($0).map { $0 >= 0 } ?? false } ?? true) }) else {
+                throw StoreError.invalid("One-time offer codes of \(product.productId) need a reference name and a price of 0 or more, on a one-time purchase.",
+                                         code: "invalid_offer")
             }
         }
     }

@@ -41,6 +41,8 @@ public struct PaymentRequest: Codable, Sendable {
     public var promotionalOfferJWS: String?
     /// `.introductoryOfferEligibility(compactJWS:)`: the developer's signed word on introductory-offer eligibility.
     public var introductoryOfferEligibilityJWS: String?
+    /// How the customer pays a subscription with billing plans (`BILLED_UPFRONT`, `MONTHLY`); nil: up front.
+    public var billingPlanType: String?
 
     /// The signed offer as the app passes it: offer id, key id, nonce (UUID), timestamp (ms), Base64 DER ECDSA signature.
     public struct SignedOffer: Codable, Sendable {
@@ -142,6 +144,10 @@ extension AppStoreEmulator {
                 try AppStoreEmulator.checkWinBackOffer(id, product: product, history: AppStoreEmulator.groupHistory(
                     state, email: account.email, bundleId: bundleId, environment: environment, group: product.subscriptionGroupId), now: now)
             }
+            let billingPlan = try AppStoreEmulator.billingPlan(request.billingPlanType, product: product)
+            if billingPlan?.type == .monthly, offer != nil || signedOffer != nil || winBack != nil {
+                throw StoreError.storeKit(.paymentInvalid, "A monthly billing plan is bought without an offer.", status: .badRequest)
+            }
             var machine = PaymentStateMachine()
 
             // Already owned non-consumables and free subscriptions are delivered again without a charge.
@@ -196,9 +202,11 @@ extension AppStoreEmulator {
             if case .reportFailure(let code) = action { record.error = code }
 
             if record.state == .purchased, product.type == .autoRenewable {
-                if let upgraded = try AppStoreEmulator.subscribe(&state, &changes, record: &record, product: product, account: account, now: now,
-                                                                 introductoryOffer: introEligibility) {
-                    return upgraded
+                if let existing = try AppStoreEmulator.subscribe(&state, &changes, record: &record, product: product, account: account, now: now,
+                                                                 introductoryOffer: introEligibility, billingPlan: billingPlan) {
+                    // A promotional offer with a downgrade (or for the current product) starts at the next renewal.
+                    if let offer = offer ?? signedOffer { AppStoreEmulator.deferOffer(PendingOffer(offer: offer, offerType: 2), &state, &changes, subscription: existing) }
+                    return existing
                 }
                 if let offer = offer ?? signedOffer {
                     AppStoreEmulator.apply(offer, to: &record, changes: &changes, rate: state.renewalRate(account, bundleId: bundleId), now: now)
@@ -213,6 +221,21 @@ extension AppStoreEmulator {
             if record.state == .purchased { AppStoreEmulator.shareWithFamily(&state, &changes, record, now: now) }
             return record
         }
+    }
+
+    /// The billing plan a purchase names, checked against the product's (nil: up front, the plan every product has).
+    static func billingPlan(_ name: String?, product: CatalogProduct) throws -> BillingPlan? {
+        guard let name else {
+            return product.billingPlans.isEmpty ? nil : BillingPlan(type: .billedUpfront, amount: product.prices.first?.amount ?? "0")
+        }
+        guard let kind = BillingPlan.Kind(loose: name) else {
+            throw StoreError.storeKit(.paymentInvalid, "billingPlanType is BILLED_UPFRONT or MONTHLY.", status: .badRequest)
+        }
+        if kind == .billedUpfront { return BillingPlan(type: .billedUpfront, amount: product.prices.first?.amount ?? "0") }
+        guard product.type == .autoRenewable, let plan = product.billingPlan(kind) else {
+            throw StoreError.storeKit(.paymentInvalid, "\(product.productId) has no \(kind.rawValue) billing plan.", status: .badRequest)
+        }
+        return plan
     }
 
     /// Checks a promotional offer as StoreKit does: a known offer of the product, signed by one of the app's
@@ -263,12 +286,30 @@ extension AppStoreEmulator {
         }
     }
 
+    /// Keeps an offer for a subscription's next renewal: OFFER_REDEEMED, with DOWNGRADE when it comes with one
+    /// (instead of DID_CHANGE_RENEWAL_PREF), without a subtype for the current product.
+    static func deferOffer(_ offer: PendingOffer, _ state: inout EmulatorState, _ changes: inout Changes, subscription: TransactionRecord) {
+        guard var chain = state.chains[subscription.originalId], subscription.productType == .autoRenewable else { return }
+        chain.pendingOffer = offer
+        state.chains[chain.originalTransactionId] = chain
+        changes.chains.insert(chain.originalTransactionId)
+        let latestId = chain.latestTransactionId
+        if let index = changes.notifications.lastIndex(where: { $0.transactionId == latestId && $0.type == .didChangeRenewalPref && $0.subtype == .downgrade }) {
+            changes.notifications[index].type = .offerRedeemed
+        } else if let latest = state.transactions[latestId] {
+            changes.notify(.offerRedeemed, nil, latest)
+        }
+    }
+
     /// Starts or changes an auto-renewable subscription. Returns an existing transaction instead of
     /// charging when the customer is already subscribed to this product (or scheduled a downgrade).
     /// `introductoryOffer` is the developer's signed word on eligibility, when given (else: only new subscribers).
     static func subscribe(_ state: inout EmulatorState, _ changes: inout Changes, record: inout TransactionRecord,
-                          product: CatalogProduct, account: Account, now: Date, introductoryOffer: Bool? = nil) throws -> TransactionRecord? {
+                          product: CatalogProduct, account: Account, now: Date, introductoryOffer: Bool? = nil,
+                          billingPlan: BillingPlan? = nil) throws -> TransactionRecord? {
         guard let period = product.period, let group = product.subscriptionGroupId else { return nil }
+        // Products with billing plans: every subscription says how it is paid; a monthly plan starts a 12-month commitment.
+        let billingPlan = billingPlan ?? (product.billingPlans.isEmpty ? nil : BillingPlan(type: .billedUpfront, amount: product.prices.first?.amount ?? "0"))
         let rate = state.renewalRate(account, bundleId: record.bundleId)
         // Xcode's "billing issues" switch: the app's subscriptions fail to renew (they enter billing retry).
         let billingFails = state.apps[record.bundleId]?.testSettings?.billingIssuesEnabled == true
@@ -318,6 +359,7 @@ extension AppStoreEmulator {
             record.originalId = chain.originalTransactionId
             record.originalPurchaseDate = state.transactions[chain.originalTransactionId]?.originalPurchaseDate ?? now
             record.expiresDate = periodEnd(from: now, period: period, rate: rate)
+            startBilling(billingPlan, record: &record, chain: &chain, rate: rate, now: now)
             chain.productId = product.productId
             chain.autoRenewProductId = product.productId
             chain.autoRenewEnabled = true
@@ -331,7 +373,8 @@ extension AppStoreEmulator {
         // A new subscription, or a resubscription after lapse in the same group (same original id).
         var introRemaining = 0
         let hadSubscription = activeChain != nil
-        if let offer = product.introductoryOffer, introductoryOffer ?? !hadSubscription {
+        // Introductory offers here are the up-front plan's; a monthly plan's commitment starts at once.
+        if let offer = product.introductoryOffer, introductoryOffer ?? !hadSubscription, billingPlan?.type != .monthly {
             record.offerPeriod = offer.period.times(offer.numberOfPeriods)
             record.offerDiscountType = offer.paymentMode.discountType
             switch offer.paymentMode {
@@ -360,6 +403,7 @@ extension AppStoreEmulator {
             chain.latestTransactionId = record.id
             chain.deviceId = record.deviceId
             chain.expiryNotified = nil
+            startBilling(billingPlan, record: &record, chain: &chain, rate: rate, now: now)
             if billingFails { chain.billingIssue = true }
             state.chains[chain.originalTransactionId] = chain
             changes.chains.insert(chain.originalTransactionId)
@@ -370,12 +414,34 @@ extension AppStoreEmulator {
                                           subscriptionGroupId: group, autoRenewProductId: product.productId, autoRenewEnabled: true,
                                           renewals: 0, introPeriodsRemaining: introRemaining, expirationIntent: nil,
                                           latestTransactionId: record.id)
+            startBilling(billingPlan, record: &record, chain: &chain, rate: rate, now: now)
             if billingFails { chain.billingIssue = true }
             state.chains[record.id] = chain
             changes.chains.insert(record.id)
             changes.notify(.subscribed, .initialBuy, record)
         }
         return nil
+    }
+
+    /// A subscription's first charge on its billing plan: a monthly plan's is one month of a new 12-month commitment,
+    /// at the installment price; the chain renews on the same plan until the customer changes it.
+    static func startBilling(_ plan: BillingPlan?, record: inout TransactionRecord, chain: inout SubscriptionChain, rate: RenewalRate, now: Date) {
+        guard let plan else { return }
+        record.billingPlanType = plan.type
+        chain.renewalBillingPlanType = plan.type
+        chain.commitmentAutoRenew = nil
+        guard plan.type == .monthly else { return }
+        record.isTrialPeriod = false
+        record.isInIntroOfferPeriod = false
+        record.offerPeriod = nil
+        record.offerDiscountType = nil
+        chain.introPeriodsRemaining = 0
+        record.expiresDate = periodEnd(from: now, period: .oneMonth, rate: rate)
+        record.commitment = Commitment.starting(at: now, plan: plan, rate: rate)
+        if var price = record.price {
+            price.amount = plan.amount
+            record.price = price
+        }
     }
 
     /// The transactions waiting in the device's payment queue: every unfinished one of its account and app.
@@ -463,14 +529,22 @@ extension AppStoreEmulator {
         }
     }
 
-    /// Apple refunds a transaction (cancellation date and reason; 1 = issue in the app).
-    public func refund(transactionId: String, reason: Int = 0) async throws -> TransactionRecord {
-        try await mutate { state, changes, now in
+    /// Apple refunds a transaction (cancellation date and reason; 1 = issue in the app), in full or, with
+    /// `percentage` (milliunits of the whole, 1…99,999), in part: `REFUND_PRORATED`. Either way the purchase is revoked.
+    public func refund(transactionId: String, reason: Int = 0, percentage: Int? = nil) async throws -> TransactionRecord {
+        if let percentage, !(1...100_000).contains(percentage) {
+            throw StoreError.invalid("The refunded share is 1…100000 milliunits of the price (100000 is all of it).", code: "invalid_percentage")
+        }
+        return try await mutate { state, changes, now in
             guard var record = state.transactions[transactionId], record.state == .purchased else {
                 throw StoreError.notFound("Purchased transaction \(transactionId)")
             }
+            guard record.cancellationDate == nil else {
+                throw StoreError(.conflict, "already_refunded", "Transaction \(transactionId) is already refunded.")
+            }
             record.cancellationDate = now
             record.cancellationReason = reason
+            record.refundPercentage = percentage.flatMap { $0 < 100_000 ? $0 : nil }
             state.transactions[transactionId] = record
             changes.transactions.insert(transactionId)
             changes.notify(.refund, nil, record)
@@ -520,13 +594,16 @@ extension AppStoreEmulator {
         }
     }
 
-    /// A customer redeems an offer code in the App Store (not in the app): the subscription starts, or changes,
-    /// with the code's offer (offerType 3); SUBSCRIBED for a new or lapsed subscriber, OFFER_REDEEMED for an active one.
+    /// A customer redeems an offer code in the App Store (not in the app). For a subscription it starts, or changes,
+    /// with the code's offer (offerType 3): SUBSCRIBED for a new or lapsed subscriber, OFFER_REDEEMED for an active
+    /// one, each only for the customers the code is for (`eligibility`). For a one-time purchase (2025) the customer
+    /// gets the product at the code's price: ONE_TIME_CHARGE, `offerDiscountType` ONE_TIME.
     public func redeemOfferCode(bundleId: String, email: String, productId: String, offerId: String) async throws -> TransactionRecord {
         try await mutate { state, changes, now in
             guard let account = state.accounts[email.lowercased()], !account.deleted else { throw StoreError.notFound("Account \(email)") }
-            guard let product = state.product(bundleId, productId), product.type == .autoRenewable else {
-                throw StoreError.notFound("Subscription \(productId) of \(bundleId)")
+            guard let product = state.product(bundleId, productId) else { throw StoreError.notFound("Product \(productId) of \(bundleId)") }
+            if product.type != .autoRenewable {
+                return try AppStoreEmulator.redeemOneTimeCode(&state, &changes, account: account, product: product, bundleId: bundleId, offerId: offerId, now: now)
             }
             guard let offer = product.offerCodes.first(where: { $0.offerId == offerId }) else {
                 throw StoreError.storeKit(.invalidOfferIdentifier, "\(productId) has no offer code \(offerId).", status: .notFound)
@@ -535,9 +612,20 @@ extension AppStoreEmulator {
                 chain.accountEmail.lowercased() == email.lowercased() && chain.bundleId == bundleId && chain.subscriptionGroupId == product.subscriptionGroupId
                     && (state.transactions[chain.latestTransactionId]?.expiresDate ?? .distantPast) > now
             }
+            if let eligibility = offer.eligibility, !eligibility.isEmpty {
+                let subscribedBefore = !AppStoreEmulator.groupHistory(state, email: account.email, bundleId: bundleId, environment: account.environment,
+                                                                      group: product.subscriptionGroupId).isEmpty
+                let standing = active ? "existing" : subscribedBefore ? "expired" : "new"
+                guard eligibility.contains(standing) else {
+                    throw StoreError.storeKit(.ineligibleForOffer, "Offer code \(offerId) is for \(eligibility.joined(separator: ", ")) subscribers; this customer is \(standing).",
+                                              status: .forbidden)
+                }
+            }
             var record = AppStoreEmulator.storeSubscription(&state, account: account, product: product, bundleId: bundleId, now: now)
             if let existing = try AppStoreEmulator.subscribe(&state, &changes, record: &record, product: product, account: account, now: now) {
-                return existing  // already subscribed to this product: the code waits for the next renewal at Apple; here it is a no-op
+                // Subscribed to this product, or a downgrade to it: the offer starts at the next renewal.
+                AppStoreEmulator.deferOffer(PendingOffer(offer: offer, offerType: 3), &state, &changes, subscription: existing)
+                return existing
             }
             AppStoreEmulator.apply(offer, to: &record, changes: &changes, rate: state.renewalRate(account, bundleId: bundleId), now: now, offerType: 3)
             if active, let index = changes.notifications.lastIndex(where: { $0.transactionId == record.id }) {
@@ -547,6 +635,39 @@ extension AppStoreEmulator {
             changes.transactions.insert(record.id)
             return record
         }
+    }
+
+    /// A one-time purchase's offer code redeemed in the App Store: bought at once, at the code's price.
+    static func redeemOneTimeCode(_ state: inout EmulatorState, _ changes: inout Changes, account: Account, product: CatalogProduct,
+                                  bundleId: String, offerId: String, now: Date) throws -> TransactionRecord {
+        guard let code = product.oneTimeOfferCodes.first(where: { $0.offerId == offerId }) else {
+            throw StoreError.storeKit(.invalidOfferIdentifier, "\(product.productId) has no offer code \(offerId).", status: .notFound)
+        }
+        let history = state.transactions(account: account.email, bundle: bundleId, environment: account.environment)
+        if product.type == .nonConsumable || product.type == .freeSubscription,
+           history.contains(where: { $0.productId == product.productId && $0.state == .purchased && !$0.isRedelivery && $0.cancellationDate == nil }) {
+            throw StoreError(.conflict, "already_owned", "The customer already owns \(product.productId).")
+        }
+        var record = TransactionRecord(
+            id: state.nextTransactionId(account.environment), originalId: "", bundleId: bundleId, productId: product.productId,
+            productType: product.type, accountEmail: account.email, deviceId: "", environment: account.environment,
+            quantity: 1, purchaseDate: now, originalPurchaseDate: now, expiresDate: nil, webOrderLineItemId: nil,
+            isTrialPeriod: false, isInIntroOfferPeriod: false, cancellationDate: nil, cancellationReason: nil, isUpgraded: false,
+            state: .purchased, finished: false, error: nil, applicationUsername: nil, isRedelivery: false, isRenewal: false,
+            price: product.price(for: account.storefront), subscriptionGroupId: nil)
+        record.originalId = record.id
+        record.offerType = 3
+        record.offerIdentifier = code.offerId
+        record.offerDiscountType = "ONE_TIME"
+        if var price = record.price {
+            price.amount = code.amount ?? "0"
+            record.price = price
+        }
+        state.insert(record)
+        changes.transactions.insert(record.id)
+        changes.notify(.oneTimeCharge, nil, record)
+        AppStoreEmulator.shareWithFamily(&state, &changes, record, now: now)
+        return record
     }
 
     /// One transaction.

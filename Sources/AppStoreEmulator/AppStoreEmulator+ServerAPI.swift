@@ -223,12 +223,44 @@ extension AppStoreEmulator {
             }
             json.field("appAccountToken", latest.appAccountToken ?? latest.applicationUsername.flatMap(UUID.init(uuidString:))?.uuidString.lowercased())
             json.field("appTransactionId", appTransactionId(account: latest.accountEmail, bundleId: latest.bundleId))
+            if let pending = chain.pendingOffer {
+                // The offer the next renewal starts with.
+                json.field("offerType", Int64(pending.offerType))
+                json.field("offerIdentifier", pending.offer.offerId)
+                json.field("offerPeriod", pending.offer.period.times(pending.offer.numberOfPeriods))
+                json.field("offerDiscountType", pending.offer.paymentMode.discountType)
+            }
+            if let plan = chain.renewalBillingPlanType {
+                // What the next charge is billed as: the current commitment's next installment, else the customer's choice.
+                let midCommitment = latest.commitment?.continues == true
+                json.field("renewalBillingPlanType", midCommitment ? BillingPlan.Kind.monthly.rawValue : plan.rawValue)
+                if let commitment = latest.commitment {
+                    json.key("commitmentInfo")
+                    json.object { json in
+                        json.field("commitmentAutoRenewProductId", chain.autoRenewProductId)
+                        json.field("commitmentAutoRenewStatus", Int64(chain.autoRenewEnabled && chain.commitmentAutoRenew != false ? 1 : 0))
+                        json.field("commitmentRenewalBillingPlanType", plan.rawValue)
+                        json.field("commitmentRenewalDate", ReceiptDate.milliseconds(commitment.expiresDate))
+                        if let amount = renewalCommitmentPrice(chain, plan: plan) { json.field("commitmentRenewalPrice", amount) }
+                    }
+                }
+            }
             let winBack = eligibleWinBackOfferIds(chain, now: clock.now())
             if !winBack.isEmpty, let list = try? JSONSerialization.data(withJSONObject: winBack) {
                 json.field("eligibleWinBackOfferIds", rawJSON: String(decoding: list, as: UTF8.self))
             }
         }
         return try signStoreKitData(json.bytes, account: chain.accountEmail)
+    }
+
+    /// What the subscription's next commitment (or up-front period) costs, in milliunits.
+    func renewalCommitmentPrice(_ chain: SubscriptionChain, plan: BillingPlan.Kind) -> Int64? {
+        state.withLock { state in
+            guard let product = state.product(chain.bundleId, chain.autoRenewProductId),
+                  let account = state.accounts[chain.accountEmail.lowercased()] else { return nil }
+            let amount = plan == .monthly ? product.billingPlan(.monthly)?.commitmentAmount : product.price(for: account.storefront)?.amount
+            return amount.flatMap(Milliunits.from)
+        }
     }
 
     /// The app's transaction `transactionId` in `environment` (any id of the customer's, as Apple accepts since 2023).

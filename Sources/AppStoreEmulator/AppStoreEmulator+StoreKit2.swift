@@ -43,10 +43,18 @@ extension AppStoreEmulator {
         transaction.offerPeriod = record.offerPeriod
         transaction.offerDiscountType = record.offerDiscountType
         if record.cancellationDate != nil {
-            // A family member's copy goes when the purchase or the sharing does; the purchaser's own is a refund, in full.
-            transaction.revocationType = record.sharedFromTransactionId == nil ? "REFUND_FULL" : "FAMILY_REVOKE"
-            transaction.revocationPercentage = record.sharedFromTransactionId == nil ? 100_000 : nil
+            // A family member's copy goes when the purchase or the sharing does; the purchaser's own is a refund,
+            // in full or of part of the price (prorated).
+            if record.sharedFromTransactionId != nil {
+                transaction.revocationType = "FAMILY_REVOKE"
+            } else {
+                let percentage = record.refundPercentage ?? 100_000
+                transaction.revocationType = percentage < 100_000 ? "REFUND_PRORATED" : "REFUND_FULL"
+                transaction.revocationPercentage = percentage
+            }
         }
+        transaction.billingPlanType = record.billingPlanType?.rawValue
+        transaction.commitmentInfo = record.commitment?.transactionInfo
         return transaction
     }
 

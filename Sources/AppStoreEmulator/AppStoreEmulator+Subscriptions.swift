@@ -29,10 +29,14 @@ extension AppStoreEmulator {
                 let rate = state.renewalRate(account, bundleId: chain.bundleId)
                 // TestFlight renews six times, then turns auto-renew off; the sandbox as many times as its quirk says.
                 let limit = rate == .testFlight ? RenewalRate.testFlightRenewals : state.quirks.sandboxMaxRenewals
+                // During a commitment the subscription renews as it is; a change of product waits for the commitment's end.
+                let midCommitment = latest.commitment?.continues == true
                 let facts = SubscriptionLifecycle.Facts(
                     latestExpires: expires, accountDeleted: account.deleted, renewalRate: rate,
                     renewalLimitReached: chain.environment == .sandbox && chain.renewals >= limit,
-                    gracePeriodDays: state.gracePeriodDays[chain.bundleId], renewalProduct: state.product(chain.bundleId, chain.autoRenewProductId))
+                    gracePeriodDays: state.gracePeriodDays[chain.bundleId],
+                    renewalProduct: state.product(chain.bundleId, midCommitment ? chain.productId : chain.autoRenewProductId),
+                    latestCommitment: latest.commitment, latestPriceAmount: latest.price?.amount)
                 let (next, actions) = SubscriptionLifecycle.periodEnded(chain, facts, now: now)
                 changed = changed || next != chain || !actions.isEmpty
                 chain = next
@@ -41,7 +45,7 @@ extension AppStoreEmulator {
                     switch action {
                     case .notify(let type, let subtype):
                         changes.notify(type, subtype, latest)
-                    case .renew(let productId, let start, let end, let isIntro, let priceAmount):
+                    case .renew(let productId, let start, let end, let isIntro, let priceAmount, let billingPlan, let commitment, let offer):
                         guard let product = state.product(chain.bundleId, productId) else { continue }
                         let id = state.nextTransactionId(chain.environment)
                         var renewal = TransactionRecord(
@@ -54,8 +58,16 @@ extension AppStoreEmulator {
                             isRedelivery: false, isRenewal: true, price: product.price(for: account.storefront),
                             subscriptionGroupId: product.subscriptionGroupId)
                         if let priceAmount, var price = renewal.price {
-                            price.amount = priceAmount  // the consented price from this renewal on
+                            price.amount = priceAmount  // the consented price from this renewal on, or a commitment's installment
                             renewal.price = price
+                        }
+                        renewal.billingPlanType = billingPlan
+                        renewal.commitment = commitment
+                        if let offer {
+                            renewal.offerType = offer.offerType
+                            renewal.offerIdentifier = offer.offer.offerId
+                            renewal.offerPeriod = offer.offer.period.times(offer.offer.numberOfPeriods)
+                            renewal.offerDiscountType = offer.offer.paymentMode.discountType
                         }
                         state.insert(renewal)
                         changes.transactions.insert(id)
@@ -222,6 +234,7 @@ extension AppStoreEmulator {
             }
             record.cancellationDate = nil
             record.cancellationReason = nil
+            record.refundPercentage = nil
             state.transactions[transactionId] = record
             changes.transactions.insert(transactionId)
             changes.notify(.refundReversed, nil, record)
@@ -239,10 +252,38 @@ extension AppStoreEmulator {
                                   gracePeriodExpiresDate: chain.gracePeriodEnd.map(ReceiptDateTriple.init))
     }
 
+    /// The customer changes how the subscription renews (`renewalBillingPlanType`): monthly over a new 12-month
+    /// commitment, or up front. It applies at the next renewal, after the current commitment's last installment.
+    public func setRenewalBillingPlan(originalTransactionId: String, plan: BillingPlan.Kind) async throws -> SubscriptionChain {
+        try await mutate { state, changes, _ in
+            guard var chain = state.chains[originalTransactionId] else { throw StoreError.notFound("Subscription \(originalTransactionId)") }
+            guard let product = state.product(chain.bundleId, chain.autoRenewProductId), !product.billingPlans.isEmpty else {
+                throw StoreError(.conflict, "no_billing_plans", "\(chain.autoRenewProductId) has no billing plans.")
+            }
+            guard plan == .billedUpfront || product.billingPlan(plan) != nil else {
+                throw StoreError.invalid("\(product.productId) has no \(plan.rawValue) billing plan.", code: "invalid_billing_plan")
+            }
+            chain.renewalBillingPlanType = plan
+            state.chains[originalTransactionId] = chain
+            changes.chains.insert(originalTransactionId)
+            return chain
+        }
+    }
+
     /// Turns auto-renew of a subscription on or off (what the customer does in Settings).
     public func setAutoRenew(originalTransactionId: String, enabled: Bool) async throws -> SubscriptionChain {
         try await mutate { state, changes, _ in
             guard var chain = state.chains[originalTransactionId] else { throw StoreError.notFound("Subscription \(originalTransactionId)") }
+            // During a commitment the customer can only stop the next one: the installments left are still charged.
+            if chain.autoRenewEnabled, let latest = state.transactions[chain.latestTransactionId], latest.commitment?.continues == true,
+               latest.cancellationDate == nil {
+                let changed = (chain.commitmentAutoRenew ?? true) != enabled
+                chain.commitmentAutoRenew = enabled ? nil : false
+                state.chains[originalTransactionId] = chain
+                changes.chains.insert(originalTransactionId)
+                if changed { changes.notify(.didChangeRenewalStatus, enabled ? .autoRenewEnabled : .autoRenewDisabled, latest) }
+                return chain
+            }
             let changed = chain.autoRenewEnabled != enabled
             chain.autoRenewEnabled = enabled
             chain.expirationIntent = enabled ? nil : 1

@@ -214,7 +214,15 @@ extension AppStoreResponder {
                 guard let reason = Int(request.query["reason"] ?? "0"), reason == 0 || reason == 1 else {
                     throw StoreError.invalid("reason is 0 (other) or 1 (an issue in the app).", code: "invalid_reason")
                 }
-                return .json(DeviceTransaction(try await emulator.refund(transactionId: request.parameters["id"] ?? "", reason: reason), receipt: nil))
+                var percentage: Int?
+                if let text = request.query["percentage"] {
+                    guard let value = Int(text), (1...100_000).contains(value) else {
+                        throw StoreError.invalid("percentage is 1…100000 milliunits of the price (100000 is all of it).", code: "invalid_percentage")
+                    }
+                    percentage = value
+                }
+                return .json(DeviceTransaction(try await emulator.refund(transactionId: request.parameters["id"] ?? "", reason: reason, percentage: percentage),
+                                               receipt: nil))
             }
         }
         router.on(.post, "/admin/v1/subscriptions/:id/billing-issue") { request in
@@ -273,6 +281,14 @@ extension AppStoreResponder {
                 let body = try request.decode(Body.self)
                 try await emulator.setGracePeriod(bundleId: request.parameters["bundle"] ?? "", days: body.days)
                 return .json(["days": body.days])
+            }
+        }
+        router.on(.post, "/admin/v1/subscriptions/:id/billing-plan") { request in
+            await handle {
+                guard let plan = request.query["plan"].flatMap(BillingPlan.Kind.init(loose:)) else {
+                    throw StoreError.invalid("plan is MONTHLY or BILLED_UPFRONT.", code: "invalid_billing_plan")
+                }
+                return .json(try await emulator.setRenewalBillingPlan(originalTransactionId: request.parameters["id"] ?? "", plan: plan))
             }
         }
         router.on(.post, "/admin/v1/subscriptions/:id/auto-renew") { request in

@@ -32,6 +32,8 @@ extension AppStoreResponder {
         /// The 2025 JWS forms: a signed promotional offer, and signed introductory-offer eligibility.
         var promotionalOfferJWS: String?
         var introductoryOfferEligibilityJWS: String?
+        /// StoreKit's billing plan choice (2026): `MONTHLY` pays a yearly subscription monthly over a 12-month commitment.
+        var billingPlanType: String?
     }
 
     static func deviceTransaction(_ emulator: AppStoreEmulator, _ record: TransactionRecord) async throws -> DeviceTransaction {
@@ -86,6 +88,7 @@ extension AppStoreResponder {
                 payment.winBackOfferId = body.winBackOfferId
                 payment.promotionalOfferJWS = body.promotionalOfferJWS
                 payment.introductoryOfferEligibilityJWS = body.introductoryOfferEligibilityJWS
+                payment.billingPlanType = body.billingPlanType
                 if let token = body.appAccountToken {
                     guard let uuid = UUID(uuidString: token) else {
                         throw StoreError.storeKit(.paymentInvalid, "appAccountToken must be a UUID.", status: .badRequest)

@@ -114,6 +114,12 @@ public struct TransactionRecord: Codable, Sendable, Equatable {
     public var appAccountToken: String?
     /// What the developer reported with Send Consumption Information (field → value as sent).
     public var consumptionInfo: [String: String]?
+    /// The billing plan it was paid on, for subscriptions of products that have billing plans; a monthly
+    /// plan's installments carry where they stand in their commitment.
+    public var billingPlanType: BillingPlan.Kind?
+    public var commitment: Commitment?
+    /// A refund of part of the price (milliunits of the whole, 1…99,999): `REFUND_PRORATED`; nil when refunded in full.
+    public var refundPercentage: Int?
 
     /// The machine for this record's state.
     public var machine: PaymentStateMachine { PaymentStateMachine(state: state, finished: finished) }
@@ -179,4 +185,18 @@ public struct SubscriptionChain: Codable, Sendable, Equatable {
     /// A price increase that needs the customer's consent: the new amount, and whether they agreed.
     public var priceIncreaseAmount: String?
     public var priceIncreaseConsented: Bool?
+    /// How the next commitment or period is billed (`renewalBillingPlanType`), for products with billing plans.
+    public var renewalBillingPlanType: BillingPlan.Kind?
+    /// False once the customer turned auto-renew off during a commitment: its installments go on, and the
+    /// subscription ends with it. Nil means it renews.
+    public var commitmentAutoRenew: Bool?
+    /// An offer redeemed for the product the subscription renews into (an offer code for the current product, or
+    /// an offer with a downgrade): it applies from the next renewal, and renewal info names it until then.
+    public var pendingOffer: PendingOffer?
+}
+
+/// An offer waiting for a subscription's next renewal, and its `offerType` (2 promotional, 3 offer code).
+public struct PendingOffer: Codable, Sendable, Equatable {
+    public var offer: PromotionalOffer
+    public var offerType: Int
 }

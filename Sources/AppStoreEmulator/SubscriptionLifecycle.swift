@@ -16,8 +16,12 @@ enum SubscriptionLifecycle {
         var renewalLimitReached: Bool
         /// The app's billing grace period, when it offers one.
         var gracePeriodDays: Int?
-        /// The product the chain renews into (its auto-renew preference), when the catalog still sells it.
+        /// The product the chain renews into (its auto-renew preference; the current one during a commitment), when the catalog still sells it.
         var renewalProduct: CatalogProduct?
+        /// Where the latest transaction stands in its 12-month commitment, when it was paid on a monthly plan.
+        var latestCommitment: Commitment? = nil
+        /// The latest transaction's price (a commitment's installments keep it).
+        var latestPriceAmount: String? = nil
     }
 
     /// What the emulator must do.
@@ -26,7 +30,8 @@ enum SubscriptionLifecycle {
         case notify(NotificationType, NotificationSubtype?)
         /// Charge the next period: a renewal transaction of `productId` for [start, end); `priceAmount`
         /// is a consented price increase that applies from this renewal on.
-        case renew(productId: String, start: Date, end: Date, isIntro: Bool, priceAmount: String?)
+        case renew(productId: String, start: Date, end: Date, isIntro: Bool, priceAmount: String?,
+                   billingPlan: BillingPlan.Kind? = nil, commitment: Commitment? = nil, offer: PendingOffer? = nil)
     }
 
     /// The chain's latest period has ended (`facts.latestExpires <= now`) while it auto-renews: it renews,
@@ -73,18 +78,57 @@ enum SubscriptionLifecycle {
         guard let product = facts.renewalProduct, product.type == .autoRenewable, let period = product.period else { return stop(4) }
         var isIntro = false
         var renewalPeriod = period
-        if chain.introPeriodsRemaining > 0, let offer = product.introductoryOffer, offer.paymentMode == .payAsYouGo {
+        // Billing plans: a commitment's installments go on to the last one (the customer agreed to all twelve); at its
+        // end the subscription renews on the plan the customer chose, or stops if they turned auto-renew off meanwhile.
+        var billingPlan = chain.renewalBillingPlanType
+        var commitment: Commitment?
+        var installmentAmount: String?
+        if let current = facts.latestCommitment, current.continues {
+            billingPlan = .monthly
+            commitment = current.next
+            renewalPeriod = .oneMonth
+            installmentAmount = facts.latestPriceAmount
+        } else {
+            if facts.latestCommitment != nil, chain.commitmentAutoRenew == false {
+                chain.commitmentAutoRenew = nil
+                return stop(1)
+            }
+            chain.commitmentAutoRenew = nil
+            if billingPlan == .monthly {
+                if let plan = product.billingPlan(.monthly) {
+                    commitment = Commitment.starting(at: expires, plan: plan, rate: facts.renewalRate)
+                    renewalPeriod = .oneMonth
+                    installmentAmount = plan.amount
+                } else {
+                    billingPlan = .billedUpfront  // the plan was withdrawn: the subscription renews up front
+                    chain.renewalBillingPlanType = .billedUpfront
+                }
+            }
+        }
+        if commitment == nil, chain.introPeriodsRemaining > 0, let offer = product.introductoryOffer, offer.paymentMode == .payAsYouGo {
             isIntro = true
             renewalPeriod = offer.period
             chain.introPeriodsRemaining -= 1
         }
+        // An offer redeemed for this product while subscribed (an offer code, a downgrade with an offer) starts now.
+        var offer: PendingOffer?
+        var periods = 1
+        if commitment == nil, let pending = chain.pendingOffer {
+            offer = pending
+            isIntro = false
+            renewalPeriod = pending.offer.period
+            periods = pending.offer.paymentMode == .payAsYouGo ? 1 : max(1, pending.offer.numberOfPeriods)
+        }
+        chain.pendingOffer = nil
         let consentedPrice = chain.priceIncreaseAmount
         chain.priceIncreaseAmount = nil
         chain.priceIncreaseConsented = nil
         chain.renewals += 1
         chain.productId = product.productId
-        let end = AppStoreEmulator.periodEnd(from: expires, period: renewalPeriod, rate: facts.renewalRate)
-        return (chain, [.renew(productId: product.productId, start: expires, end: end, isIntro: isIntro, priceAmount: consentedPrice)])
+        let end = AppStoreEmulator.periodEnd(from: expires, period: renewalPeriod, rate: facts.renewalRate, count: periods)
+        let price = offer.map { $0.offer.amount ?? "0" } ?? installmentAmount ?? consentedPrice
+        return (chain, [.renew(productId: product.productId, start: expires, end: end, isIntro: isIntro, priceAmount: price,
+                               billingPlan: billingPlan, commitment: commitment, offer: offer)])
     }
 
     /// The EXPIRED subtype for a chain that stopped renewing, from its `expirationIntent`.

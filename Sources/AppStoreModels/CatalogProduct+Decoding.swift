@@ -4,6 +4,7 @@ extension CatalogProduct {
     enum Keys: String, CodingKey {
         case productId, type, referenceName, priceTier, prices, price, currency, storefront, localizations, reviewState
         case clearedForSale, familyShareable, subscriptionGroupId, groupLevel, period, introductoryOffer, promotionalOffers, offerCodes, winBackOffers
+        case oneTimeOfferCodes, billingPlans
     }
 
     /// Decodes leniently: only `productId` and `type` are required; `price` + `currency` is a shorthand for one USA price.
@@ -53,12 +54,14 @@ extension CatalogProduct {
         promotionalOffers = try c.decodeIfPresent([PromotionalOffer].self, forKey: .promotionalOffers) ?? []
         offerCodes = try c.decodeIfPresent([PromotionalOffer].self, forKey: .offerCodes) ?? []
         winBackOffers = try c.decodeIfPresent([PromotionalOffer].self, forKey: .winBackOffers) ?? []
+        oneTimeOfferCodes = try c.decodeIfPresent([OneTimeOfferCode].self, forKey: .oneTimeOfferCodes) ?? []
+        billingPlans = try c.decodeIfPresent([BillingPlan].self, forKey: .billingPlans) ?? []
     }
 }
 
 extension CatalogApp {
     enum Keys: String, CodingKey {
-        case bundleId, appAppleId, name, sharedSecret, version, products, subscriptionGroups, testSettings
+        case bundleId, appAppleId, name, sharedSecret, version, products, subscriptionGroups, testSettings, appPolicies
     }
 
     /// Decodes leniently: only `bundleId` is required.
@@ -73,6 +76,7 @@ extension CatalogApp {
                   products: try c.decodeIfPresent([CatalogProduct].self, forKey: .products) ?? [],
                   subscriptionGroups: try c.decodeIfPresent([String: String].self, forKey: .subscriptionGroups) ?? [:])
         testSettings = try c.decodeIfPresent(StoreKitTestSettings.self, forKey: .testSettings)
+        appPolicies = try c.decodeIfPresent(AppPolicies.self, forKey: .appPolicies)
     }
 
     /// A stable 10-digit Apple id derived from the bundle id (FNV-1a), for apps that do not name one.

@@ -82,11 +82,34 @@ public struct PromotionalOffer: Codable, Sendable, Equatable {
     /// The offer price, absent when free.
     public var amount: String?
 
+    /// Offer codes only: who may redeem it (`new` never subscribed to the group, `existing` subscribed now,
+    /// `expired` subscribed before); nil or empty: anyone. Whether it may stack on another offer is kept as written.
+    public var eligibility: [String]?
+    public var isStackable: Bool?
+
+    /// The eligibility values a `.storekit` file writes.
+    public static let eligibilityValues: Set<String> = ["new", "existing", "expired"]
+
     public init(offerId: String, paymentMode: IntroductoryOffer.PaymentMode, period: SubscriptionPeriod, numberOfPeriods: Int = 1, amount: String? = nil) {
         self.offerId = offerId
         self.paymentMode = paymentMode
         self.period = period
         self.numberOfPeriods = numberOfPeriods
+        self.amount = amount
+    }
+}
+
+/// An offer code of a one-time purchase (a consumable, non-consumable or non-renewing subscription; 2025): the
+/// customer redeems it in the App Store and gets the product for `amount` (free when nil), reported with
+/// `offerType` 3 and `offerDiscountType` `ONE_TIME`.
+public struct OneTimeOfferCode: Codable, Sendable, Equatable {
+    /// The offer's reference name, reported as `offerIdentifier`.
+    public var offerId: String
+    public var amount: String?
+
+    /// Creates an offer code.
+    public init(offerId: String, amount: String? = nil) {
+        self.offerId = offerId
         self.amount = amount
     }
 }
@@ -117,6 +140,10 @@ public struct CatalogProduct: Codable, Sendable, Equatable {
     public var winBackOffers: [PromotionalOffer] = []
     /// Offer codes (auto-renewables): one-time codes customers redeem in the App Store (`offerId` is the reference name).
     public var offerCodes: [PromotionalOffer] = []
+    /// Offer codes of a one-time purchase (consumables, non-consumables, non-renewing subscriptions).
+    public var oneTimeOfferCodes: [OneTimeOfferCode] = []
+    /// Auto-renewables: how the customer may pay (`billingPlans` in a .storekit file, 2026); empty: up front only.
+    public var billingPlans: [BillingPlan] = []
 
     /// Creates a product.
     public init(productId: String, type: ProductType, referenceName: String, priceTier: Int? = nil, prices: [ProductPrice],
@@ -136,6 +163,11 @@ public struct CatalogProduct: Codable, Sendable, Equatable {
         self.groupLevel = groupLevel
         self.period = period
         self.introductoryOffer = introductoryOffer
+    }
+
+    /// The enabled billing plan of `type`, if the product offers it (up front is always offered at the product's price).
+    public func billingPlan(_ type: BillingPlan.Kind) -> BillingPlan? {
+        billingPlans.first { $0.type == type && $0.isEnabled }
     }
 
     /// The price for a storefront, falling back to the first price.
@@ -175,6 +207,8 @@ public struct CatalogApp: Codable, Sendable, Equatable {
     public var subscriptionGroups: [String: String]
     /// StoreKit Testing's switches from a `.storekit` file's `settings`, applied to this app's purchases and renewals.
     public var testSettings: StoreKitTestSettings?
+    /// A `.storekit` file's `appPolicies` (the EULA and privacy policies), kept so an export writes them back.
+    public var appPolicies: AppPolicies?
 
     /// Creates an app.
     public init(bundleId: String, appAppleId: Int64, name: String, sharedSecret: String, version: String = "1.0",
@@ -186,6 +220,28 @@ public struct CatalogApp: Codable, Sendable, Equatable {
         self.version = version
         self.products = products
         self.subscriptionGroups = subscriptionGroups
+    }
+}
+
+/// An app's license agreement and policies as a `.storekit` file (and App Store Connect) holds them.
+public struct AppPolicies: Codable, Sendable, Equatable {
+    /// One policy in one locale.
+    public struct Policy: Codable, Sendable, Equatable {
+        public var locale: String
+        public var policyText: String
+        public var policyURL: String
+        public init(locale: String, policyText: String, policyURL: String) {
+            self.locale = locale
+            self.policyText = policyText
+            self.policyURL = policyURL
+        }
+    }
+    /// The custom license agreement's text (empty: Apple's standard EULA).
+    public var eula: String
+    public var policies: [Policy]
+    public init(eula: String = "", policies: [Policy] = []) {
+        self.eula = eula
+        self.policies = policies
     }
 }
 

@@ -41,6 +41,10 @@ public struct JWSTransaction: Sendable, Equatable {
     /// Why it was revoked (`REFUND_FULL`, `REFUND_PRORATED`, `FAMILY_REVOKE`) and, for refunds, how much in milliunits of a whole.
     public var revocationType: String?
     public var revocationPercentage: Int?
+    /// `BILLED_UPFRONT` or `MONTHLY` (a yearly subscription paid monthly over a 12-month commitment, 2026), and
+    /// for monthly plans which installment this is of which commitment.
+    public var billingPlanType: String?
+    public var commitmentInfo: TransactionCommitmentInfo?
 
     public init(transactionId: String, originalTransactionId: String, webOrderLineItemId: String? = nil, bundleId: String, productId: String,
                 subscriptionGroupIdentifier: String? = nil, purchaseDate: Int64, originalPurchaseDate: Int64, expiresDate: Int64? = nil,
@@ -109,6 +113,11 @@ public struct JWSTransaction: Sendable, Equatable {
             json.field("offerDiscountType", offerDiscountType)
             json.field("revocationType", revocationType)
             if let revocationPercentage { json.field("revocationPercentage", Int64(revocationPercentage)) }
+            json.field("billingPlanType", billingPlanType)
+            if let commitmentInfo {
+                json.key("commitmentInfo")
+                commitmentInfo.write(into: &json)
+            }
         }
         return json.bytes
     }
@@ -131,6 +140,13 @@ public struct JWSTransaction: Sendable, Equatable {
                   offerIdentifier: json["offerIdentifier"]?.text, environment: environment, storefront: json["storefront"]?.text,
                   storefrontId: json["storefrontId"]?.text, transactionReason: json["transactionReason"]?.text,
                   currency: json["currency"]?.text, price: json["price"]?.int64)
+        appTransactionId = json["appTransactionId"]?.text
+        offerPeriod = json["offerPeriod"]?.text
+        offerDiscountType = json["offerDiscountType"]?.text
+        revocationType = json["revocationType"]?.text
+        revocationPercentage = json["revocationPercentage"]?.int64.flatMap { (0...100_000).contains($0) ? Int($0) : nil }
+        billingPlanType = json["billingPlanType"]?.text
+        commitmentInfo = TransactionCommitmentInfo(json: json["commitmentInfo"])
     }
 
     /// Milliseconds from an integer, or from Xcode's fractional milliseconds (`1697679936049.7297`);

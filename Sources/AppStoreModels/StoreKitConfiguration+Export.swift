@@ -1,7 +1,7 @@
 import Foundation
 
 extension StoreKitConfiguration {
-    /// An app's catalog as an Xcode `.storekit` file (version 4.0): what `StoreKitConfiguration(data:)` reads back
+    /// An app's catalog as an Xcode `.storekit` file (version 4.0, or 5.0 with billing plans): what `StoreKitConfiguration(data:)` reads back
     /// as the same products, groups, offers and settings. Keys sorted, two-space indented, as Xcode writes.
     public static func export(_ app: CatalogApp) throws -> Data {
         let settings = app.testSettings ?? StoreKitTestSettings()
@@ -17,11 +17,23 @@ extension StoreKitConfiguration {
                                         "paymentMode": offer.paymentMode.rawValue, "subscriptionPeriod": offer.period.rawValue,
                                         "numberOfPeriods": offer.numberOfPeriods]
             if let amount = offer.amount { entry["displayPrice"] = amount }
+            if let eligibility = offer.eligibility { entry["eligibility"] = eligibility }
+            if let stackable = offer.isStackable { entry["isStackable"] = stackable }
             return entry
         }
+        func oneTimeCodes(_ product: CatalogProduct) -> [[String: Any]] {
+            product.oneTimeOfferCodes.map { code in
+                var entry: [String: Any] = ["referenceName": code.offerId, "offerID": code.offerId, "internalID": code.offerId]
+                if let amount = code.amount { entry["displayPrice"] = amount }
+                return entry
+            }
+        }
         func item(_ product: CatalogProduct, type: String) -> [String: Any] {
-            ["productID": product.productId, "referenceName": product.referenceName, "internalID": product.productId, "type": type,
-             "displayPrice": price(product), "familyShareable": product.familyShareable, "localizations": localizations(product)]
+            var entry: [String: Any] = ["productID": product.productId, "referenceName": product.referenceName, "internalID": product.productId,
+                                        "type": type, "displayPrice": price(product), "familyShareable": product.familyShareable,
+                                        "localizations": localizations(product)]
+            if !product.oneTimeOfferCodes.isEmpty { entry["codeOffers"] = oneTimeCodes(product) }
+            return entry
         }
         var products: [[String: Any]] = [], nonRenewing: [[String: Any]] = []
         var groups: [String: [[String: Any]]] = [:]
@@ -48,6 +60,14 @@ extension StoreKitConfiguration {
                 entry["adHocOffers"] = product.promotionalOffers.map(offer)
                 entry["codeOffers"] = product.offerCodes.map(offer)
                 entry["winbackOffers"] = product.winBackOffers.map(offer)
+                if !product.billingPlans.isEmpty {
+                    entry["billingPlans"] = product.billingPlans.map { plan -> [String: Any] in
+                        var written: [String: Any] = ["billingPlanType": plan.type.rawValue, "displayPrice": plan.amount,
+                                                      "internalID": "\(product.productId).\(plan.type.rawValue.lowercased())", "isEnabled": plan.isEnabled]
+                        if let commitment = plan.commitmentAmount { written["commitmentDisplayPrice"] = commitment }
+                        return written
+                    }
+                }
                 groups[product.subscriptionGroupId ?? "group", default: []].append(entry)
             }
         }
@@ -65,8 +85,14 @@ extension StoreKitConfiguration {
         if let locale = settings.locale { block["_locale"] = locale }
         if let id = settings.applicationInternalID { block["_applicationInternalID"] = id }
         if let team = settings.developerTeamID { block["_developerTeamID"] = team }
-        let root: [String: Any] = ["identifier": app.bundleId, "products": products, "nonRenewingSubscriptions": nonRenewing,
-                                   "subscriptionGroups": subscriptionGroups, "settings": block, "version": ["major": 4, "minor": 0]]
+        // Billing plans came with version 5 of the format; a catalog without them is written as version 4, as before.
+        let major = app.products.contains { !$0.billingPlans.isEmpty } ? 5 : 4
+        var root: [String: Any] = ["identifier": app.bundleId, "products": products, "nonRenewingSubscriptions": nonRenewing,
+                                   "subscriptionGroups": subscriptionGroups, "settings": block, "version": ["major": major, "minor": 0]]
+        if let policies = app.appPolicies {
+            root["appPolicies"] = ["eula": policies.eula,
+                                   "policies": policies.policies.map { ["locale": $0.locale, "policyText": $0.policyText, "policyURL": $0.policyURL] }]
+        }
         return try JSONSerialization.data(withJSONObject: root, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
     }
 }

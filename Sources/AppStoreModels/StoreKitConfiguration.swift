@@ -23,6 +23,8 @@ public struct StoreKitConfiguration: Sendable {
     public var settings: StoreKitTestSettings
     /// `version.major`.`minor`, when present.
     public var version: String?
+    /// `appPolicies`: the license agreement and policies, when the file has them.
+    public var appPolicies: AppPolicies?
 
     /// Parses the JSON of a `.storekit` file.
     public init(data: Data) throws {
@@ -38,6 +40,12 @@ public struct StoreKitConfiguration: Sendable {
         self.settings = StoreKitTestSettings(storeKit: settings)
         if let version = root["version"] as? [String: Any], let major = version["major"] as? Int {
             self.version = "\(major).\(version["minor"] as? Int ?? 0)"
+        }
+        if let policies = root["appPolicies"] as? [String: Any] {
+            appPolicies = AppPolicies(eula: policies["eula"] as? String ?? "", policies: (policies["policies"] as? [[String: Any]] ?? []).map {
+                AppPolicies.Policy(locale: $0["locale"] as? String ?? "", policyText: $0["policyText"] as? String ?? "",
+                                   policyURL: $0["policyURL"] as? String ?? "")
+            })
         }
         let currency = Storefront.currency(for: storefrontCode)
         var products: [CatalogProduct] = []
@@ -61,11 +69,13 @@ public struct StoreKitConfiguration: Sendable {
             var item = try product(entry, fallbackType: .consumable)
             // Xcode has no "free subscription" type; a free non-consumable is how one is written.
             if item.type == .nonConsumable, let price = item.prices.first, Decimal(string: price.amount) == 0 { item.type = .freeSubscription }
+            item.oneTimeOfferCodes = StoreKitConfiguration.oneTimeOfferCodes(entry)
             products.append(item)
         }
         for entry in root["nonRenewingSubscriptions"] as? [[String: Any]] ?? [] {
             var item = try product(entry, fallbackType: .nonRenewing)
             item.type = .nonRenewing
+            item.oneTimeOfferCodes = StoreKitConfiguration.oneTimeOfferCodes(entry)
             products.append(item)
         }
         for group in root["subscriptionGroups"] as? [[String: Any]] ?? [] {
@@ -77,7 +87,11 @@ public struct StoreKitConfiguration: Sendable {
                 item.subscriptionGroupId = entry["subscriptionGroupID"] as? String ?? groupId
                 item.groupLevel = entry["groupNumber"] as? Int ?? 1
                 item.period = (entry["recurringSubscriptionPeriod"] as? String).flatMap(SubscriptionPeriod.init(loose:)) ?? .oneMonth
-                let offer = (entry["introductoryOffer"] as? [String: Any]) ?? (entry["introductoryOffers"] as? [[String: Any]])?.first
+                // Version 5 lists one introductory offer per billing plan: the up-front plan's is the product's.
+                let upFrontOffers = (entry["introductoryOffers"] as? [[String: Any]])?.filter {
+                    ($0["billingPlanType"] as? String).flatMap(BillingPlan.Kind.init(loose:)).map { $0 == .billedUpfront } ?? true
+                }
+                let offer = (entry["introductoryOffer"] as? [String: Any]) ?? upFrontOffers?.first
                 if let offer, let mode = (offer["paymentMode"] as? String).flatMap(IntroductoryOffer.PaymentMode.init(rawValue:)) {
                     item.introductoryOffer = IntroductoryOffer(
                         paymentMode: mode,
@@ -85,26 +99,43 @@ public struct StoreKitConfiguration: Sendable {
                         numberOfPeriods: offer["numberOfPeriods"] as? Int ?? 1,
                         amount: StoreKitConfiguration.priceText(offer["displayPrice"]))
                 }
-                func offers(_ key: String) -> [PromotionalOffer] {
-                    (entry[key] as? [[String: Any]] ?? []).compactMap { promotion in
-                        guard let id = promotion["offerID"] as? String ?? promotion["referenceName"] as? String,
-                              let mode = (promotion["paymentMode"] as? String).flatMap(IntroductoryOffer.PaymentMode.init(rawValue:)) else { return nil }
-                        return PromotionalOffer(
-                            offerId: id, paymentMode: mode,
-                            period: (promotion["subscriptionPeriod"] as? String).flatMap(SubscriptionPeriod.init(loose:)) ?? item.period ?? .oneMonth,
-                            numberOfPeriods: promotion["numberOfPeriods"] as? Int ?? 1,
-                            amount: StoreKitConfiguration.priceText(promotion["displayPrice"]))
-                    }
+                func promotionalOffer(_ promotion: [String: Any]) -> PromotionalOffer? {
+                    guard let id = promotion["offerID"] as? String ?? promotion["referenceName"] as? String,
+                          let mode = (promotion["paymentMode"] as? String).flatMap(IntroductoryOffer.PaymentMode.init(rawValue:)) else { return nil }
+                    var offer = PromotionalOffer(
+                        offerId: id, paymentMode: mode,
+                        period: (promotion["subscriptionPeriod"] as? String).flatMap(SubscriptionPeriod.init(loose:)) ?? item.period ?? .oneMonth,
+                        numberOfPeriods: promotion["numberOfPeriods"] as? Int ?? 1,
+                        amount: StoreKitConfiguration.priceText(promotion["displayPrice"]))
+                    // Offer codes say who may redeem them (new, existing, expired subscribers) and whether they stack.
+                    if let eligibility = promotion["eligibility"] as? [String] { offer.eligibility = eligibility.filter(PromotionalOffer.eligibilityValues.contains) }
+                    offer.isStackable = promotion["isStackable"] as? Bool
+                    return offer
                 }
+                func offers(_ key: String) -> [PromotionalOffer] { (entry[key] as? [[String: Any]] ?? []).compactMap(promotionalOffer) }
                 // Xcode writes promotional offers as `adHocOffers` (`subscriptionOffers` in some older files).
                 item.promotionalOffers = offers("adHocOffers") + offers("subscriptionOffers")
                 item.offerCodes = offers("codeOffers")
+                item.billingPlans = (entry["billingPlans"] as? [[String: Any]] ?? []).compactMap { plan in
+                    guard let type = (plan["billingPlanType"] as? String).flatMap(BillingPlan.Kind.init(loose:)) else { return nil }
+                    return BillingPlan(type: type, amount: StoreKitConfiguration.priceText(plan["displayPrice"]) ?? "0",
+                                       commitmentAmount: StoreKitConfiguration.priceText(plan["commitmentDisplayPrice"]),
+                                       isEnabled: plan["isEnabled"] as? Bool ?? true)
+                }
                 item.winBackOffers = offers("winbackOffers")
                 products.append(item)
             }
         }
         self.products = products
         subscriptionGroups = groups
+    }
+
+    /// `codeOffers` of a one-time purchase's entry: each a reference name and the price it sells at.
+    private static func oneTimeOfferCodes(_ entry: [String: Any]) -> [OneTimeOfferCode] {
+        (entry["codeOffers"] as? [[String: Any]] ?? []).compactMap { code in
+            guard let id = code["offerID"] as? String ?? code["referenceName"] as? String else { return nil }
+            return OneTimeOfferCode(offerId: id, amount: priceText(code["displayPrice"]))
+        }
     }
 
     private static func priceText(_ value: Any?) -> String? {

@@ -9,6 +9,7 @@ struct SubscriptionControlCommand: Command {
         case resolveBilling = "resolve-billing"
         case priceIncrease = "price-increase"
         case consentPriceIncrease = "consent-price-increase"
+        case billingPlan = "billing-plan"
 
         var path: String {
             switch self {
@@ -18,13 +19,15 @@ struct SubscriptionControlCommand: Command {
             case .resolveBilling: return "billing-issue?enabled=false"
             case .priceIncrease: return "price-increase"
             case .consentPriceIncrease: return "price-increase/consent"
+            case .billingPlan: return "billing-plan"
             }
         }
     }
 
     static let abstract = "Drive a subscription: renew now, expire now, fail billing (retry, grace), resolve billing (recover)."
     static let help = """
-    renew|expire|fail-billing|resolve-billing|price-increase|consent-price-increase ORIGINAL_TRANSACTION_ID [--price P [--no-consent-needed]] [--url URL]
+    renew|expire|fail-billing|resolve-billing|price-increase|consent-price-increase|billing-plan ORIGINAL_TRANSACTION_ID
+        [--price P [--no-consent-needed]] [--plan MONTHLY|BILLED_UPFRONT] [--url URL]
 
       renew            The current period ends now and renews (DID_RENEW).
       expire           Auto-renew off and the period ends now (EXPIRED / VOLUNTARY).
@@ -35,16 +38,20 @@ struct SubscriptionControlCommand: Command {
                        subscription lapses at its next renewal (EXPIRED / PRICE_INCREASE).
       consent-price-increase  The customer agrees (PRICE_INCREASE / ACCEPTED); renewals charge the new price.
       --no-consent-needed  With price-increase: an increase Apple only announces (PRICE_INCREASE / ACCEPTED at once).
+      billing-plan     How the subscription renews after its current commitment or period (--plan): MONTHLY, a new
+                       12-month commitment paid monthly, or BILLED_UPFRONT (renewalBillingPlanType in renewal info).
     """
     let client: AdminClient
     let action: Action
     let id: String
     let price: String?
     let noConsentNeeded: Bool
+    let plan: String?
 
     init(_ arguments: inout Arguments) throws {
         client = try AdminClient(url: try emulatorURL(&arguments), bearer: emulatorToken())
         price = try arguments.option("price")
+        plan = try arguments.option("plan")
         noConsentNeeded = arguments.flag("no-consent-needed")
         let words = try arguments.positionals()
         guard words.count == 2, let action = Action(rawValue: words[0]) else {
@@ -52,12 +59,14 @@ struct SubscriptionControlCommand: Command {
         }
         if action == .priceIncrease, price == nil { throw UsageError(description: "price-increase needs --price") }
         if noConsentNeeded, action != .priceIncrease { throw UsageError(description: "--no-consent-needed goes with price-increase") }
+        if (action == .billingPlan) != (plan != nil) { throw UsageError(description: "billing-plan goes with --plan MONTHLY|BILLED_UPFRONT") }
         self.action = action
         id = words[1]
     }
 
     func run() async throws {
-        let query = action == .priceIncrease ? "?price=" + (price ?? "") + (noConsentNeeded ? "&consent=none" : "") : ""
+        var query = action == .priceIncrease ? "?price=" + (price ?? "") + (noConsentNeeded ? "&consent=none" : "") : ""
+        if let plan { query = "?plan=" + plan }
         try await client.sendAndPrint("POST", "/admin/v1/subscriptions/\(id)/\(action.path)" + query)
     }
 }
@@ -66,9 +75,11 @@ struct SubscriptionControlCommand: Command {
 struct RefundCommand: Command {
     static let abstract = "Refund a transaction as Apple would (REFUND), or reverse a refund (REFUND_REVERSED)."
     static let help = """
-    TRANSACTION_ID [--reason 0|1] [--reverse | --request REASON | --decline] [--url URL]
+    TRANSACTION_ID [--reason 0|1] [--percentage N] [--reverse | --request REASON | --decline] [--url URL]
 
       --reason 1        Refunded because of an issue in the app (cancellation_reason 1); default 0, other reasons.
+      --percentage N    Refund part of the price: N milliunits of the whole, 1…99999 (50000 is half): REFUND_PRORATED
+                        with revocationPercentage N. Default: all of it (REFUND_FULL, 100000).
       --reverse         Undo an earlier refund (REFUND_REVERSED).
       --request REASON  The customer asks for a refund (UNINTENDED_PURCHASE, FULFILLMENT_ISSUE, UNSATISFIED_WITH_PURCHASE,
                         LEGAL, OTHER): Apple sends CONSUMPTION_REQUEST and waits for the developer's consumption data.
@@ -84,13 +95,17 @@ struct RefundCommand: Command {
         guard reason == "0" || reason == "1" else { throw UsageError(description: "--reason is 0 or 1") }
         let reverse = arguments.flag("reverse"), decline = arguments.flag("decline")
         let request = try arguments.option("request")
+        let percentage = try arguments.option("percentage")
         guard [reverse, decline, request != nil].filter({ $0 }).count <= 1 else {
             throw UsageError(description: "give at most one of --reverse, --request, --decline")
+        }
+        if let percentage, Int(percentage).map({ (1...100_000).contains($0) }) != true || reverse || decline || request != nil {
+            throw UsageError(description: "--percentage is 1…100000 and goes with a refund")
         }
         if reverse { action = "reverse-refund" } else if decline { action = "decline-refund" } else if let request {
             action = "refund-request?reason=" + request
         } else {
-            action = "refund?reason=" + reason
+            action = "refund?reason=" + reason + (percentage.map { "&percentage=" + $0 } ?? "")
         }
         id = try arguments.single("TRANSACTION_ID")
     }

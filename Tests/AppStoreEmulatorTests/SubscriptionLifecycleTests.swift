@@ -61,7 +61,7 @@ struct SubscriptionLifecycleTests {
     func consentedPrice() {
         let chain = Self.chain { $0.priceIncreaseAmount = "5.99"; $0.priceIncreaseConsented = true }
         let (next, actions) = SubscriptionLifecycle.periodEnded(chain, Self.facts(), now: Self.start)
-        guard case .renew(_, _, _, _, let price) = actions.first else { Issue.record("no renewal: \(actions)"); return }
+        guard case .renew(_, _, _, _, let price, _, _, _) = actions.first else { Issue.record("no renewal: \(actions)"); return }
         #expect(price == "5.99")
         #expect(next.priceIncreaseAmount == nil && next.priceIncreaseConsented == nil)
     }
