@@ -87,11 +87,12 @@ public struct StoreKitConfiguration: Sendable {
                 item.subscriptionGroupId = entry["subscriptionGroupID"] as? String ?? groupId
                 item.groupLevel = entry["groupNumber"] as? Int ?? 1
                 item.period = (entry["recurringSubscriptionPeriod"] as? String).flatMap(SubscriptionPeriod.init(loose:)) ?? .oneMonth
-                // Version 5 lists one introductory offer per billing plan: the up-front plan's is the product's.
-                let upFrontOffers = (entry["introductoryOffers"] as? [[String: Any]])?.filter {
+                // Version 5 lists one introductory offer per billing plan: the up-front plan's is the product's (else the first).
+                let listed = entry["introductoryOffers"] as? [[String: Any]]
+                let upFront = listed?.first {
                     ($0["billingPlanType"] as? String).flatMap(BillingPlan.Kind.init(loose:)).map { $0 == .billedUpfront } ?? true
                 }
-                let offer = (entry["introductoryOffer"] as? [String: Any]) ?? upFrontOffers?.first
+                let offer = (entry["introductoryOffer"] as? [String: Any]) ?? upFront ?? listed?.first
                 if let offer, let mode = (offer["paymentMode"] as? String).flatMap(IntroductoryOffer.PaymentMode.init(rawValue:)) {
                     item.introductoryOffer = IntroductoryOffer(
                         paymentMode: mode,

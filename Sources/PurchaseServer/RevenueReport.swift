@@ -66,8 +66,10 @@ extension RevenueReport {
             totals[currency, default: 0] += amount
             if sale.refunded {
                 accumulator.refunds += 1
-                accumulator.refunded += amount
-                totals[currency, default: 0] -= amount
+                // A prorated refund gives back its share of the price; any other refund all of it.
+                let share = sale.refundPercentage.map { Decimal(min(max($0, 0), 100_000)) / 100_000 } ?? 1
+                accumulator.refunded += amount * share
+                totals[currency, default: 0] -= amount * share
             }
             groups[key] = accumulator
         }

@@ -256,5 +256,9 @@ enum Schema {
         SQLMigration(version: 16, statements: [
             "ALTER TABLE subscriptions ADD COLUMN period_purchase_date BIGINT",
         ]),
+        // A refund of part of the price (REFUND_PRORATED): the refunded share in milliunits of the whole; NULL is all of it.
+        SQLMigration(version: 17, statements: [
+            "ALTER TABLE ledger ADD COLUMN refund_percentage INTEGER",
+        ]),
     ]
 }

@@ -14,6 +14,9 @@ public struct ConfirmedTransaction: Sendable, Equatable {
     public var webOrderLineItemId: String?
     public var cancellationDate: Date?
     public var cancellationReason: String?
+    /// For a refund of part of the price (`REFUND_PRORATED`): the refunded share in milliunits of the whole
+    /// (1…99,999). Nil for a refund in full, and for every source but a signed transaction.
+    public var refundPercentage: Int?
     public var isTrial: Bool
     /// `receipt`, `latest_receipt_info`, `transaction_receipt` or `signed_transaction`.
     public var source: String

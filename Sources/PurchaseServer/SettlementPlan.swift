@@ -48,7 +48,7 @@ public struct SettlementPlan: Sendable, Equatable {
         /// Credit the settling user's balance for a new consumable, and remember it on the row.
         case credit(transactionId: String, currency: String, amount: Int64)
         /// A refund or revocation seen now.
-        case cancel(transactionId: String, date: Int64, reason: String?, stateDate: Int64)
+        case cancel(transactionId: String, date: Int64, reason: String?, stateDate: Int64, percentage: Int? = nil)
         /// A refund reversed: the row counts again.
         case reinstate(transactionId: String, stateDate: Int64)
         /// Take a refunded consumable's credit back from whoever received it (a negative balance flags the user).
@@ -232,7 +232,8 @@ public struct SettlementPlan: Sendable, Equatable {
         var changed = false
         if let cancelled, existing.cancellationDate == nil {
             changed = true
-            actions.append(.cancel(transactionId: id, date: cancelled, reason: transaction.cancellationReason, stateDate: stateDate))
+            actions.append(.cancel(transactionId: id, date: cancelled, reason: transaction.cancellationReason, stateDate: stateDate,
+                                   percentage: transaction.refundPercentage))
             result.revoked.append(id)
             actions.append(.audit(kind: "transaction_revoked", user: existing.appUserId, detail: ["transactionId": id, "verificationId": input.verificationId]))
             if let currency = existing.creditedCurrency, let amount = existing.creditedAmount, !existing.clawedBack {

@@ -125,6 +125,9 @@ extension ConfirmedTransaction {
         webOrderLineItemId = jws.webOrderLineItemId
         cancellationDate = jws.revocationDate.map(ReceiptDate.date(milliseconds:))
         cancellationReason = jws.revocationReason.map(String.init)
+        if jws.revocationDate != nil, jws.revocationType == "REFUND_PRORATED", let share = jws.revocationPercentage, (1..<100_000).contains(share) {
+            refundPercentage = share
+        }
         isTrial = jws.offerType == 1
         self.source = source
         observedAt = ReceiptDate.date(milliseconds: jws.signedDate)

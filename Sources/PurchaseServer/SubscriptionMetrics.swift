@@ -10,6 +10,8 @@ public struct MetricsRow: Sendable, Equatable {
     public var purchaseDate: Int64
     public var expiresDate: Int64?
     public var cancellationDate: Int64?
+    /// A refund of part of the price: the refunded share in milliunits of the whole; nil is all of it.
+    public var refundPercentage: Int?
     public var isTrial: Bool
     public var quantity: Int64
     /// The unit price and its currency, as the product mapping had them.
@@ -157,7 +159,7 @@ public enum SubscriptionMetrics {
             }
             if let refunded = row.cancellationDate, let index = interval(of: refunded) {
                 result[index].refunds += 1
-                net[index][currency, default: 0] -= amount(row)
+                net[index][currency, default: 0] -= Decimal(SubscriptionMetricsRollup.refundedMicros(row)) / 1_000_000
             }
         }
         // Refunds of rows without a price count too.

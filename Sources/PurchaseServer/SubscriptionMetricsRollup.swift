@@ -111,6 +111,15 @@ public enum SubscriptionMetricsRollup {
         return overflow ? 1 << 52 : product
     }
 
+    /// What a refund of a row gives back in millionths: all of its amount, or the refunded share of a prorated
+    /// refund, rounded down to the millionth.
+    static func refundedMicros(_ row: MetricsRow) -> Int64 {
+        let whole = amountMicros(row)
+        guard let share = row.refundPercentage, (0..<100_000).contains(share) else { return whole }
+        let (product, overflow) = whole.multipliedReportingOverflow(by: Int64(share))
+        return overflow ? whole / 100_000 * Int64(share) : product / 100_000
+    }
+
     /// What a chain's rows add. `rows` are every ledger row of one environment and original transaction.
     public static func contribution(of rows: [MetricsRow], churnReason: String?) -> MetricsContribution {
         var result = MetricsContribution()
@@ -125,7 +134,7 @@ public enum SubscriptionMetricsRollup {
             }
             if let refunded = row.cancellationDate {
                 add(.refunds, at: refunded, currency: row.currency ?? "")
-                if let currency = row.currency { add(.netMicros, -amountMicros(row), at: refunded, currency: currency) }
+                if let currency = row.currency { add(.netMicros, -refundedMicros(row), at: refunded, currency: currency) }
             }
         }
         let periods = rows.filter { $0.productType == .autoRenewable }

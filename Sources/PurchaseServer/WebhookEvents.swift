@@ -139,7 +139,7 @@ public enum WebhookEvents {
                 event.currency = currency
                 event.balanceChange = amount
                 events.append(event)
-            case .cancel(let transactionId, _, _, _):
+            case .cancel(let transactionId, _, _, _, _):
                 events.append(draft(.refund, transactionId, user: owner(of: transactionId)))
             case .reinstate(let transactionId, _):
                 events.append(draft(.refundReversed, transactionId, user: owner(of: transactionId)))

@@ -78,6 +78,31 @@ struct NotificationTests {
         #expect(unmatched["outcome"] as? String == "unmatched")
     }
 
+    @Test("A prorated REFUND revokes; the revenue report and the metrics give back only its share", arguments: Engine.available)
+    func proratedRefund(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        try await Self.prepare(world, ["com.example.football"])
+        let (gloves, receipt) = try await world.buy("com.example.football", "ProtectiveGloves")
+        _ = try await world.upload("com.example.football", user: "pat", receipt: receipt)
+        _ = try await world.emulator.refund(transactionId: gloves.id, percentage: 40_000)
+        let refund = try #require(try await Self.notifications(world, "com.example.football", type: "REFUND").first)
+        try await Self.settle(world, try await Self.post(world, refund.signedPayload).1, bundle: "com.example.football")
+        let view = try await world.user("com.example.football", "pat")
+        #expect((view["entitlements"] as? [[String: Any]] ?? []).isEmpty, "a partial refund revokes the purchase too")
+        let report = try await world.server.store.revenue(appId: "com.example.football", from: TestSupport.referenceDate.addingTimeInterval(-86400),
+                                                          to: TestSupport.referenceDate.addingTimeInterval(86400 * 2), group: [.currency])
+        let row = try #require(report.rows.first)
+        #expect(row.gross == "1.99" && row.refunds == 1)
+        #expect(row.refunded == "0.80" && row.net == "1.19", "40% of 1.99 is 0.796")
+        // The metrics agree, from the rollup and from the ledger: net revenue keeps 60% of the price.
+        let from = TestSupport.referenceDate.addingTimeInterval(-86400), to = TestSupport.referenceDate.addingTimeInterval(86400 * 2)
+        let rollup = try await world.server.subscriptionMetrics(appId: "com.example.football", ranges: [(from, to, .month)], environment: nil)
+        let ledger = try await world.server.subscriptionMetricsFromLedger(appId: "com.example.football", from: from, to: to, interval: .month, environment: nil)
+        #expect(rollup.first == ledger)
+        #expect(ledger.reduce(Decimal(0)) { $0 + ($1.netRevenue["USD"].flatMap { Decimal(string: $0) } ?? 0) } == Decimal(string: "1.19"), "1.99 − 0.796, to the cent")
+    }
+
     @Test("REFUND_REVERSED reinstates the entitlement and gives the clawed-back credit back; old receipts and old JWS undo nothing",
           arguments: Engine.available)
     func refundReversed(engine: Engine) async throws {

@@ -12,6 +12,8 @@ struct LedgerSale: Sendable, Equatable {
     /// The price of one unit, as the product mapping gave it when the row was recorded.
     var price: String?
     var refunded: Bool
+    /// A prorated refund's share in milliunits of the whole (nil: all of it).
+    var refundPercentage: Int? = nil
 }
 
 /// What the consumption report needs to know of one transaction.
@@ -76,7 +78,10 @@ struct LedgerReader {
 
     /// Rows purchased in [from, to) (Unix ms), of one app when given, oldest first.
     func sales(appId: String?, from: Int64, to: Int64) throws -> [LedgerSale] {
-        var sql = "SELECT purchase_date, product_id, currency, environment, quantity, price, cancellation_date FROM ledger WHERE purchase_date >= ? AND purchase_date < ?"
+        var sql = """
+            SELECT purchase_date, product_id, currency, environment, quantity, price, cancellation_date, refund_percentage
+            FROM ledger WHERE purchase_date >= ? AND purchase_date < ?
+            """
         var parameters: [any SQLBindable] = [from, to]
         if let appId {
             sql += " AND app_id = ?"
@@ -85,7 +90,7 @@ struct LedgerReader {
         return try db.query(sql + " ORDER BY purchase_date", parameters).map { row in
             LedgerSale(purchaseDate: row.int("purchase_date") ?? 0, productId: row.string("product_id") ?? "", currency: row.string("currency"),
                        environment: row.string("environment") ?? "", quantity: row.int("quantity") ?? 1, price: row.string("price"),
-                       refunded: row.int("cancellation_date") != nil)
+                       refunded: row.int("cancellation_date") != nil, refundPercentage: row.int("refund_percentage").map(Int.init))
         }
     }
 
@@ -105,7 +110,7 @@ struct LedgerReader {
     func metricsRows(appId: String, environment: String?) throws -> [MetricsRow] {
         var sql = """
             SELECT transaction_id, original_transaction_id, environment, product_type, purchase_date, expires_date, cancellation_date, is_trial,
-            quantity, price, currency FROM ledger WHERE app_id = ?
+            quantity, price, currency, refund_percentage FROM ledger WHERE app_id = ?
             """
         var parameters: [any SQLBindable] = [appId]
         if let environment {
@@ -117,11 +122,13 @@ struct LedgerReader {
 
     /// A ledger row as metrics read it.
     static func metricsRow(_ row: SQLRow) -> MetricsRow {
-        MetricsRow(transactionId: row.string("transaction_id") ?? "", originalTransactionId: row.string("original_transaction_id") ?? "",
+        var parsed = MetricsRow(transactionId: row.string("transaction_id") ?? "", originalTransactionId: row.string("original_transaction_id") ?? "",
                    environment: row.string("environment") ?? "", productType: ProductType(rawValue: row.string("product_type") ?? "") ?? .consumable,
                    purchaseDate: row.int("purchase_date") ?? 0, expiresDate: row.int("expires_date"), cancellationDate: row.int("cancellation_date"),
                    isTrial: row.bool("is_trial"), quantity: row.int("quantity") ?? 1, price: row.string("price").flatMap { Decimal(string: $0) },
                    currency: row.string("currency"))
+        parsed.refundPercentage = row.int("refund_percentage").map(Int.init)
+        return parsed
     }
 
     /// Why each of an app's subscriptions stopped renewing (Apple's `expirationIntent`), by `environment|originalTransactionId`.

@@ -64,7 +64,7 @@ struct LedgerRepository {
         for action in actions {
             switch action {
             case .record(let transaction, _, _): recordedChains.insert(transaction.originalTransactionId)
-            case .cancel(let id, _, _, _), .reinstate(let id, _), .updateExpiry(let id, _, _): changedTransactions.insert(id)
+            case .cancel(let id, _, _, _, _), .reinstate(let id, _), .updateExpiry(let id, _, _): changedTransactions.insert(id)
             default: break
             }
         }
@@ -101,11 +101,16 @@ struct LedgerRepository {
                              [currency, amount, environment, transactionId])
                 try audit.append(appId: appId, userId: user, kind: "balance_credited",
                                         detail: ["transactionId": transactionId, "currency": currency, "amount": String(amount)], now: now)
-            case .cancel(let transactionId, let date, let reason, let stateDate):
-                try db.query("UPDATE ledger SET cancellation_date = ?, cancellation_reason = ?, state_date = ? WHERE environment = ? AND transaction_id = ?",
-                             [date, reason, stateDate, environment, transactionId])
+            case .cancel(let transactionId, let date, let reason, let stateDate, let percentage):
+                try db.query("""
+                    UPDATE ledger SET cancellation_date = ?, cancellation_reason = ?, refund_percentage = ?, state_date = ?
+                    WHERE environment = ? AND transaction_id = ?
+                    """, [date, reason, percentage, stateDate, environment, transactionId])
             case .reinstate(let transactionId, let stateDate):
-                try db.query("UPDATE ledger SET cancellation_date = NULL, cancellation_reason = NULL, state_date = ? WHERE environment = ? AND transaction_id = ?",
+                try db.query("""
+                    UPDATE ledger SET cancellation_date = NULL, cancellation_reason = NULL, refund_percentage = NULL, state_date = ?
+                    WHERE environment = ? AND transaction_id = ?
+                    """,
                              [stateDate, environment, transactionId])
             case .clawBack(let transactionId, let owner, let currency, let amount):
                 let balance = try Self.adjustBalance(db, appId: appId, userId: owner, currency: currency, by: -amount)

@@ -107,7 +107,7 @@ struct MetricsRepository {
         var rows: [String: [MetricsRow]] = [:]
         for row in try db.query("""
             SELECT transaction_id, original_transaction_id, environment, product_type, purchase_date, expires_date, cancellation_date, is_trial,
-            quantity, price, currency FROM ledger WHERE app_id = ? AND environment = ? AND original_transaction_id IN (\(list))
+            quantity, price, currency, refund_percentage FROM ledger WHERE app_id = ? AND environment = ? AND original_transaction_id IN (\(list))
             """, scope) {
             let parsed = LedgerReader.metricsRow(row)
             rows[parsed.originalTransactionId, default: []].append(parsed)
