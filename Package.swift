@@ -53,6 +53,8 @@ let package = Package(
         .target(name: "FuzzTargets", dependencies: ["AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPClient", "PurchaseServer", "SQLiteStorage", "Locking"],
                 swiftSettings: swiftSettings),
         .executableTarget(name: "storekeeper-fuzz", dependencies: ["FuzzTargets"], swiftSettings: swiftSettings),
+        // Benchmark tools (make bench): an open-loop load generator and a bare libmicrohttpd handler to compare with.
+        .executableTarget(name: "storekeeper-bench", dependencies: ["CMicroHTTPD"], swiftSettings: swiftSettings),
         .executableTarget(
             name: "storekeeper",
             dependencies: ["AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPServer", "HTTPClient", "SQLiteStorage", "PostgresStorage", "PurchaseServer", "StoreKitClient", "Locking", "Clocks"],

@@ -29,6 +29,7 @@ public enum ReceiptPayload {
 
     /// Encodes a receipt as Apple does: a DER SET of attributes, sorted by encoding.
     public static func encode(_ receipt: AppReceipt) -> [UInt8] {
+        if receipt.receiptType == .xcode { return encodeXcode(receipt) }
         let sandbox = receipt.receiptType.environment == .sandbox
         var attributes: [[UInt8]] = [
             attribute(Field.receiptType, DER.utf8String(receipt.receiptType.rawValue)),
@@ -56,6 +57,37 @@ public enum ReceiptPayload {
         }
         for purchase in receipt.inApp {
             attributes.append(attribute(Field.inAppPurchase, encode(purchase)))
+        }
+        return DER.setOf(attributes)
+    }
+
+    /// A receipt as Xcode's StoreKit Testing writes it (reference §4.8): receipt type `Xcode`, app id 0, an 8-byte
+    /// opaque value (attribute version 1), no original application version, expiration 4001-01-01, and in-app
+    /// entries without an original transaction id or date.
+    static func encodeXcode(_ receipt: AppReceipt) -> [UInt8] {
+        var attributes: [[UInt8]] = [
+            attribute(Field.receiptType, DER.utf8String(receipt.receiptType.rawValue)),
+            attribute(Field.appItemId, DER.integer(0)),
+            attribute(Field.bundleId, bundleIdBytes(receipt.bundleId)),
+            attribute(Field.applicationVersion, DER.utf8String(receipt.applicationVersion)),
+            attribute(Field.opaqueValue, Array(receipt.opaqueValue.prefix(8))),
+            attribute(Field.sha1Hash, Array(receipt.sha1Hash)),
+            attribute(8, DER.ia5String("")),
+            attribute(Field.creationDate, date(receipt.creationDate)),
+            attribute(Field.expirationDate, DER.ia5String("4001-01-01T00:00:00Z")),
+        ]
+        for purchase in receipt.inApp {
+            var fields: [[UInt8]] = [
+                attribute(InAppField.quantity, DER.integer(Int64(purchase.quantity))),
+                attribute(InAppField.productId, DER.utf8String(purchase.productId)),
+                attribute(InAppField.transactionId, DER.utf8String(purchase.transactionId)),
+                attribute(InAppField.purchaseDate, date(purchase.purchaseDate)),
+            ]
+            if let expires = purchase.expiresDate { fields.append(attribute(InAppField.expiresDate, date(expires))) }
+            if let cancelled = purchase.cancellationDate { fields.append(attribute(InAppField.cancellationDate, date(cancelled))) }
+            if let intro = purchase.isInIntroOfferPeriod { fields.append(attribute(InAppField.isInIntroOfferPeriod, DER.integer(intro ? 1 : 0))) }
+            fields.append(attribute(InAppField.isTrialPeriod, DER.integer(purchase.isTrialPeriod ? 1 : 0)))
+            attributes.append(attribute(Field.inAppPurchase, DER.setOf(fields)))
         }
         return DER.setOf(attributes)
     }

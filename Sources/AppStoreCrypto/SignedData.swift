@@ -120,6 +120,36 @@ public struct SignedData: Sendable {
         return DER.sequence([DER.objectIdentifier(OID.signedData), DER.explicit(0, signedData)])
     }
 
+    /// Builds SignedData as Xcode's StoreKit Testing lays receipts out: BER with indefinite lengths, the payload
+    /// inside a constructed OCTET STRING, one (self-signed) certificate, and `sha256WithRSAEncryption` named as
+    /// the signature algorithm. Parsers that assume DER fail on it, as they do on Xcode's own receipts.
+    public static func signIndefinite(payload: [UInt8], key: PrivateKey, certificate: Certificate) throws -> [UInt8] {
+        let fields = try certificate.fields
+        let signature = try key.sign(payload, digest: .sha256)
+        let digest = DER.sequence([DER.objectIdentifier(OID.sha256), DER.null])
+        let signerInfo = DER.sequence([
+            DER.integer(1),
+            DER.sequence([fields.issuer, DER.tlv(DER.Tag.integer, fields.serial)]),
+            digest,
+            DER.sequence([DER.objectIdentifier(OID.sha256WithRSA), DER.null]),
+            DER.octetString(signature),
+        ])
+        // 0x80 opens an indefinite length; two zero bytes (end of contents) close it.
+        func indefinite(_ tag: UInt8, _ parts: [[UInt8]]) -> [UInt8] { [tag, 0x80] + parts.flatMap { $0 } + [0, 0] }
+        let content = indefinite(0x30, [
+            DER.objectIdentifier(OID.data),
+            indefinite(0xa0, [indefinite(0x24, [DER.octetString(payload)])]),
+        ])
+        let signedData = indefinite(0x30, [
+            DER.integer(1),
+            DER.tlv(DER.Tag.set, digest),
+            content,
+            DER.tlv(0xa0, certificate.der),
+            DER.tlv(DER.Tag.set, signerInfo),
+        ])
+        return indefinite(0x30, [DER.objectIdentifier(OID.signedData), indefinite(0xa0, [signedData])])
+    }
+
     /// The embedded certificate that signed, found by issuer and serial.
     public func signerCertificate() throws -> Certificate {
         for der in certificates {

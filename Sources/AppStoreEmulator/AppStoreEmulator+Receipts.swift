@@ -15,7 +15,8 @@ extension AppStoreEmulator {
             let receipt = self.makeReceipt(app: app, account: account, device: device, records: records, now: now)
             return (receipt, !records.isEmpty)
         }
-        if !hasPurchases && !refresh && receipt.receiptType.environment == .sandbox { return nil }
+        if !hasPurchases && !refresh && receipt.receiptType.environment != .production { return nil }
+        if receipt.receiptType == .xcode { return Data(try xcodeAuthority.signReceipt(ReceiptPayload.encode(receipt))) }
         return Data(try sign(receipt))
     }
 
@@ -28,7 +29,7 @@ extension AppStoreEmulator {
         let hash = Digest.sha1.hash(device.identifierBytes + opaque + bundleBytes)
         let firstPurchase = records.map(\.originalPurchaseDate).min() ?? now
         return AppReceipt(
-            receiptType: account.environment.receiptType, appItemId: sandbox ? 0 : app.appAppleId, bundleId: app.bundleId,
+            receiptType: account.xcode == true ? .xcode : account.environment.receiptType, appItemId: sandbox ? 0 : app.appAppleId, bundleId: app.bundleId,
             applicationVersion: app.version, opaqueValue: Data(opaque), sha1Hash: Data(hash), creationDate: now,
             originalPurchaseDate: sandbox ? AppStoreEmulator.sandboxOriginalPurchaseDate : firstPurchase,
             originalApplicationVersion: sandbox ? "1.0" : app.version, downloadId: sandbox ? 0 : AppStoreEmulator.downloadId(account, app),

@@ -14,16 +14,31 @@ extension AppStoreResponder {
                 return .text(tlsRoot.pem, contentType: "application/x-pem-file")
             }
             if request.query["xcode"] == "true" { return .text(emulator.xcodeAuthority.certificate.pem, contentType: "application/x-pem-file") }
+            if request.query["xcode"] == "receipts", let certificate = emulator.xcodeAuthority.receiptCertificate {
+                return .text(certificate.pem, contentType: "application/x-pem-file")
+            }
             let chain = request.query["chain"] == "true"
             // ?jws=true: the ECC chain that signs StoreKit 2 data (Apple Root CA - G3's role), else the receipt chain.
             let authority = request.query["jws"] == "true" ? emulator.jwsAuthority : emulator.authority
             let pem = chain ? authority.root.pem + authority.intermediate.pem : authority.root.pem
             return .text(pem, contentType: "application/x-pem-file")
         }
-        // What ocsp.apple.com answers (requests for that host are routed here); POST only, as Apple's verifiers send.
+        // What ocsp.apple.com answers (requests for that host are routed here): POST, as Apple's verifiers send, and
+        // RFC 6960's GET form, the DER request in Base64 (URL-escaped) as the last path segment.
         router.on(.post, "/ocsp") { request in
             await handle {
                 let answer = try await emulator.ocspResponse(to: Array(request.body))
+                return Response(status: .ok, headers: ["Content-Type": "application/ocsp-response", "Cache-Control": "no-store"], body: Data(answer))
+            }
+        }
+        router.on(.get, "/ocsp/:request") { request in
+            await handle {
+                // A request is a few hundred bytes; RFC 6960 keeps GET for those under 255 bytes of Base64.
+                let text = request.parameters["request"] ?? ""
+                guard text.utf8.count <= 4096, let der = Data(base64Encoded: text) else {
+                    throw StoreError.invalid("The OCSP request is the Base64 of a DER OCSPRequest.", code: "invalid_ocsp_request")
+                }
+                let answer = try await emulator.ocspResponse(to: Array(der))
                 return Response(status: .ok, headers: ["Content-Type": "application/ocsp-response", "Cache-Control": "no-store"], body: Data(answer))
             }
         }

@@ -54,7 +54,10 @@ public struct AppStoreResponder: Responder {
             } else if let environment = AppleHosts.serverAPI[host], request.path.hasPrefix("/inApps/") {
                 request.path = "/\(environment.pathComponent)" + request.path
             } else if host == AppleHosts.ocsp {
-                request.path = "/ocsp"
+                // POST to the responder's path; GET (RFC 6960) puts the request after it, Base64 that may hold '/'.
+                let segments = request.path.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: true)
+                request.path = request.method == .get && segments.count == 2
+                    ? "/ocsp/" + segments[1].replacingOccurrences(of: "/", with: "%2F") : "/ocsp"
             } else {
                 return HTTPError(.notFound, code: "not_found", message: "\(host) serves no \(request.path) here.").response
             }

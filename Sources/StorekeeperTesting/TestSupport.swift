@@ -32,8 +32,13 @@ public enum TestSupport {
 
     /// An emulator over `store` (in memory by default) with the test CA and a fixed clock.
     public static func emulator(store: any DocumentStore = InMemoryDocumentStore(), clock: AdjustableClock = fixedClock()) async throws -> AppStoreEmulator {
-        try await AppStoreEmulator.open(store: store, authority: authority, jwsAuthority: jwsAuthority, clock: clock)
+        try await AppStoreEmulator.open(store: store, authority: authority, jwsAuthority: jwsAuthority, xcodeAuthority: xcodeAuthority, clock: clock)
     }
+
+    /// One Xcode-shaped signer for every test emulator (its RSA key takes a moment to make).
+    public static let xcodeAuthority: XcodeAuthority = {
+        do { return try XcodeAuthority.generate() } catch { fatalError("cannot generate the test Xcode signer: \(error)") }
+    }()
 
     /// The repository root (for `examples/`) and the shared fixtures beside the checkout.
     public static func repositoryRoot(_ file: String = #filePath) -> URL {

@@ -214,13 +214,14 @@ struct FaultListCommand: Command {
 struct CAExportCommand: Command {
     static let abstract = "Write the emulator's root certificate as PEM (what a backend must trust)."
     static let help = """
-    [--jws | --tls | --xcode] [--chain] [--output FILE] [--url URL]
+    [--jws | --tls | --xcode | --xcode-receipts] [--chain] [--output FILE] [--url URL]
 
       --jws          The ECC root that signs StoreKit 2 data (signed transactions, notifications) instead of
                      the RSA root of receipts; Apple likewise has two (Apple Inc. Root, Apple Root CA - G3).
       --tls          The root of the TLS certificate the emulator serves Apple's host names with: what
                      SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS or a Java trust store must hold.
       --xcode        The self-signed certificate of Xcode testers' signed data (Xcode's StoreKitTestCertificate's role).
+      --xcode-receipts  The self-signed RSA certificate (CN=StoreKit) that signs Xcode testers' receipts.
       --chain        Also write the intermediate (needed to check iOS 6 style receipts, which embed only the leaf).
       --output FILE  Write to FILE instead of standard output.
     """
@@ -229,6 +230,7 @@ struct CAExportCommand: Command {
     let jws: Bool
     let tls: Bool
     let xcode: Bool
+    let xcodeReceipts: Bool
     let output: String?
 
     init(_ arguments: inout Arguments) throws {
@@ -237,12 +239,14 @@ struct CAExportCommand: Command {
         jws = arguments.flag("jws")
         tls = arguments.flag("tls")
         xcode = arguments.flag("xcode")
+        xcodeReceipts = arguments.flag("xcode-receipts")
         output = try arguments.option("output")
         if tls && (jws || chain) { throw UsageError(description: "--tls stands alone (the TLS root has no intermediate)") }
     }
 
     func run() async throws {
-        let query = [chain ? "chain=true" : nil, jws ? "jws=true" : nil, tls ? "tls=true" : nil, xcode ? "xcode=true" : nil]
+        let query = [chain ? "chain=true" : nil, jws ? "jws=true" : nil, tls ? "tls=true" : nil, xcode ? "xcode=true" : nil,
+                     xcodeReceipts ? "xcode=receipts" : nil]
             .compactMap { $0 }.joined(separator: "&")
         let data = try await client.send("GET", "/admin/v1/ca" + (query.isEmpty ? "" : "?" + query))
         if let output {

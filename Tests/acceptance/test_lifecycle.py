@@ -144,9 +144,15 @@ def test_offer_codes_start_or_change_a_subscription(emulator, jws_root_pem, maga
     assert ("SUBSCRIBED", "INITIAL_BUY") in wait_for(magazine, check, signed.originalTransactionId, ("SUBSCRIBED", "INITIAL_BUY"))
     yearly = emulator.buy("com.example.magazine", "com.example.magazine.yearly", account=new_tester(emulator))
     email = json.loads(emulator.request("GET", f"/admin/v1/transactions/{yearly['transaction_id']}")[1])["accountEmail"]
+    # SPRING3FREE is for new and lapsed subscribers (its eligibility): refused to an active one, taken once lapsed.
+    refused = emulator.cli("appstore", "redeem-code", "--app", "com.example.magazine", "--account", email,
+                           "--product", "com.example.magazine.monthly", "--offer", "SPRING3FREE", check=False)
+    assert refused.returncode != 0 and "this customer is existing" in refused.stdout + refused.stderr, refused.stderr
+    emulator.cli("appstore", "subscription", "expire", yearly["original_transaction_id"])
     changed = json.loads(emulator.cli("appstore", "redeem-code", "--app", "com.example.magazine", "--account", email,
                                       "--product", "com.example.magazine.monthly", "--offer", "SPRING3FREE").stdout)
-    assert check.verify_and_decode_signed_transaction(changed["signedTransaction"]).transactionId
+    lapsed = check.verify_and_decode_signed_transaction(changed["signedTransaction"])
+    assert lapsed.offerIdentifier == "SPRING3FREE" and lapsed.originalTransactionId == yearly["original_transaction_id"]
     bad = emulator.cli("appstore", "redeem-code", "--app", "com.example.magazine", "--account", tester, "--product", "com.example.magazine.monthly",
                        "--offer", "NOSUCHCODE", check=False)
     assert bad.returncode != 0

@@ -140,6 +140,28 @@ def test_ocsp_answers_by_key_with_each_status_and_refuses_garbage(emulator, jws_
         assert status == 200 and ocsp.load_der_ocsp_response(answer).response_status == ocsp.OCSPResponseStatus.MALFORMED_REQUEST
 
 
+def test_ocsp_get_form_through_the_proxy(emulator, tls_root):
+    """RFC 6960's GET: the DER request in Base64, URL-escaped, after the responder's path on ocsp.apple.com."""
+    import base64
+    import urllib.parse
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.x509 import ocsp
+    chain = emulator.request("GET", "/admin/v1/ca?jws=true&chain=true")[1].decode()
+    root, intermediate = x509.load_pem_x509_certificates(chain.encode())
+    request = ocsp.OCSPRequestBuilder().add_certificate(intermediate, root, hashes.SHA1()).build().public_bytes(serialization.Encoding.DER)
+    encoded = urllib.parse.quote(base64.b64encode(request).decode(), safe="")
+    answer = subprocess.run(["curl", "-sS", "--fail", "-o", "-", f"https://ocsp.apple.com/ocsp03-storekeeper-rootg3/{encoded}"],
+                            env=proxy_environment(emulator, tls_root), capture_output=True, timeout=60)
+    assert answer.returncode == 0, answer.stderr
+    response = ocsp.load_der_ocsp_response(answer.stdout)
+    assert response.response_status == ocsp.OCSPResponseStatus.SUCCESSFUL and response.certificate_status == ocsp.OCSPCertStatus.GOOD
+    assert response.serial_number == intermediate.serial_number
+    # Not Base64: a clear 400, not a crash.
+    status, _ = emulator.request("GET", "/ocsp/%25%25not-base64")
+    assert status == 400
+
+
 def test_inapppy_and_itunes_iap_with_their_built_in_urls(emulator, tls_root):
     emulator.cli("appstore", "tester", "add", "proxy-customer@example.com", "--production")
     production = emulator.buy("com.example.football", "GoldenGlobe", account="proxy-customer@example.com")

@@ -5,6 +5,8 @@ import json
 import ssl
 import uuid
 
+import subprocess
+
 import pytest
 from appstoreserverlibrary.api_client import APIException, AppStoreServerAPIClient
 from appstoreserverlibrary.models.Environment import Environment
@@ -32,6 +34,19 @@ def test_xcode_testers_get_xcode_signed_data_that_backends_refuse(emulator, jws_
             .verify_and_decode_signed_transaction(signed)
     decoded = SignedDataVerifier([certificate], False, Environment.XCODE, "com.example.coins", None).verify_and_decode_signed_transaction(signed)
     assert decoded.environment == Environment.XCODE and decoded.transactionId == bought["transaction_id"]
+    # Its app receipt is Xcode's: BER with indefinite lengths, signed by one self-signed StoreKit certificate
+    # (the one `ca export --xcode-receipts` writes), which OpenSSL checks without any chain.
+    receipt = base64.b64decode(bought["receipt"])
+    assert receipt[:2] == b"\x30\x80"
+    receipt_file, signer_file = tmp_path / "xcode.receipt", tmp_path / "storekit.pem"
+    receipt_file.write_bytes(receipt)
+    signer_file.write_text(emulator.cli("appstore", "ca", "export", "--xcode-receipts").stdout)
+    checked = subprocess.run(["openssl", "cms", "-verify", "-inform", "DER", "-in", str(receipt_file), "-binary", "-noverify",
+                              "-certfile", str(signer_file), "-out", str(tmp_path / "payload")], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+    signer = subprocess.run(["openssl", "pkcs7", "-inform", "DER", "-in", str(receipt_file), "-print_certs", "-noout"], capture_output=True, text=True)
+    assert "subject=CN = StoreKit, O = StoreKit, OU = StoreKit, C = US" in signer.stdout, signer.stdout
+    assert b"Xcode" in (tmp_path / "payload").read_bytes()
     # The purchase server refuses it; the Server API does not know it.
     server = Server(emulator, str(tmp_path))
     try:
