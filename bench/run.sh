@@ -1,46 +1,64 @@
 #!/usr/bin/env bash
-# Benchmarks of the App Store emulator on this machine: verifyReceipt throughput and latency over
-# keep-alive for receipts with 1, 100 and 1,000 purchases, and purchases per second through the
-# device API. Prints the figures and writes them under bench/results/.
+# Benchmarks of the App Store emulator on this machine: verifyReceipt throughput and latency over keep-alive
+# for receipts with 1, 100 and 1,000 purchases, every request a different receipt (10,000 testers' one-purchase
+# receipts; 10,000 and 1,000 refreshed receipts of one tester with 100 and 1,000 purchases), against a bare
+# libmicrohttpd handler measured in the same run; the cost of each extra purchase; whether reads wrote anything;
+# purchases per second through the device API. Prints the figures and writes them under bench/results/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${STOREKEEPER_BIN:-.build/release/storekeeper}
-PYTHON=${PYTHON:-.venv/bin/python}
 DURATION=${BENCH_DURATION:-10s}
 CONNECTIONS=${BENCH_CONNECTIONS:-64}
-WORK=$(mktemp -d)
-trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true; rm -rf "$WORK"' EXIT
+SINGLES=${BENCH_SINGLE_RECEIPTS:-10000}
+BENCH=${STOREKEEPER_BENCH_BIN:-.build/release/storekeeper-bench}
+. bench/lib.sh
 
-"$BIN" appstore serve --data "$WORK/data" --port 0 --quiet \
-    --catalog com.example.coins=examples/coins.storekit > "$WORK/server.log" 2>&1 &
-SERVER=$!
-for _ in $(seq 100); do grep -q "listening on" "$WORK/server.log" 2>/dev/null && break; sleep 0.1; done
-URL=$(sed -n 's/.*listening on //p' "$WORK/server.log" | head -1)
-[ -n "$URL" ] || { cat "$WORK/server.log"; exit 1; }
-
-"$PYTHON" bench/prepare.py "$URL" "$WORK"
+URL=$(start appstore "$BIN" appstore serve --data "$WORK/data" --port 0 --quiet --catalog com.example.coins=examples/coins.storekit)
+[ -n "$URL" ] || { cat "$WORK/appstore.log"; exit 1; }
+BARE=$(start bare "$BENCH" bare --port 0 --threads 2)
+[ -n "$BARE" ] || { cat "$WORK/bare.log"; exit 1; }
+echo "preparing distinct receipts…"
+"$PYTHON" bench/appstore_prepare.py "$URL" "$WORK" "$SINGLES"
 
 STAMP=$(date -u +%Y-%m-%dT%H-%M-%SZ)
 OUT=bench/results/appstore-$STAMP.txt
 {
   echo "# App Store emulator benchmark, $STAMP"
-  echo "# machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); wrk -t2 -c$CONNECTIONS -d$DURATION over keep-alive"
+  echo "# machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); wrk -t2 -c$CONNECTIONS -d$DURATION over keep-alive; every request a different receipt"
 } > "$OUT"
 
-run_wrk() {  # name, lua script, body file
-  local name=$1 script=$2 body=$3
-  BODY_FILE=$body wrk -t2 -c"$CONNECTIONS" -d"$DURATION" --latency -s "$script" "$URL" > "$WORK/$name.wrk" 2>&1
+RPS=()
+run_wrk() {  # name, url, lua script, bodies file
+  local name=$1 url=$2 script=$3 bodies=$4
+  BODIES_FILE=$bodies BODY_FILE=$bodies wrk -t2 -c"$CONNECTIONS" -d"$DURATION" --latency -s "$script" "$url" > "$WORK/wrk.out" 2>&1
   local rps p50 p99 errors
-  rps=$(awk '/Requests\/sec/ {print $2}' "$WORK/$name.wrk")
-  p50=$(awk '$1 == "50%" {print $2}' "$WORK/$name.wrk")
-  p99=$(awk '$1 == "99%" {print $2}' "$WORK/$name.wrk")
-  errors=$(grep -E "Non-2xx|Socket errors" "$WORK/$name.wrk" | tr '\n' ' ' || true)
-  printf "%-34s %10s req/s   p50 %8s   p99 %8s   %s\n" "$name" "$rps" "$p50" "$p99" "$errors" | tee -a "$OUT"
+  rps=$(awk '/Requests\/sec/ {print $2}' "$WORK/wrk.out")
+  p50=$(awk '$1 == "50%" {print $2}' "$WORK/wrk.out")
+  p99=$(awk '$1 == "99%" {print $2}' "$WORK/wrk.out")
+  errors=$(grep -E "Non-2xx|Socket errors|bad answers: [1-9]" "$WORK/wrk.out" | tr '\n' ' ' || true)
+  printf "%-38s %10s req/s   p50 %8s   p99 %8s   %s\n" "$name" "$rps" "$p50" "$p99" "$errors" | tee -a "$OUT"
+  RPS+=("$rps")
 }
 
+store_state() { cat "$WORK"/data/appstore.sqlite* 2>/dev/null | sha256sum | cut -c1-16; }
+before=$(store_state)
+run_wrk "bare libmicrohttpd handler" "$BARE" bench/verify.lua "$WORK/bare.json"
 for size in 1 100 1000; do
-  run_wrk "verifyReceipt ($size purchases)" bench/verify.lua "$WORK/verify-$size.json"
+  run_wrk "verifyReceipt ($size purchases)" "$URL" bench/verify_many.lua "$WORK/bodies-$size.txt"
 done
-run_wrk "device API purchases" bench/purchase.lua "$WORK/purchase.json"
+after=$(store_state)
+awk -v bare="${RPS[0]}" -v one="${RPS[1]}" 'BEGIN { printf "verifyReceipt (1 purchase) / bare handler: %.3f\n", one / bare }' | tee -a "$OUT"
+[ "$before" = "$after" ] && echo "reads wrote nothing: the emulator's store is byte for byte the same after the verifyReceipt runs" | tee -a "$OUT" \
+  || echo "reads WROTE to the emulator's store during the verifyReceipt runs" | tee -a "$OUT"
 "$PYTHON" bench/check.py "$URL" "$WORK" | tee -a "$OUT"
+"$PYTHON" - "$URL" "$WORK" <<'PY'
+import http.client, json, sys, urllib.parse
+url, work = sys.argv[1], sys.argv[2]
+parsed = urllib.parse.urlparse(url)
+c = http.client.HTTPConnection(parsed.hostname, parsed.port)
+c.request("POST", "/admin/v1/accounts", json.dumps({"email": "buyer@example.com"}), {"Content-Type": "application/json"}); c.getresponse().read()
+c.request("POST", "/device/v1/devices", json.dumps({"account": "buyer@example.com"}), {"Content-Type": "application/json"})
+device = json.loads(c.getresponse().read())["id"]
+json.dump({"app": "com.example.coins", "device": device, "productId": "Nada.JPYF01"}, open(f"{work}/purchase.json", "w"))
+PY
+run_wrk "device API purchases" "$URL" bench/purchase.lua "$WORK/purchase.json"
 echo "written: $OUT"

@@ -148,6 +148,9 @@ extension AppStoreEmulator {
             if billingPlan?.type == .monthly, offer != nil || signedOffer != nil || winBack != nil {
                 throw StoreError.storeKit(.paymentInvalid, "A monthly billing plan is bought without an offer.", status: .badRequest)
             }
+            if offer != nil || signedOffer != nil, AppStoreEmulator.inCommitment(state, email: account.email, bundleId: bundleId, group: product.subscriptionGroupId, now: now) {
+                throw StoreError.storeKit(.ineligibleForOffer, "Offers do not apply to a subscription paid monthly over a commitment.", status: .forbidden)
+            }
             var machine = PaymentStateMachine()
 
             // Already owned non-consumables and free subscriptions are delivered again without a charge.
@@ -175,6 +178,7 @@ extension AppStoreEmulator {
                 isRedelivery: false, isRenewal: false, price: product.price(for: account.storefront),
                 subscriptionGroupId: product.subscriptionGroupId, appAccountToken: request.appAccountToken)
             record.originalId = record.id
+            record.billingPlanType = billingPlan?.type  // kept while a parent decides (Ask to Buy)
 
             let event: PaymentStateMachine.Event
             // The app's StoreKit Testing switches (a .storekit file's settings): every purchase fails, or waits for approval.
@@ -205,7 +209,7 @@ extension AppStoreEmulator {
                 if let existing = try AppStoreEmulator.subscribe(&state, &changes, record: &record, product: product, account: account, now: now,
                                                                  introductoryOffer: introEligibility, billingPlan: billingPlan) {
                     // A promotional offer with a downgrade (or for the current product) starts at the next renewal.
-                    if let offer = offer ?? signedOffer { AppStoreEmulator.deferOffer(PendingOffer(offer: offer, offerType: 2), &state, &changes, subscription: existing) }
+                    if let offer = offer ?? signedOffer { AppStoreEmulator.deferOffer(offer, offerType: 2, &state, &changes, subscription: existing) }
                     return existing
                 }
                 if let offer = offer ?? signedOffer {
@@ -286,11 +290,21 @@ extension AppStoreEmulator {
         }
     }
 
+    /// Whether the customer's subscription of `group` is now paid monthly over a commitment (its latest transaction an installment).
+    static func inCommitment(_ state: EmulatorState, email: String, bundleId: String, group: String?, now: Date) -> Bool {
+        state.chains.values.contains { chain in
+            guard chain.accountEmail.lowercased() == email.lowercased(), chain.bundleId == bundleId, chain.subscriptionGroupId == group,
+                  let latest = state.transactions[chain.latestTransactionId] else { return false }
+            return latest.commitment != nil && (latest.expiresDate ?? .distantPast) > now && latest.cancellationDate == nil
+        }
+    }
+
     /// Keeps an offer for a subscription's next renewal: OFFER_REDEEMED, with DOWNGRADE when it comes with one
     /// (instead of DID_CHANGE_RENEWAL_PREF), without a subtype for the current product.
-    static func deferOffer(_ offer: PendingOffer, _ state: inout EmulatorState, _ changes: inout Changes, subscription: TransactionRecord) {
+    static func deferOffer(_ offer: PromotionalOffer, offerType: Int, _ state: inout EmulatorState, _ changes: inout Changes,
+                           subscription: TransactionRecord) {
         guard var chain = state.chains[subscription.originalId], subscription.productType == .autoRenewable else { return }
-        chain.pendingOffer = offer
+        chain.pendingOffer = PendingOffer(offer: offer, offerType: offerType, productId: chain.autoRenewProductId)
         state.chains[chain.originalTransactionId] = chain
         changes.chains.insert(chain.originalTransactionId)
         let latestId = chain.latestTransactionId
@@ -336,6 +350,8 @@ extension AppStoreEmulator {
                 chain.autoRenewProductId = product.productId
                 chain.autoRenewEnabled = true
                 chain.expirationIntent = nil
+                chain.commitmentAutoRenew = nil  // buying again undoes turning auto-renew off during a commitment
+                if chain.pendingOffer?.productId != product.productId { chain.pendingOffer = nil }
                 state.chains[chain.originalTransactionId] = chain
                 changes.chains.insert(chain.originalTransactionId)
                 if downgrade { changes.notify(.didChangeRenewalPref, .downgrade, latest) }
@@ -360,6 +376,7 @@ extension AppStoreEmulator {
             record.originalPurchaseDate = state.transactions[chain.originalTransactionId]?.originalPurchaseDate ?? now
             record.expiresDate = periodEnd(from: now, period: period, rate: rate)
             startBilling(billingPlan, record: &record, chain: &chain, rate: rate, now: now)
+            chain.pendingOffer = nil
             chain.productId = product.productId
             chain.autoRenewProductId = product.productId
             chain.autoRenewEnabled = true
@@ -403,6 +420,7 @@ extension AppStoreEmulator {
             chain.latestTransactionId = record.id
             chain.deviceId = record.deviceId
             chain.expiryNotified = nil
+            chain.pendingOffer = nil
             startBilling(billingPlan, record: &record, chain: &chain, rate: rate, now: now)
             if billingFails { chain.billingIssue = true }
             state.chains[chain.originalTransactionId] = chain
@@ -513,7 +531,9 @@ extension AppStoreEmulator {
             record.originalPurchaseDate = now
             if record.state == .purchased, record.productType == .autoRenewable, let product = state.product(record.bundleId, record.productId),
                let account = state.accounts[record.accountEmail.lowercased()] {
-                if let existing = try AppStoreEmulator.subscribe(&state, &changes, record: &record, product: product, account: account, now: now) {
+                let plan = try? AppStoreEmulator.billingPlan(record.billingPlanType?.rawValue, product: product)
+                if let existing = try AppStoreEmulator.subscribe(&state, &changes, record: &record, product: product, account: account, now: now,
+                                                                 billingPlan: plan ?? nil) {
                     record.state = .failed
                     record.error = .paymentCancelled
                     state.transactions[transactionId] = record
@@ -612,6 +632,9 @@ extension AppStoreEmulator {
                 chain.accountEmail.lowercased() == email.lowercased() && chain.bundleId == bundleId && chain.subscriptionGroupId == product.subscriptionGroupId
                     && (state.transactions[chain.latestTransactionId]?.expiresDate ?? .distantPast) > now
             }
+            if AppStoreEmulator.inCommitment(state, email: account.email, bundleId: bundleId, group: product.subscriptionGroupId, now: now) {
+                throw StoreError.storeKit(.ineligibleForOffer, "Offers do not apply to a subscription paid monthly over a commitment.", status: .forbidden)
+            }
             if let eligibility = offer.eligibility, !eligibility.isEmpty {
                 let subscribedBefore = !AppStoreEmulator.groupHistory(state, email: account.email, bundleId: bundleId, environment: account.environment,
                                                                       group: product.subscriptionGroupId).isEmpty
@@ -624,7 +647,7 @@ extension AppStoreEmulator {
             var record = AppStoreEmulator.storeSubscription(&state, account: account, product: product, bundleId: bundleId, now: now)
             if let existing = try AppStoreEmulator.subscribe(&state, &changes, record: &record, product: product, account: account, now: now) {
                 // Subscribed to this product, or a downgrade to it: the offer starts at the next renewal.
-                AppStoreEmulator.deferOffer(PendingOffer(offer: offer, offerType: 3), &state, &changes, subscription: existing)
+                AppStoreEmulator.deferOffer(offer, offerType: 3, &state, &changes, subscription: existing)
                 return existing
             }
             AppStoreEmulator.apply(offer, to: &record, changes: &changes, rate: state.renewalRate(account, bundleId: bundleId), now: now, offerType: 3)

@@ -287,6 +287,7 @@ extension AppStoreEmulator {
             let changed = chain.autoRenewEnabled != enabled
             chain.autoRenewEnabled = enabled
             chain.expirationIntent = enabled ? nil : 1
+            if !enabled { chain.pendingOffer = nil }  // no next renewal for an offer to start with
             state.chains[originalTransactionId] = chain
             changes.chains.insert(originalTransactionId)
             if changed, let latest = state.transactions[chain.latestTransactionId] {

@@ -11,12 +11,20 @@ public struct Commitment: Codable, Sendable, Equatable {
     public var expiresDate: Date
     /// The whole commitment's price, as the plan named it.
     public var priceAmount: String?
+    /// When the commitment began: installment n ends n months after it (months added to the previous end would drift).
+    public var startDate: Date?
 
     /// The first installment of a commitment that starts at `start`.
     static func starting(at start: Date, plan: BillingPlan, rate: RenewalRate) -> Commitment {
         Commitment(billingPeriodNumber: 1, totalBillingPeriods: BillingPlan.commitmentMonths,
                    expiresDate: AppStoreEmulator.periodEnd(from: start, period: .oneMonth, rate: rate, count: BillingPlan.commitmentMonths),
-                   priceAmount: plan.commitmentAmount)
+                   priceAmount: plan.commitmentAmount, startDate: start)
+    }
+
+    /// When this installment ends.
+    func installmentEnd(after previousEnd: Date, rate: RenewalRate) -> Date {
+        guard let startDate else { return AppStoreEmulator.periodEnd(from: previousEnd, period: .oneMonth, rate: rate) }
+        return AppStoreEmulator.periodEnd(from: startDate, period: .oneMonth, rate: rate, count: billingPeriodNumber)
     }
 
     /// Whether installments remain after this one.

@@ -195,8 +195,10 @@ public struct SubscriptionChain: Codable, Sendable, Equatable {
     public var pendingOffer: PendingOffer?
 }
 
-/// An offer waiting for a subscription's next renewal, and its `offerType` (2 promotional, 3 offer code).
+/// An offer waiting for a subscription's next renewal into `productId`, and its `offerType` (2 promotional, 3 offer code).
 public struct PendingOffer: Codable, Sendable, Equatable {
     public var offer: PromotionalOffer
     public var offerType: Int
+    /// The product it is an offer of: it applies only to a renewal into that product.
+    public var productId: String
 }

@@ -70,7 +70,9 @@ enum SubscriptionLifecycle {
             }
             return (chain, actions)
         }
-        if chain.priceIncreaseAmount != nil, chain.priceIncreaseConsented != true {
+        // A commitment's installments are agreed: a price increase waits for the commitment's end.
+        let midCommitment = facts.latestCommitment?.continues == true
+        if !midCommitment, chain.priceIncreaseAmount != nil, chain.priceIncreaseConsented != true {
             // The customer never agreed to the higher price: the subscription lapses (EXPIRED / PRICE_INCREASE).
             chain.priceIncreaseAmount = nil
             return stop(3)
@@ -113,19 +115,24 @@ enum SubscriptionLifecycle {
         // An offer redeemed for this product while subscribed (an offer code, a downgrade with an offer) starts now.
         var offer: PendingOffer?
         var periods = 1
-        if commitment == nil, let pending = chain.pendingOffer {
+        if commitment == nil, let pending = chain.pendingOffer, pending.productId == product.productId {
             offer = pending
             isIntro = false
             renewalPeriod = pending.offer.period
             periods = pending.offer.paymentMode == .payAsYouGo ? 1 : max(1, pending.offer.numberOfPeriods)
         }
+        // Used, or about another product than the one renewed into: gone either way.
         chain.pendingOffer = nil
-        let consentedPrice = chain.priceIncreaseAmount
-        chain.priceIncreaseAmount = nil
-        chain.priceIncreaseConsented = nil
+        var consentedPrice: String?
+        if !midCommitment {
+            consentedPrice = chain.priceIncreaseAmount
+            chain.priceIncreaseAmount = nil
+            chain.priceIncreaseConsented = nil
+        }
         chain.renewals += 1
         chain.productId = product.productId
-        let end = AppStoreEmulator.periodEnd(from: expires, period: renewalPeriod, rate: facts.renewalRate, count: periods)
+        let end = midCommitment ? commitment!.installmentEnd(after: expires, rate: facts.renewalRate)
+            : AppStoreEmulator.periodEnd(from: expires, period: renewalPeriod, rate: facts.renewalRate, count: periods)
         let price = offer.map { $0.offer.amount ?? "0" } ?? installmentAmount ?? consentedPrice
         return (chain, [.renew(productId: product.productId, start: expires, end: end, isIntro: isIntro, priceAmount: price,
                                billingPlan: billingPlan, commitment: commitment, offer: offer)])

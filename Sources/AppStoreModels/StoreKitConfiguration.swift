@@ -109,7 +109,8 @@ public struct StoreKitConfiguration: Sendable {
                         numberOfPeriods: promotion["numberOfPeriods"] as? Int ?? 1,
                         amount: StoreKitConfiguration.priceText(promotion["displayPrice"]))
                     // Offer codes say who may redeem them (new, existing, expired subscribers) and whether they stack.
-                    if let eligibility = promotion["eligibility"] as? [String] { offer.eligibility = eligibility.filter(PromotionalOffer.eligibilityValues.contains) }
+                    // Values kept as written: one the emulator does not know matches no customer (fails closed).
+                    if let eligibility = promotion["eligibility"] as? [String] { offer.eligibility = eligibility }
                     offer.isStackable = promotion["isStackable"] as? Bool
                     return offer
                 }
@@ -118,8 +119,10 @@ public struct StoreKitConfiguration: Sendable {
                 item.promotionalOffers = offers("adHocOffers") + offers("subscriptionOffers")
                 item.offerCodes = offers("codeOffers")
                 item.billingPlans = (entry["billingPlans"] as? [[String: Any]] ?? []).compactMap { plan in
-                    guard let type = (plan["billingPlanType"] as? String).flatMap(BillingPlan.Kind.init(loose:)) else { return nil }
-                    return BillingPlan(type: type, amount: StoreKitConfiguration.priceText(plan["displayPrice"]) ?? "0",
+                    // A plan without a price is not read as a free one.
+                    guard let type = (plan["billingPlanType"] as? String).flatMap(BillingPlan.Kind.init(loose:)),
+                          let amount = StoreKitConfiguration.priceText(plan["displayPrice"]) else { return nil }
+                    return BillingPlan(type: type, amount: amount,
                                        commitmentAmount: StoreKitConfiguration.priceText(plan["commitmentDisplayPrice"]),
                                        isEnabled: plan["isEnabled"] as? Bool ?? true)
                 }

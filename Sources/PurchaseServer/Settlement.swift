@@ -2,6 +2,12 @@ import AppStoreModels
 import Foundation
 import Storage
 
+/// A unit price as Apple charged it: an exact decimal amount and its ISO 4217 currency.
+public struct ChargedPrice: Sendable, Equatable {
+    public var amount: String
+    public var currency: String
+}
+
 /// One transaction Apple confirmed, ready for the ledger.
 public struct ConfirmedTransaction: Sendable, Equatable {
     public var transactionId: String
@@ -17,6 +23,10 @@ public struct ConfirmedTransaction: Sendable, Equatable {
     /// For a refund of part of the price (`REFUND_PRORATED`): the refunded share in milliunits of the whole
     /// (1…99,999). Nil for a refund in full, and for every source but a signed transaction.
     public var refundPercentage: Int?
+    /// What Apple charged for one unit, from a signed transaction (`price` in milliunits and `currency`): an offer's
+    /// price, a monthly plan's installment, the storefront's currency. Nil from verifyReceipt, which says nothing of
+    /// it; the product mapping's price is recorded then.
+    public var charged: ChargedPrice?
     public var isTrial: Bool
     /// `receipt`, `latest_receipt_info`, `transaction_receipt` or `signed_transaction`.
     public var source: String

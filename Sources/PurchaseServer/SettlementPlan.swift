@@ -12,6 +12,8 @@ public struct LedgerEntry: Sendable, Equatable {
     public var creditedCurrency: String?
     public var creditedAmount: Int64?
     public var clawedBack: Bool
+    /// A prorated refund's share (milliunits of the whole) as recorded; nil when refunded in full or not refunded.
+    public var refundPercentage: Int? = nil
     /// When the information behind the row's cancellation and expiry was last true (ms): the newest
     /// current source seen (a JWS's `signedDate`, Apple's answer time for `latest_receipt_info`) or the
     /// date of a refund a receipt reported; 0 when only history was seen. Nothing older changes the row.
@@ -49,6 +51,8 @@ public struct SettlementPlan: Sendable, Equatable {
         case credit(transactionId: String, currency: String, amount: Int64)
         /// A refund or revocation seen now.
         case cancel(transactionId: String, date: Int64, reason: String?, stateDate: Int64, percentage: Int? = nil)
+        /// A refund already recorded, reported again by newer signed data with another share (full, or prorated).
+        case updateRefundShare(transactionId: String, percentage: Int?, stateDate: Int64)
         /// A refund reversed: the row counts again.
         case reinstate(transactionId: String, stateDate: Int64)
         /// Take a refunded consumable's credit back from whoever received it (a negative balance flags the user).
@@ -239,6 +243,10 @@ public struct SettlementPlan: Sendable, Equatable {
             if let currency = existing.creditedCurrency, let amount = existing.creditedAmount, !existing.clawedBack {
                 actions.append(.clawBack(transactionId: id, user: existing.appUserId, currency: currency, amount: amount))
             }
+        } else if cancelled != nil, existing.cancellationDate != nil, transaction.isSigned, transaction.refundPercentage != existing.refundPercentage {
+            // Only Apple's signature knows the share: newer signed data corrects what a receipt (no share) or an older JWS said.
+            changed = true
+            actions.append(.updateRefundShare(transactionId: id, percentage: transaction.refundPercentage, stateDate: stateDate))
         } else if !cancelOnly, cancelled == nil, existing.cancellationDate != nil, transaction.isSigned {
             // Only Apple's signature says a refund was reversed: a verifyReceipt answer that merely lacks
             // the refund (an answer that lags) never gives credit back.

@@ -113,6 +113,16 @@ public final class SignedTransactionInspector: Sendable {
 }
 
 extension ConfirmedTransaction {
+    /// 4990 → "4.99", 120000 → "120", 5 → "0.005": exact, as the ledger keeps prices.
+    static func decimalText(milliunits: Int64) -> String {
+        let whole = milliunits / 1000, fraction = milliunits % 1000
+        guard fraction != 0 else { return String(whole) }
+        var digits = String(fraction)
+        digits = String(repeating: "0", count: 3 - digits.count) + digits
+        while digits.hasSuffix("0") { digits.removeLast() }
+        return "\(whole).\(digits)"
+    }
+
     /// From a verified StoreKit 2 transaction.
     init(_ jws: JWSTransaction, source: String) {
         transactionId = jws.transactionId
@@ -125,6 +135,10 @@ extension ConfirmedTransaction {
         webOrderLineItemId = jws.webOrderLineItemId
         cancellationDate = jws.revocationDate.map(ReceiptDate.date(milliseconds:))
         cancellationReason = jws.revocationReason.map(String.init)
+        if let price = jws.price, (0...1_000_000_000_000).contains(price), let currency = jws.currency,
+           currency.utf8.count == 3, currency.utf8.allSatisfy({ (65...90).contains($0) }) {
+            charged = ChargedPrice(amount: Self.decimalText(milliunits: price), currency: currency)
+        }
         if jws.revocationDate != nil, jws.revocationType == "REFUND_PRORATED", let share = jws.revocationPercentage, (1..<100_000).contains(share) {
             refundPercentage = share
         }

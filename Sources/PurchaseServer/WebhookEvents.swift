@@ -159,7 +159,7 @@ public enum WebhookEvents {
                 var event = draft(.subscriptionExtended, transactionId, user: owner(of: transactionId))
                 event.expiresDate = expires
                 events.append(event)
-            case .unbindAll, .withholdCredit, .observe, .audit:
+            case .unbindAll, .withholdCredit, .observe, .audit, .updateRefundShare:
                 continue
             }
         }

@@ -281,13 +281,24 @@ enum FileLimits {
         _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
     }
 
-    /// Verifications in flight when not told: half the open-file limit (the rest serves clients, the database and
-    /// the emulator), an eighth of physical memory at 16 KB each, at most 65,536 and at least 256.
-    static func automaticConcurrency() -> Int {
+    /// Verifications in flight when not told: `share` of the open-file limit (the rest serves clients and the
+    /// database), an eighth of the memory this process may use at 16 KB each, at most 65,536 and at least 256.
+    static func automaticConcurrency(share: Double = 0.5) -> Int {
         var limit = rlimit()
-        let files = getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 ? Int(min(limit.rlim_cur, 1 << 30)) : 1024
-        let memory = Int(ProcessInfo.processInfo.physicalMemory / 8 / 16_384)
-        return max(256, min(65_536, files / 2, memory))
+        let files = getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 ? Double(min(limit.rlim_cur, 1 << 30)) : 1024
+        let memory = Int(min(ProcessInfo.processInfo.physicalMemory, containerMemoryLimit() ?? .max) / 8 / 16_384)
+        return max(256, min(65_536, Int(files * share), memory))
+    }
+
+    /// The cgroup's memory limit (v2 `memory.max`, v1 `memory.limit_in_bytes`), when one is set: inside a container
+    /// the machine's memory is not what the process may use.
+    static func containerMemoryLimit() -> UInt64? {
+        for path in ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"] {
+            guard let text = try? String(contentsOfFile: path, encoding: .utf8),
+                  let bytes = UInt64(text.trimmingCharacters(in: .whitespacesAndNewlines)), bytes < 1 << 60 else { continue }
+            return bytes
+        }
+        return nil
     }
 
     /// Connections a listener may accept: `share` of the open-file limit, between 1,024 and 65,536

@@ -101,7 +101,9 @@ struct UpCommand: Command {
 
         // The purchase server, trusting the emulator's chain and calling its verifyReceipt.
         var arguments = Arguments(["--data", root.appendingPathComponent("server").path, "--appstore-url", appstoreURL])
-        let options = try ServerOptions(&arguments)
+        var options = try ServerOptions(&arguments)
+        // One process holds both ends of each call (the server's socket and the emulator's): a quarter of the file limit each.
+        options.concurrency = options.concurrency ?? FileLimits.automaticConcurrency(share: 0.25)
         let (server, _, database) = try await options.openServer(emulatorCA: authority.root.pem + authority.intermediate.pem
                                                                               + jwsAuthority.root.pem + jwsAuthority.intermediate.pem,
                                                                           clock: DelegatingClock { [clock = emulator.clock] in clock.now() })

@@ -165,6 +165,45 @@ struct BillingPlanTests {
         await #expect(throws: StoreError.self) { _ = try await buy(world, "pro.yearly", device: device, plan: "WEEKLY") }
     }
 
+    @Test("A commitment's installments end on its month boundaries; Ask to Buy keeps the plan; offers wait for no commitment")
+    func commitmentEdges() async throws {
+        let (world, device) = try await Self.world(environment: .production)
+        let first = try await buy(world, "pro.yearly", device: device, plan: "MONTHLY")
+        _ = try await world.emulator.advanceTime(by: 360 * 86_400)
+        let twelfth = try await world.emulator.read { state, _ in
+            state.transactions.values.first { $0.originalId == first.originalId && $0.commitment?.billingPeriodNumber == 12 }
+        }
+        #expect(twelfth?.expiresDate == first.commitment?.expiresDate, "the last installment ends when the commitment does")
+        // Offer codes and promotional offers are refused while a commitment runs (no state changes).
+        await #expect(throws: StoreError.self) {
+            _ = try await world.emulator.redeemOfferCode(bundleId: Self.app, email: "buyer@example.com", productId: "pro.yearly", offerId: "LOYAL")
+        }
+        // A child's purchase on the monthly plan waits for a parent and starts the commitment when approved.
+        try await world.emulator.addAccount(email: "kid@example.com", environment: .production, askToBuy: true)
+        let kid = try await world.emulator.signIn(deviceId: nil, email: "kid@example.com")
+        let asked = try await buy(world, "pro.yearly", device: kid.id, plan: "MONTHLY")
+        #expect(asked.state == .deferred)
+        let approved = try await world.emulator.answerAskToBuy(transactionId: asked.id, approve: true)
+        #expect(approved.billingPlanType == .monthly && approved.commitment?.billingPeriodNumber == 1 && approved.price?.amount == "5.99")
+    }
+
+    @Test("An offer waiting for a downgrade goes when the customer changes course")
+    func pendingOfferCleared() async throws {
+        let (world, device) = try await Self.world()
+        var app = try await world.emulator.app(Self.app)
+        let index = try #require(app.products.firstIndex { $0.productId == "lite.yearly" })
+        app.products[index].offerCodes = [PromotionalOffer(offerId: "LITE", paymentMode: .free, period: .oneMonth)]
+        try await world.emulator.register(app: app)
+        let pro = try await buy(world, "pro.yearly", device: device)
+        _ = try await world.emulator.redeemOfferCode(bundleId: Self.app, email: World.tester, productId: "lite.yearly", offerId: "LITE")
+        #expect(try await renewalInfo(world, pro.originalId)["offerIdentifier"]?.text == "LITE")
+        _ = try await buy(world, "pro.yearly", device: device)  // back to Pro before the renewal
+        #expect(try await renewalInfo(world, pro.originalId)["offerIdentifier"] == nil, "Pro renews at Pro's price, not free")
+        _ = try await world.emulator.forceSubscription(originalTransactionId: pro.originalId, expire: false)
+        let renewal = try await world.emulator.transaction(try #require(try await world.emulator.read { state, _ in state.chains[pro.originalId]?.latestTransactionId }))
+        #expect(renewal.productId == "pro.yearly" && renewal.offerType == nil && renewal.price?.amount == "59.99")
+    }
+
     @Test("A partial refund is REFUND_PRORATED with its share; a whole one REFUND_FULL; both revoke, once")
     func proratedRefund() async throws {
         let (world, device) = try await Self.world()

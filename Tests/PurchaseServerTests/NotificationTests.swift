@@ -103,6 +103,45 @@ struct NotificationTests {
         #expect(ledger.reduce(Decimal(0)) { $0 + ($1.netRevenue["USD"].flatMap { Decimal(string: $0) } ?? 0) } == Decimal(string: "1.19"), "1.99 − 0.796, to the cent")
     }
 
+    @Test("A transaction first seen already refunded in part keeps its share; newer signed data corrects a share a receipt could not know",
+          arguments: Engine.available)
+    func refundShareFirstSeenAndCorrected(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        let (globe, _) = try await world.buy("com.example.football", "GoldenGlobe")
+        _ = try await world.emulator.refund(transactionId: globe.id, percentage: 25_000)
+        // Uploaded only after the refund, as a signed transaction: recorded refunded, with its share.
+        let (status, _) = try await world.postTransaction("com.example.football", user: "quinn", signed: try await world.emulator.signedTransaction(transactionId: globe.id))
+        #expect(status == 200)
+        // Uploaded first as a receipt (verifyReceipt knows no share: all of it), then signed data says 50%.
+        let (gloves, receipt) = try await world.buy("com.example.football", "ProtectiveGloves")
+        _ = try await world.emulator.refund(transactionId: gloves.id, percentage: 50_000)
+        _ = try await world.upload("com.example.football", user: "quinn", receipt: try await world.emulator.appReceipt(bundleId: "com.example.football", deviceId: world.device, refresh: true)!.base64EncodedString())
+        _ = receipt
+        try await world.emulator.advanceTime(by: 1)
+        _ = try await world.postTransaction("com.example.football", user: "quinn", signed: try await world.emulator.signedTransaction(transactionId: gloves.id))
+        let report = try await world.server.store.revenue(appId: "com.example.football", from: TestSupport.referenceDate.addingTimeInterval(-86400),
+                                                          to: TestSupport.referenceDate.addingTimeInterval(86400 * 2), group: [.product])
+        let byProduct = Dictionary(uniqueKeysWithValues: report.rows.map { ($0.productId ?? "", $0) })
+        #expect(byProduct["GoldenGlobe"]?.refunded == "0.75", "25% of 2.99 is 0.7475")
+        #expect(byProduct["ProtectiveGloves"]?.refunded == "1.00", "50% of 1.99, once signed data said so")
+    }
+
+    @Test("A signed transaction is booked at what Apple charged; a receipt at the product mapping's price", arguments: Engine.available)
+    func chargedPrice(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        // The mapping says 0.99 for every coin pack; the App Store sells Nada.JPYF03 for 4.99.
+        let (signedPack, _) = try await world.buy("com.example.coins", "Nada.JPYF03")
+        _ = try await world.postTransaction("com.example.coins", user: "rita", signed: try await world.emulator.signedTransaction(transactionId: signedPack.id))
+        let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF03")
+        _ = try await world.upload("com.example.coins", user: "rita", receipt: receipt)
+        let report = try await world.server.store.revenue(appId: "com.example.coins", from: TestSupport.referenceDate.addingTimeInterval(-86400),
+                                                          to: TestSupport.referenceDate.addingTimeInterval(86400 * 2), group: [.currency])
+        #expect(report.rows.first?.transactions == 2)
+        #expect(report.rows.first?.gross == "5.98", "4.99 charged, as signed, and 0.99 from the mapping for the receipt")
+    }
+
     @Test("REFUND_REVERSED reinstates the entitlement and gives the clawed-back credit back; old receipts and old JWS undo nothing",
           arguments: Engine.available)
     func refundReversed(engine: Engine) async throws {

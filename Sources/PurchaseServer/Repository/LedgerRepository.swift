@@ -25,7 +25,7 @@ struct LedgerRepository {
         for chunk in Self.chunks(Array(Set(transactionIds))) {
             for row in try db.query("""
                 SELECT transaction_id, app_id, app_user_id, product_id, expires_date, cancellation_date, credited_currency, credited_amount,
-                clawed_back_at, state_date FROM ledger WHERE environment = ? AND transaction_id IN (\(Self.placeholders(chunk.count)))
+                clawed_back_at, state_date, refund_percentage FROM ledger WHERE environment = ? AND transaction_id IN (\(Self.placeholders(chunk.count)))
                 """, [environment] + chunk) {
                 let id = row.string("transaction_id") ?? ""
                 entries[id] = LedgerEntry(transactionId: id, appId: row.string("app_id") ?? "", appUserId: row.string("app_user_id") ?? "",
@@ -33,6 +33,7 @@ struct LedgerRepository {
                                           cancellationDate: row.int("cancellation_date"), creditedCurrency: row.string("credited_currency"),
                                           creditedAmount: row.int("credited_amount"), clawedBack: row.int("clawed_back_at") != nil,
                                           stateDate: row.int("state_date") ?? 0)
+                entries[id]?.refundPercentage = row.int("refund_percentage").map(Int.init)
             }
         }
         return entries
@@ -64,7 +65,8 @@ struct LedgerRepository {
         for action in actions {
             switch action {
             case .record(let transaction, _, _): recordedChains.insert(transaction.originalTransactionId)
-            case .cancel(let id, _, _, _, _), .reinstate(let id, _), .updateExpiry(let id, _, _): changedTransactions.insert(id)
+            case .cancel(let id, _, _, _, _), .reinstate(let id, _), .updateExpiry(let id, _, _), .updateRefundShare(let id, _, _):
+                changedTransactions.insert(id)
             default: break
             }
         }
@@ -77,13 +79,14 @@ struct LedgerRepository {
                 let inserted = try db.query("""
                     INSERT INTO ledger (environment, transaction_id, app_id, app_user_id, product_id, product_type, quantity, purchase_date,
                     original_purchase_date, original_transaction_id, web_order_line_item_id, expires_date, price, currency, source, verification_id,
-                    cancellation_date, cancellation_reason, is_trial, recorded_at, state_date)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING transaction_id
+                    cancellation_date, cancellation_reason, is_trial, recorded_at, state_date, refund_percentage)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING transaction_id
                     """, [environment, transaction.transactionId, appId, user, transaction.productId, mapping.type.rawValue, transaction.quantity,
                           transaction.purchaseDate.milliseconds, transaction.originalPurchaseDate?.milliseconds, transaction.originalTransactionId,
-                          transaction.webOrderLineItemId, transaction.expiresDate?.milliseconds, mapping.price, mapping.priceCurrency,
+                          transaction.webOrderLineItemId, transaction.expiresDate?.milliseconds,
+                          transaction.charged?.amount ?? mapping.price, transaction.charged?.currency ?? mapping.priceCurrency,
                           transaction.source, verificationId, transaction.cancellationDate?.milliseconds, transaction.cancellationReason,
-                          transaction.isTrial, nowMs, stateDate])
+                          transaction.isTrial, nowMs, stateDate, transaction.cancellationDate == nil ? nil : transaction.refundPercentage])
                 if inserted.isEmpty { throw Conflict(transactionId: transaction.transactionId) }
             case .bind(let original, let productId):
                 // A user exists from the first thing granted (an upload alone creates none: junk fills nothing).
@@ -106,6 +109,9 @@ struct LedgerRepository {
                     UPDATE ledger SET cancellation_date = ?, cancellation_reason = ?, refund_percentage = ?, state_date = ?
                     WHERE environment = ? AND transaction_id = ?
                     """, [date, reason, percentage, stateDate, environment, transactionId])
+            case .updateRefundShare(let transactionId, let percentage, let stateDate):
+                try db.query("UPDATE ledger SET refund_percentage = ?, state_date = ? WHERE environment = ? AND transaction_id = ?",
+                             [percentage, stateDate, environment, transactionId])
             case .reinstate(let transactionId, let stateDate):
                 try db.query("""
                     UPDATE ledger SET cancellation_date = NULL, cancellation_reason = NULL, refund_percentage = NULL, state_date = ?

@@ -1,0 +1,38 @@
+"""Distinct one-purchase receipts for the steady-state benchmark: COUNT testers buy one consumable each.
+Writes WORK/steady-receipts.txt, one upload body ({"appUserId", "receiptData"}) per line."""
+import http.client
+import json
+import multiprocessing
+import sys
+import urllib.parse
+
+url, work, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+parsed = urllib.parse.urlparse(url)
+
+
+def make(indices):
+    connection, lines = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=120), []
+
+    def call(path, body):
+        connection.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        data = response.read()
+        if response.status >= 300:
+            raise SystemExit(f"{path}: {response.status} {data[:200]!r}")
+        return json.loads(data)
+
+    for index in indices:
+        email = f"steady{index}@bench.example.com"
+        call("/admin/v1/accounts", {"email": email})
+        bought = call("/admin/v1/purchases", {"app": "com.example.coins", "product": "Nada.JPYF01", "account": email})
+        lines.append(json.dumps({"appUserId": email, "receiptData": bought["receipt"]}))
+    return lines
+
+
+with multiprocessing.Pool(8) as pool:
+    parts = pool.map(make, [range(i, count, 8) for i in range(8)])
+# Interleaved back into creation order, so any prefix of the file is a set of distinct customers.
+lines = [line for group in zip(*parts) for line in group] + [line for part in parts for line in part[len(parts[-1]):]]
+with open(f"{work}/steady-receipts.txt", "w") as out:
+    out.write("\n".join(lines[:count]) + "\n")
+print(f"prepared {count} receipts")
