@@ -29,41 +29,69 @@ public enum ReceiptDecoder {
     }()
 
     public static func decode(base64 input: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
-        var output: [UInt8] = []
-        output.reserveCapacity(input.count / 4 * 3 + 3)
-        var accumulator: UInt32 = 0
-        var count = 0
-        var padding = 0
-        for byte in input {
-            let value = base64Table[Int(byte)]
-            switch value {
-            case 0xfe: continue
-            case 0xfd:
-                padding += 1
-                continue
-            case 0xff: return nil
-            default:
-                guard padding == 0 else { return nil }
-                accumulator = accumulator << 6 | UInt32(value)
-                count += 1
-                if count == 4 {
-                    output.append(UInt8(truncatingIfNeeded: accumulator >> 16))
-                    output.append(UInt8(truncatingIfNeeded: accumulator >> 8))
-                    output.append(UInt8(truncatingIfNeeded: accumulator))
-                    accumulator = 0
-                    count = 0
+        var failed = false
+        // Written straight into the array's storage, four characters at a time where they are plain ones (all but
+        // line breaks and the padding): a receipt is kilobytes of Base64, read once per verification.
+        let output = base64Table.withUnsafeBufferPointer { table in
+            [UInt8](unsafeUninitializedCapacity: input.count / 4 * 3 + 3) { buffer, written in
+                var accumulator: UInt32 = 0
+                var count = 0, padding = 0, index = 0, out = 0
+                let end = input.count
+                while index < end {
+                    if count == 0, index + 4 <= end {
+                        let a = table[Int(input[index])], b = table[Int(input[index + 1])]
+                        let c = table[Int(input[index + 2])], d = table[Int(input[index + 3])]
+                        if a | b | c | d < 64 {
+                            guard padding == 0 else { failed = true; return }
+                            let value = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
+                            buffer[out] = UInt8(truncatingIfNeeded: value >> 16)
+                            buffer[out + 1] = UInt8(truncatingIfNeeded: value >> 8)
+                            buffer[out + 2] = UInt8(truncatingIfNeeded: value)
+                            out += 3
+                            index += 4
+                            continue
+                        }
+                    }
+                    let value = table[Int(input[index])]
+                    index += 1
+                    switch value {
+                    case 0xfe: continue
+                    case 0xfd:
+                        padding += 1
+                        continue
+                    case 0xff:
+                        failed = true
+                        return
+                    default:
+                        guard padding == 0 else { failed = true; return }
+                        accumulator = accumulator << 6 | UInt32(value)
+                        count += 1
+                        if count == 4 {
+                            buffer[out] = UInt8(truncatingIfNeeded: accumulator >> 16)
+                            buffer[out + 1] = UInt8(truncatingIfNeeded: accumulator >> 8)
+                            buffer[out + 2] = UInt8(truncatingIfNeeded: accumulator)
+                            out += 3
+                            accumulator = 0
+                            count = 0
+                        }
+                    }
                 }
+                switch count {
+                case 0: break
+                case 2:
+                    buffer[out] = UInt8(truncatingIfNeeded: accumulator >> 4)
+                    out += 1
+                case 3:
+                    buffer[out] = UInt8(truncatingIfNeeded: accumulator >> 10)
+                    buffer[out + 1] = UInt8(truncatingIfNeeded: accumulator >> 2)
+                    out += 2
+                default: failed = true
+                }
+                if padding > 2 { failed = true }
+                written = out
             }
         }
-        switch count {
-        case 0: break
-        case 2: output.append(UInt8(truncatingIfNeeded: accumulator >> 4))
-        case 3:
-            output.append(UInt8(truncatingIfNeeded: accumulator >> 10))
-            output.append(UInt8(truncatingIfNeeded: accumulator >> 2))
-        default: return nil
-        }
-        guard padding <= 2, !output.isEmpty else { return nil }
+        guard !failed, !output.isEmpty else { return nil }
         return output
     }
 

@@ -122,6 +122,12 @@ public enum ReceiptPayload {
 
     /// Decodes a payload (DER or BER). Unknown attributes are skipped; empty dates mean absent.
     public static func decode(_ payload: [UInt8]) throws -> AppReceipt {
+        if let receipt = decodeFast(payload) { return receipt }
+        return try decodeGeneral(payload)
+    }
+
+    /// The decoder for every payload, DER or BER (the fast path gives the same answer for the DER ones it reads).
+    static func decodeGeneral(_ payload: [UInt8]) throws -> AppReceipt {
         var receipt = AppReceipt(receiptType: ReceiptType(rawValue: ""), bundleId: "", applicationVersion: "", creationDate: nil)
         var sawBundle = false
         try forEachAttribute(payload[...]) { type, value in
@@ -221,9 +227,12 @@ public enum ReceiptPayload {
     }
 
     static func dateValue(_ value: ArraySlice<UInt8>) throws -> Date? {
-        let text = try string(value)
-        if text.isEmpty { return nil }
-        guard let date = ReceiptDate.parseRFC3339(text) else { throw ASN1Error("bad date in receipt") }
+        let (element, rest) = try ASN1Element.parsePrefix(value)
+        guard rest.isEmpty else { throw ASN1Error("trailing bytes after a string") }
+        guard [0x0c, 0x16, 0x13, 0x14, 0x1a, 0x1e, 0x12].contains(element.tag) else { throw ASN1Error("expected a string") }
+        if element.content.isEmpty { return nil }
+        // Read from the bytes themselves (a date is ASCII): no String is made for each date of each purchase.
+        guard let date = element.content.withUnsafeBufferPointer({ ReceiptDate.parseRFC3339(utf8: $0) }) else { throw ASN1Error("bad date in receipt") }
         return date
     }
 }

@@ -11,7 +11,7 @@ extension AppStoreEmulator {
             answer(VerifyReceiptResponse(status: code, environment: environment, exception: exception))
         }
 
-        guard let request = try? JSONDecoder().decode(VerifyReceiptRequest.self, from: body) else {
+        guard let request = VerifyReceiptRequest(json: body) else {
             return status(VerifyReceiptStatus.unreadableRequest)
         }
         guard let text = request.receiptData, let bytes = ReceiptDecoder.base64Decode(text) else {

@@ -38,13 +38,13 @@ public enum ReceiptDate {
 
     /// `2013-08-01 07:00:00 Etc/GMT`
     public static func gmtString(_ date: Date) -> String {
-        civil(seconds: seconds(date), separator: " ") + " Etc/GMT"
+        civil(seconds: seconds(date), separator: 32, suffix: " Etc/GMT")
     }
 
     /// `2013-08-01 00:00:00 America/Los_Angeles` (follows daylight saving time).
     public static func pacificString(_ date: Date) -> String {
         let seconds = seconds(date)
-        return civil(seconds: seconds &+ pacificOffset(seconds), separator: " ") + " America/Los_Angeles"
+        return civil(seconds: seconds &+ pacificOffset(seconds), separator: 32, suffix: " America/Los_Angeles")
     }
 
     /// UTC offset of Los Angeles. Since 2007 US daylight time runs from the second Sunday of March,
@@ -65,12 +65,16 @@ public enum ReceiptDate {
 
     /// `2013-08-01T07:00:00Z`, as binary receipts store dates.
     public static func rfc3339(_ date: Date) -> String {
-        civil(seconds: seconds(date), separator: "T") + "Z"
+        civil(seconds: seconds(date), separator: 84, suffix: "Z")
     }
 
     /// Parses RFC 3339 with `Z`, `±HH:MM` or `±HHMM` offsets and optional fractions; nil for empty or invalid text.
     public static func parseRFC3339(_ text: String) -> Date? {
-        let bytes = Array(text.utf8)
+        Array(text.utf8).withUnsafeBufferPointer { parseRFC3339(utf8: $0) }
+    }
+
+    /// `parseRFC3339` on the UTF-8 bytes themselves (a receipt's IA5String), without making a String first.
+    public static func parseRFC3339(utf8 bytes: UnsafeBufferPointer<UInt8>) -> Date? {
         guard bytes.count >= 19 else { return nil }
         func number(_ range: Range<Int>) -> Int? {
             var value = 0
@@ -118,19 +122,42 @@ public enum ReceiptDate {
         return Date(timeIntervalSince1970: Double(seconds) + fraction)
     }
 
-    /// Formats Unix seconds as `YYYY-MM-DD<sep>HH:MM:SS`.
-    static func civil(seconds: Int64, separator: String) -> String {
+    /// Formats Unix seconds as `YYYY-MM-DD<separator>HH:MM:SS<suffix>`, written digit by digit into one buffer: verifyReceipt
+    /// writes three forms of every date of every purchase, and joining small strings cost more than the rest of a date.
+    static func civil(seconds: Int64, separator: UInt8, suffix: StaticString) -> String {
         var days = seconds / 86400
         var remainder = seconds % 86400
         if remainder < 0 { remainder += 86400; days -= 1 }
         let (year, month, day) = civilFromDays(days)
         let hour = remainder / 3600, minute = (remainder % 3600) / 60, second = remainder % 60
-        return pad(year, 4) + "-" + pad(month, 2) + "-" + pad(day, 2) + separator + pad(hour, 2) + ":" + pad(minute, 2) + ":" + pad(second, 2)
-    }
-
-    private static func pad(_ value: Int64, _ width: Int) -> String {
-        let text = String(value)
-        return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
+        // Years outside 0…9999 (a saturated date) are written in full; every other field has two digits.
+        guard (0...9999).contains(year) else {
+            let text = String(year) + "-" + String(month) + "-" + String(day)
+            return text + String(decoding: [separator], as: UTF8.self) + "\(hour):\(minute):\(second)" + suffix.description
+        }
+        let length = 19 + suffix.utf8CodeUnitCount
+        return String(unsafeUninitializedCapacity: length) { buffer in
+            func two(_ value: Int64, at index: Int) {
+                buffer[index] = UInt8(truncatingIfNeeded: 48 + value / 10)
+                buffer[index + 1] = UInt8(truncatingIfNeeded: 48 + value % 10)
+            }
+            two(year / 100, at: 0)
+            two(year % 100, at: 2)
+            buffer[4] = 45
+            two(month, at: 5)
+            buffer[7] = 45
+            two(day, at: 8)
+            buffer[10] = separator
+            two(hour, at: 11)
+            buffer[13] = 58
+            two(minute, at: 14)
+            buffer[16] = 58
+            two(second, at: 17)
+            suffix.withUTF8Buffer { tail in
+                for index in 0..<tail.count { buffer[19 + index] = tail[index] }
+            }
+            return length
+        }
     }
 
     // Howard Hinnant's civil-from-days and days-from-civil algorithms (public domain arithmetic).

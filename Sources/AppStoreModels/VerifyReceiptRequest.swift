@@ -20,6 +20,24 @@ public struct VerifyReceiptRequest: Codable, Sendable {
         self.excludeOldTransactions = excludeOldTransactions
     }
 
+    /// Reads a request body as `init(from:)` does, with the small JSON parser (JSONDecoder cost more than the rest
+    /// of a one-purchase verification); nil when the body is not a JSON object.
+    public init?(json body: some Collection<UInt8>) {
+        guard case .object(let fields)? = try? JSONValue.parse(body) else { return nil }
+        func string(_ key: String) -> String? {
+            if case .string(let value)? = fields[key] { return value }
+            return nil
+        }
+        receiptData = string(CodingKeys.receiptData.rawValue)
+        password = string(CodingKeys.password.rawValue)
+        switch fields[CodingKeys.excludeOldTransactions.rawValue] {
+        case .bool(let flag)?: excludeOldTransactions = flag
+        case .number(let text)?: excludeOldTransactions = Int(text).map { $0 != 0 }
+        case .string(let text)?: excludeOldTransactions = text == "true" || text == "1"
+        default: excludeOldTransactions = nil
+        }
+    }
+
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         receiptData = try? container.decodeIfPresent(String.self, forKey: .receiptData)

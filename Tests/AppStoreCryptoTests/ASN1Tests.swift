@@ -1,4 +1,5 @@
 @testable import AppStoreCrypto
+import AppStoreModels
 import Foundation
 import Testing
 
@@ -90,6 +91,52 @@ struct Base64Tests {
         for length in 1..<200 {
             let bytes = (0..<length).map { _ in UInt8.random(in: 0...255) }
             #expect(ReceiptDecoder.base64Decode(Data(bytes).base64EncodedString(options: .lineLength64Characters)) == bytes)
+        }
+    }
+}
+
+/// The DER fast path of receipt payloads reads what the general decoder reads, and leaves the rest to it.
+@Suite("Receipt payload fast path")
+struct ReceiptPayloadFastPathTests {
+    static func receipt(purchases: Int, type: ReceiptType = .productionSandbox) -> AppReceipt {
+        let date = Date(timeIntervalSince1970: 1_790_000_000)
+        let inApp = (0..<purchases).map { index in
+            InAppPurchase(quantity: index % 3 + 1, productId: "product.\(index % 7)", transactionId: String(2_000_000_000 + index),
+                          originalTransactionId: String(2_000_000_000 + index / 2), purchaseDate: date.addingTimeInterval(Double(index)),
+                          originalPurchaseDate: date, expiresDate: index % 2 == 0 ? date.addingTimeInterval(86_400) : nil,
+                          webOrderLineItemId: index % 2 == 0 ? Int64(index + 1) : nil,
+                          cancellationDate: index % 5 == 0 ? date.addingTimeInterval(60) : nil, cancellationReason: index % 5 == 0 ? 1 : nil,
+                          isTrialPeriod: index % 4 == 0, isInIntroOfferPeriod: index % 2 == 0 ? (index % 3 == 0) : nil,
+                          promotionalOfferId: index % 6 == 0 ? "offer" : nil, productTypeCode: index % 4)
+        }
+        return AppReceipt(receiptType: type, appItemId: 1_234_567_890, bundleId: "com.example.fast", applicationVersion: "2.1",
+                          opaqueValue: Data([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]), sha1Hash: Data(repeating: 7, count: 20),
+                          creationDate: date, originalPurchaseDate: date, originalApplicationVersion: "1.0", downloadId: 99,
+                          versionExternalIdentifier: 5, inApp: inApp, bundleIdBytes: Data(ReceiptPayload.bundleIdBytes("com.example.fast")))
+    }
+
+    @Test("Both decoders agree on DER payloads", arguments: [0, 1, 17, 300])
+    func agree(purchases: Int) throws {
+        let payload = ReceiptPayload.encode(Self.receipt(purchases: purchases))
+        let fast = try #require(ReceiptPayload.decodeFast(payload))
+        #expect(fast == (try ReceiptPayload.decodeGeneral(payload)))
+        #expect(fast.inApp.count == purchases)
+    }
+
+    @Test("Anything unusual goes to the general decoder: BER, truncation, a corrupted byte")
+    func fallsBack() throws {
+        // Xcode's real receipt: BER with indefinite lengths around a payload the general decoder reads.
+        let payload = ReceiptPayload.encode(Self.receipt(purchases: 3))
+        for cut in [1, 10, payload.count / 2, payload.count - 1] {
+            #expect(ReceiptPayload.decodeFast(Array(payload.prefix(cut))) == nil)
+            #expect(throws: (any Error).self) { try ReceiptPayload.decode(Array(payload.prefix(cut))) }
+        }
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<500 {
+            var corrupted = payload
+            corrupted[Int.random(in: 0..<corrupted.count, using: &rng)] = UInt8.random(in: 0...255, using: &rng)
+            let general = try? ReceiptPayload.decodeGeneral(corrupted)
+            if let fast = ReceiptPayload.decodeFast(corrupted) { #expect(fast == general, "the fast path never answers differently") }
         }
     }
 }
