@@ -115,12 +115,46 @@ public struct JWS: Sendable {
 
 /// Base64url without padding (RFC 7515 §2).
 public enum Base64URL {
+    /// Base64url without padding, written straight into the string's storage (every JWS the emulator signs has three
+    /// parts; replacing characters in a Foundation string cost more than the signature).
     public static func encode(_ bytes: some Collection<UInt8>) -> String {
-        var text = Data(bytes).base64EncodedString()
-        text = text.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-        while text.hasSuffix("=") { text.removeLast() }
-        return text
+        let input = bytes as? [UInt8] ?? Array(bytes)
+        let length = input.count / 3 * 4 + [0, 2, 3][input.count % 3]
+        guard length > 0 else { return "" }
+        return input.withUnsafeBufferPointer { input in
+            alphabet.withUnsafeBufferPointer { alphabet in
+                String(unsafeUninitializedCapacity: length) { output in
+                    var read = 0, written = 0
+                    while read + 3 <= input.count {
+                        let value = UInt32(input[read]) << 16 | UInt32(input[read + 1]) << 8 | UInt32(input[read + 2])
+                        output[written] = alphabet[Int(value >> 18 & 63)]
+                        output[written + 1] = alphabet[Int(value >> 12 & 63)]
+                        output[written + 2] = alphabet[Int(value >> 6 & 63)]
+                        output[written + 3] = alphabet[Int(value & 63)]
+                        read += 3
+                        written += 4
+                    }
+                    switch input.count - read {
+                    case 1:
+                        let value = UInt32(input[read]) << 16
+                        output[written] = alphabet[Int(value >> 18 & 63)]
+                        output[written + 1] = alphabet[Int(value >> 12 & 63)]
+                        written += 2
+                    case 2:
+                        let value = UInt32(input[read]) << 16 | UInt32(input[read + 1]) << 8
+                        output[written] = alphabet[Int(value >> 18 & 63)]
+                        output[written + 1] = alphabet[Int(value >> 12 & 63)]
+                        output[written + 2] = alphabet[Int(value >> 6 & 63)]
+                        written += 3
+                    default: break
+                    }
+                    return written
+                }
+            }
+        }
     }
+
+    private static let alphabet: [UInt8] = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 
     public static func decode(_ text: some StringProtocol) -> [UInt8]? {
         var bytes = Array(text.utf8)

@@ -69,10 +69,16 @@ extension AppStoreEmulator {
             guard let account = state.accounts[email.lowercased()], !account.deleted else { throw StoreError.notFound("Account \(email)") }
             let id = deviceId?.uppercased() ?? ids.next().uuidString
             let device = Device(id: id, accountEmail: account.email, canMakePayments: canMakePayments, buildEnvironment: buildEnvironment)
-            state.devices[id] = device
+            state.put(device)
             changes.devices.insert(id)
             return device
         }
+    }
+
+    /// The environment of the account a device is signed in to, read without the renewal pass a `read` makes
+    /// (every device request asks, for the faults that apply to it).
+    func environment(ofDevice id: String) -> AppStoreEnvironment? {
+        state.withLock { state in (try? AppStoreEmulator.device(id, in: state))?.1.environment }
     }
 
     /// One device.

@@ -55,7 +55,7 @@ public final class AppStoreEmulator: Sendable {
         }
         for document in try await store.documents(in: Collection.devices) {
             let device = try decoder.decode(Device.self, from: document.body)
-            state.devices[device.id] = device
+            state.put(device)
         }
         let records = try await store.documents(in: Collection.transactions).map { try decoder.decode(TransactionRecord.self, from: $0.body) }
         for record in records.sorted(by: { ($0.purchaseDate, $0.id) < ($1.purchaseDate, $1.id) }) { state.insert(record) }

@@ -76,7 +76,7 @@ extension AppStoreResponder {
             return try await emulator.signIn(deviceId: named, email: account).id
         }
         let known = try await emulator.read { state, _ in
-            state.devices.values.filter { $0.accountEmail.lowercased() == account.lowercased() }.map(\.id).sorted().first
+            (state.devicesByAccount[account.lowercased()] ?? []).sorted().first
         }
         if let known { return known }
         return try await emulator.signIn(deviceId: nil, email: account).id

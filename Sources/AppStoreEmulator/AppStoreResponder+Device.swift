@@ -44,8 +44,7 @@ extension AppStoreResponder {
     }
 
     static func environmentOf(_ emulator: AppStoreEmulator, device: String) async -> AppStoreEnvironment? {
-        guard let device = try? await emulator.device(device) else { return nil }
-        return try? await emulator.accounts().first { $0.email.lowercased() == device.accountEmail.lowercased() }?.environment
+        emulator.environment(ofDevice: device)
     }
 
     /// The `device` field of a JSON body, read leniently so faults apply even to bad bodies.

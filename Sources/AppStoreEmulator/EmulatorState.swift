@@ -34,7 +34,10 @@ struct EmulatorState: Sendable {
     /// Product ids ever used per app: an identifier once used cannot be reused.
     var usedProductIds: [String: Set<String>] = [:]
     var accounts: [String: Account] = [:]
-    var devices: [String: Device] = [:]
+    /// Devices by id. Written through `put(_:)`, which keeps `devicesByAccount` in step.
+    private(set) var devices: [String: Device] = [:]
+    /// Device ids per lowercased account email: finding an account's devices must not read every device.
+    private(set) var devicesByAccount: [String: Set<String>] = [:]
     var transactions: [String: TransactionRecord] = [:]
     /// Transaction ids per "account|bundle|environment", in creation order.
     var transactionIndex: [String: [String]] = [:]
@@ -57,6 +60,13 @@ struct EmulatorState: Sendable {
 
     static func indexKey(_ account: String, _ bundle: String, _ environment: AppStoreEnvironment) -> String {
         "\(account.lowercased())|\(bundle)|\(environment.rawValue)"
+    }
+
+    /// Adds or replaces a device (a device signed in to another account leaves the first one's list).
+    mutating func put(_ device: Device) {
+        if let previous = devices[device.id] { devicesByAccount[previous.accountEmail.lowercased()]?.remove(device.id) }
+        devices[device.id] = device
+        devicesByAccount[device.accountEmail.lowercased(), default: []].insert(device.id)
     }
 
     mutating func insert(_ record: TransactionRecord) {

@@ -98,3 +98,18 @@ struct JWSTests {
         }
     }
 }
+
+@Suite("Base64url")
+struct Base64URLTests {
+    @Test("Encoding agrees with Foundation's Base64 in the URL alphabet without padding, and decodes back")
+    func agreesWithFoundation() {
+        for length in 0..<300 {
+            let bytes = (0..<length).map { _ in UInt8.random(in: 0...255) }
+            var expected = Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            while expected.hasSuffix("=") { expected.removeLast() }
+            let encoded = Base64URL.encode(bytes)
+            #expect(encoded == expected)
+            #expect(Base64URL.decode(encoded) == bytes || (length == 0 && Base64URL.decode(encoded) == nil))
+        }
+    }
+}
