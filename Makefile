@@ -23,7 +23,7 @@ FUZZ_TARGETS ?= der receipt legacy-receipt jws json catalog http-response http-r
 help:
 	@echo "make run    install what is missing, build, start the App Store emulator and the purchase server (storekeeper up)"
 	@echo "make test   install what is missing, run the Swift suites and the acceptance suites"
-	@echo "make bench  build release and print benchmark figures (written under bench/results/)"
+	@echo "make bench  build release and print benchmark figures (written under bench/results/; bench/steady.sh alone runs about 40 minutes)"
 	@echo "make install [PREFIX=/usr/local]  install the storekeeper binary (the example stores are built into it)"
 	@echo "make fuzz   run every libFuzzer harness for FUZZ_SECONDS (default 60) each; crashes are kept under Tests/fuzz/"
 	@echo "make sanitize  run the Swift suites under ThreadSanitizer and AddressSanitizer"
@@ -74,8 +74,10 @@ test-acceptance: pydeps
 	STOREKEEPER_TEST_POSTGRES=$$pg_url STOREKEEPER_BIN=$(CURDIR)/.build/debug/storekeeper $(VENV)/bin/python -m pytest -q Tests/acceptance
 
 bench: release pydeps
+	swift build -c release --product storekeeper-bench
 	bench/run.sh
 	bench/server.sh
+	bench/steady.sh
 	bench/abuse.sh
 	bench/webhooks.sh
 	bench/metrics.sh

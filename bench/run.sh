@@ -41,7 +41,7 @@ run_wrk() {  # name, url, lua script, bodies file
 
 store_state() { cat "$WORK"/data/appstore.sqlite* 2>/dev/null | sha256sum | cut -c1-16; }
 before=$(store_state)
-run_wrk "bare libmicrohttpd handler" "$BARE" bench/verify.lua "$WORK/bare.json"
+run_wrk "bare libmicrohttpd handler" "$BARE" bench/verify_many.lua "$WORK/bare.json"
 for size in 1 100 1000; do
   run_wrk "verifyReceipt ($size purchases)" "$URL" bench/verify_many.lua "$WORK/bodies-$size.txt"
 done

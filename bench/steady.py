@@ -71,7 +71,8 @@ while time.time() < deadline and int(query("SELECT count(*) FROM verification_jo
 stop.set()
 sampler.join()
 
-begin_ms, end_ms = int((started + 0.2 + warmup) * 1000), int((started + 0.2 + warmup + window) * 1000)
+# The window is counted from when the generator began offering (it reads its bodies first).
+begin_ms, end_ms = int((offered["start_unix"] + warmup) * 1000), int((offered["start_unix"] + warmup + window) * 1000)
 settled_in_window = int(query(f"SELECT count(*) FROM verification_jobs WHERE settled_at >= {begin_ms} AND settled_at < {end_ms}")[0][0])
 grants = sorted(float("inf") if row[1] == "" else int(row[1]) - int(row[0]) for row in
                 ((r + [""])[:2] for r in query(f"SELECT created_at, settled_at FROM verification_jobs WHERE created_at >= {begin_ms} AND created_at < {end_ms}")))

@@ -100,16 +100,8 @@ public struct SignedData: Sendable {
     /// embedding `chain` (leaf first), exactly as the App Store lays out receipts.
     public static func sign(payload: [UInt8], key: PrivateKey, chain: [Certificate], digest: Digest = .sha256) throws -> [UInt8] {
         guard let leaf = chain.first else { throw CryptoError("signing_failed", "no signing certificate") }
-        let fields = try leaf.fields
-        let signature = try key.sign(payload, digest: digest)
         let algorithm = DER.sequence([DER.objectIdentifier(digest.oid), DER.null])
-        let signerInfo = DER.sequence([
-            DER.integer(1),
-            DER.sequence([fields.issuer, DER.tlv(DER.Tag.integer, fields.serial)]),
-            algorithm,
-            DER.sequence([DER.objectIdentifier(OID.rsaEncryption), DER.null]),
-            DER.octetString(signature),
-        ])
+        let signerInfo = try signerInfo(payload, key: key, signer: leaf, digest: digest, signatureAlgorithm: OID.rsaEncryption)
         let signedData = DER.sequence([
             DER.integer(1),
             DER.tlv(DER.Tag.set, algorithm),
@@ -120,20 +112,25 @@ public struct SignedData: Sendable {
         return DER.sequence([DER.objectIdentifier(OID.signedData), DER.explicit(0, signedData)])
     }
 
+    /// The SignerInfo of an RSA signature over `payload` without signed attributes, naming the signer by issuer and serial.
+    private static func signerInfo(_ payload: [UInt8], key: PrivateKey, signer: Certificate, digest: Digest,
+                                   signatureAlgorithm: String) throws -> [UInt8] {
+        let fields = try signer.fields
+        return DER.sequence([
+            DER.integer(1),
+            DER.sequence([fields.issuer, DER.tlv(DER.Tag.integer, fields.serial)]),
+            DER.sequence([DER.objectIdentifier(digest.oid), DER.null]),
+            DER.sequence([DER.objectIdentifier(signatureAlgorithm), DER.null]),
+            DER.octetString(try key.sign(payload, digest: digest)),
+        ])
+    }
+
     /// Builds SignedData as Xcode's StoreKit Testing lays receipts out: BER with indefinite lengths, the payload
     /// inside a constructed OCTET STRING, one (self-signed) certificate, and `sha256WithRSAEncryption` named as
     /// the signature algorithm. Parsers that assume DER fail on it, as they do on Xcode's own receipts.
     public static func signIndefinite(payload: [UInt8], key: PrivateKey, certificate: Certificate) throws -> [UInt8] {
-        let fields = try certificate.fields
-        let signature = try key.sign(payload, digest: .sha256)
         let digest = DER.sequence([DER.objectIdentifier(OID.sha256), DER.null])
-        let signerInfo = DER.sequence([
-            DER.integer(1),
-            DER.sequence([fields.issuer, DER.tlv(DER.Tag.integer, fields.serial)]),
-            digest,
-            DER.sequence([DER.objectIdentifier(OID.sha256WithRSA), DER.null]),
-            DER.octetString(signature),
-        ])
+        let signerInfo = try signerInfo(payload, key: key, signer: certificate, digest: .sha256, signatureAlgorithm: OID.sha256WithRSA)
         // 0x80 opens an indefinite length; two zero bytes (end of contents) close it.
         func indefinite(_ tag: UInt8, _ parts: [[UInt8]]) -> [UInt8] { [tag, 0x80] + parts.flatMap { $0 } + [0, 0] }
         let content = indefinite(0x30, [

@@ -120,8 +120,20 @@ func load(_ options: Options) {
     let rate = options.double("rate", 1000)
     let seconds = options.double("seconds", 10)
     let connections = Int(options.double("connections", 64))
-    guard let text = try? String(contentsOfFile: options.string("bodies"), encoding: .utf8) else { fail("cannot read --bodies") }
-    let bodies = text.split(separator: "\n").filter { !$0.isEmpty }.map { Array($0.utf8) }
+    // Only the bodies this run sends are read (a file for a long ladder of rates holds hundreds of megabytes).
+    guard let file = fopen(options.string("bodies"), "r") else { fail("cannot read --bodies") }
+    var read: [[UInt8]] = []
+    var line: UnsafeMutablePointer<CChar>?
+    var capacity = 0
+    while read.count < Int(rate * seconds) {
+        let length = getline(&line, &capacity, file)
+        guard length > 0, let line else { break }
+        let bytes = UnsafeRawBufferPointer(start: line, count: length).filter { $0 != 10 && $0 != 13 }
+        if !bytes.isEmpty { read.append(bytes) }
+    }
+    free(line)
+    fclose(file)
+    let bodies = read
     let total = min(bodies.count, Int(rate * seconds))
     guard total > 0 else { fail("no bodies") }
     if total < Int(rate * seconds) {
@@ -131,6 +143,7 @@ func load(_ options: Options) {
     let next = Atomic<Int>(0)
     let results = Mutex<[Sample]>([])
     let start = monotonic() + 0.2
+    let startUnix = Date().timeIntervalSince1970 + 0.2
     let done = DispatchGroup()
     for _ in 0..<connections {
         done.enter()
@@ -160,7 +173,7 @@ func load(_ options: Options) {
         "offered_per_second": rate, "requests": samples.count, "accepted": accepted, "refused": samples.count - accepted,
         "sent_per_second": Double(samples.count) / max(last, 1e-9), "seconds": last,
         "answer_p50_ms": percentile(latencies, 0.5) * 1000, "answer_p99_ms": percentile(latencies, 0.99) * 1000,
-        "answer_max_ms": (latencies.last ?? 0) * 1000, "connections": connections,
+        "answer_max_ms": (latencies.last ?? 0) * 1000, "connections": connections, "start_unix": startUnix,
     ]
     let data = try! JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
     print(String(decoding: data, as: UTF8.self))
