@@ -187,6 +187,36 @@ struct BillingPlanTests {
         #expect(approved.billingPlanType == .monthly && approved.commitment?.billingPeriodNumber == 1 && approved.price?.amount == "5.99")
     }
 
+    @Test("During a commitment a price increase waits for its end, promotional offers are refused; the admin route changes the plan")
+    func commitmentRules() async throws {
+        let (world, device) = try await Self.world(environment: .production)
+        let first = try await buy(world, "pro.yearly", device: device, plan: "MONTHLY")
+        // A price increase the customer never consents to does not stop the installments.
+        _ = try await world.emulator.priceIncrease(originalTransactionId: first.originalId, amount: "69.99", consent: false)
+        _ = try await world.emulator.advanceTime(by: 100 * 86_400)
+        var chain = try #require(try await world.emulator.read { state, _ in state.chains[first.originalId] })
+        #expect(chain.autoRenewEnabled && chain.priceIncreaseAmount == "69.99", "kept for the commitment's end")
+        let latest = try await world.emulator.transaction(chain.latestTransactionId)
+        #expect(latest.commitment?.billingPeriodNumber == 4 && latest.price?.amount == "5.99")
+        // A promotional offer is refused while the commitment runs, with StoreKit's error.
+        var request = PaymentRequest(productId: "pro.yearly")
+        request.promotionalOffer = PaymentRequest.SignedOffer(offerId: "any", keyId: "k", nonce: UUID().uuidString, timestamp: 0, signature: "")
+        await #expect(throws: StoreError.self) { _ = try await world.emulator.addPayment(bundleId: Self.app, deviceId: device, request: request) }
+        // The admin route (what `appstore subscription billing-plan` calls) changes the renewal plan; a bad plan is a 400.
+        let (bad, _) = try await world.client.json(.post, "/admin/v1/subscriptions/\(first.originalId)/billing-plan?plan=WEEKLY")
+        #expect(bad == 400)
+        let (ok, body) = try await world.client.json(.post, "/admin/v1/subscriptions/\(first.originalId)/billing-plan?plan=BILLED_UPFRONT")
+        #expect(ok == 200 && body["renewalBillingPlanType"] as? String == "BILLED_UPFRONT")
+        // Unconsented at the commitment's end: the subscription lapses (EXPIRED / PRICE_INCREASE) instead of renewing.
+        _ = try await world.emulator.advanceTime(by: 300 * 86_400)
+        chain = try #require(try await world.emulator.read { state, _ in state.chains[first.originalId] })
+        #expect(!chain.autoRenewEnabled && chain.expirationIntent == 3)
+        // A billing plan without a price in a .storekit file is not read as a free one.
+        let text = String(decoding: Self.file, as: UTF8.self).replacingOccurrences(of: #""displayPrice" : "5.99", "#, with: "")
+        let unpriced = try StoreKitConfiguration(data: Data(text.utf8))
+        #expect(unpriced.products.first { $0.productId == "pro.yearly" }?.billingPlans.map(\.type) == [.billedUpfront])
+    }
+
     @Test("An offer waiting for a downgrade goes when the customer changes course")
     func pendingOfferCleared() async throws {
         let (world, device) = try await Self.world()
