@@ -227,7 +227,11 @@ public struct SettlementPlan: Sendable, Equatable {
         let cancelled = transaction.cancellationDate?.milliseconds
         let stateDate: Int64
         if let observed = Self.observed(transaction, now: input.now) {
-            guard observed > existing.stateDate else { return }
+            // Newer news only; but a refund signed at the very instant of the row's last news is news too (Apple signs a
+            // refund request's DID_CHANGE_RENEWAL_STATUS and the REFUND that grants it in the same millisecond when
+            // they happen together): a refund only takes away, and nothing undoes it at an equal time.
+            let sameInstantRefund = observed == existing.stateDate && cancelled != nil && existing.cancellationDate == nil
+            guard observed > existing.stateDate || sameInstantRefund else { return }
             stateDate = observed
         } else {
             guard let cancelled, existing.cancellationDate == nil, cancelled > existing.stateDate else { return }
