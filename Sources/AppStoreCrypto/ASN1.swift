@@ -115,15 +115,19 @@ public struct ASN1Element: Sendable {
         return Int64(value)
     }
 
+    /// Whether `tag` is one of the string types `string()` reads (UTF8String, IA5String, PrintableString, …).
+    public static func isString(tag: UInt8) -> Bool {
+        switch tag {
+        case 0x0c, 0x16, 0x13, 0x14, 0x1a, 0x1e, 0x12: true
+        default: false
+        }
+    }
+
     /// The text of a UTF8String, IA5String, PrintableString or similar.
     public func string() throws -> String {
-        switch tag {
-        case 0x0c, 0x16, 0x13, 0x14, 0x1a, 0x1e, 0x12:
-            guard let text = String(validating: content, as: UTF8.self) else { throw ASN1Error("string is not UTF-8") }
-            return text
-        default:
-            throw ASN1Error("expected a string")
-        }
+        guard Self.isString(tag: tag) else { throw ASN1Error("expected a string") }
+        guard let text = String(validating: content, as: UTF8.self) else { throw ASN1Error("string is not UTF-8") }
+        return text
     }
 
     /// The dotted form of an OBJECT IDENTIFIER.

@@ -44,8 +44,6 @@ extension ReceiptPayload {
         func children(of element: Element) -> Cursor { Cursor(bytes: bytes, position: element.start, end: element.end) }
     }
 
-    private static let stringTags: Set<UInt8> = [0x0c, 0x16, 0x13, 0x14, 0x1a, 0x1e, 0x12]
-
     private static func integer(_ bytes: UnsafeBufferPointer<UInt8>, _ element: Element) -> Int64? {
         guard element.tag == 0x02, element.end > element.start, bytes[element.start] & 0x80 == 0 else { return nil }
         var start = element.start
@@ -57,7 +55,7 @@ extension ReceiptPayload {
     }
 
     private static func string(_ bytes: UnsafeBufferPointer<UInt8>, _ element: Element) -> String? {
-        guard stringTags.contains(element.tag) else { return nil }
+        guard ASN1Element.isString(tag: element.tag) else { return nil }
         return String(validating: UnsafeBufferPointer(rebasing: bytes[element.start..<element.end]), as: UTF8.self)
     }
 
@@ -69,7 +67,7 @@ extension ReceiptPayload {
     }
 
     private static func date(_ bytes: UnsafeBufferPointer<UInt8>, _ element: Element) -> DateValue {
-        guard stringTags.contains(element.tag) else { return .unreadable }
+        guard ASN1Element.isString(tag: element.tag) else { return .unreadable }
         if element.start == element.end { return .absent }
         guard let date = ReceiptDate.parseRFC3339(utf8: UnsafeBufferPointer(rebasing: bytes[element.start..<element.end])) else { return .unreadable }
         return .date(date)

@@ -229,7 +229,7 @@ public enum ReceiptPayload {
     static func dateValue(_ value: ArraySlice<UInt8>) throws -> Date? {
         let (element, rest) = try ASN1Element.parsePrefix(value)
         guard rest.isEmpty else { throw ASN1Error("trailing bytes after a string") }
-        guard [0x0c, 0x16, 0x13, 0x14, 0x1a, 0x1e, 0x12].contains(element.tag) else { throw ASN1Error("expected a string") }
+        guard ASN1Element.isString(tag: element.tag) else { throw ASN1Error("expected a string") }
         if element.content.isEmpty { return nil }
         // Read from the bytes themselves (a date is ASCII): no String is made for each date of each purchase.
         guard let date = element.content.withUnsafeBufferPointer({ ReceiptDate.parseRFC3339(utf8: $0) }) else { throw ASN1Error("bad date in receipt") }

@@ -230,12 +230,12 @@ extension AppStoreEmulator {
     /// The billing plan a purchase names, checked against the product's (nil: up front, the plan every product has).
     static func billingPlan(_ name: String?, product: CatalogProduct) throws -> BillingPlan? {
         guard let name else {
-            return product.billingPlans.isEmpty ? nil : BillingPlan(type: .billedUpfront, amount: product.prices.first?.amount ?? "0")
+            return product.billingPlans.isEmpty ? nil : .upFront(product)
         }
         guard let kind = BillingPlan.Kind(loose: name) else {
             throw StoreError.storeKit(.paymentInvalid, "billingPlanType is BILLED_UPFRONT or MONTHLY.", status: .badRequest)
         }
-        if kind == .billedUpfront { return BillingPlan(type: .billedUpfront, amount: product.prices.first?.amount ?? "0") }
+        if kind == .billedUpfront { return .upFront(product) }
         guard product.type == .autoRenewable, let plan = product.billingPlan(kind) else {
             throw StoreError.storeKit(.paymentInvalid, "\(product.productId) has no \(kind.rawValue) billing plan.", status: .badRequest)
         }
@@ -323,7 +323,7 @@ extension AppStoreEmulator {
                           billingPlan: BillingPlan? = nil) throws -> TransactionRecord? {
         guard let period = product.period, let group = product.subscriptionGroupId else { return nil }
         // Products with billing plans: every subscription says how it is paid; a monthly plan starts a 12-month commitment.
-        let billingPlan = billingPlan ?? (product.billingPlans.isEmpty ? nil : BillingPlan(type: .billedUpfront, amount: product.prices.first?.amount ?? "0"))
+        let billingPlan = billingPlan ?? (product.billingPlans.isEmpty ? nil : .upFront(product))
         let rate = state.renewalRate(account, bundleId: record.bundleId)
         // Xcode's "billing issues" switch: the app's subscriptions fail to renew (they enter billing retry).
         let billingFails = state.apps[record.bundleId]?.testSettings?.billingIssuesEnabled == true

@@ -34,6 +34,11 @@ public struct BillingPlan: Codable, Sendable, Equatable {
         self.isEnabled = isEnabled
     }
 
+    /// The plan every subscription has: the whole period up front, at the product's price.
+    public static func upFront(_ product: CatalogProduct) -> BillingPlan {
+        BillingPlan(type: .billedUpfront, amount: product.prices.first?.amount ?? "0")
+    }
+
     /// How many monthly installments one commitment has (Apple's only commitment: 12 months).
     public static let commitmentMonths = 12
 }
