@@ -11,6 +11,14 @@ final class PostgresConnection: @unchecked Sendable {
     /// Statements prepared on this connection (SQL → name): parsed and planned once, not per call.
     private var prepared: [String: String] = [:]
     private static let maxPrepared = 256
+    /// Statements with more parameters are `IN` lists and multi-row inserts whose size varies: each is planned for
+    /// its values (PostgreSQL's unnamed statement), and none fills the cache.
+    static let maxPreparedParameters = 16
+    /// How long prepared statements are kept before they are prepared again. PostgreSQL keeps a statement's generic
+    /// plan until the table's statistics change; one chosen while a table was nearly empty (a sequential scan) would
+    /// otherwise stay while it grows, for as long as autovacuum takes to analyze it.
+    static let planLifetime: Duration = .seconds(30)
+    private var preparedSince = ContinuousClock.now
 
     init(url: String, label: String) throws {
         guard let handle = PQconnectdb(url) else { throw PostgresError.make("connect_failed", "cannot allocate a connection") }
@@ -26,16 +34,23 @@ final class PostgresConnection: @unchecked Sendable {
 
     deinit { PQfinish(handle) }
 
-    /// Runs SQL with `?` placeholders (rewritten to `$n`), parameters sent as text.
+    /// Statements held for the next round trip (`enqueue`), in order.
+    private var pending: [Pending] = []
+    private struct Pending {
+        let sql: String
+        let texts: [String?]
+        let orElse: (any Error)?
+    }
+    /// Statements sent per pipeline sync: their results are small, so neither side's socket buffer fills while
+    /// the other is still writing.
+    static let maxPipeline = 256
+
+    /// Runs SQL with `?` placeholders (rewritten to `$n`), parameters sent as text; statements held by `enqueue`
+    /// run first.
     func execute(_ sql: String, _ parameters: [SQLValue]) throws -> [SQLRow] {
+        try flush()
+        let texts = parameters.map(Self.text)
         let statement = PostgresConnection.numberPlaceholders(sql)
-        let texts: [String?] = parameters.map {
-            switch $0 {
-            case .null: return nil
-            case .integer(let value): return String(value)
-            case .text(let value): return value
-            }
-        }
         let name = try preparedName(for: sql, statement: statement, parameterCount: texts.count)
         let result: OpaquePointer? = withCStrings(texts) { pointers in
             if let name {
@@ -50,37 +65,162 @@ final class PostgresConnection: @unchecked Sendable {
         case PGRES_COMMAND_OK, PGRES_EMPTY_QUERY:
             return []
         case PGRES_TUPLES_OK:
-            let columnCount = PQnfields(result)
-            let columns = (0..<columnCount).map { String(cString: PQfname(result, $0)) }
-            var rows: [SQLRow] = []
-            for row in 0..<PQntuples(result) {
-                var values: [SQLValue] = []
-                for column in 0..<columnCount {
-                    if PQgetisnull(result, row, column) == 1 {
-                        values.append(.null)
-                    } else {
-                        values.append(.text(String(cString: PQgetvalue(result, row, column))))
-                    }
-                }
-                rows.append(SQLRow(columns: columns, values: values))
-            }
-            return rows
+            return Self.rows(of: result)
         default:
-            let message = String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines)
-            let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) } ?? ""
-            throw PostgresError.make(state == "23505" ? "unique_violation" : "query_failed", message)
+            throw Self.error(result)
         }
+    }
+
+    /// Holds a statement whose rows are not read, to send with others in one round trip (`flush`).
+    func enqueue(_ sql: String, _ parameters: [SQLValue], orElse: (any Error)? = nil) throws {
+        pending.append(Pending(sql: sql, texts: parameters.map(Self.text), orElse: orElse))
+        if pending.count >= Self.maxPipeline { try flush() }
+    }
+
+    /// Sends the held statements in one pipeline and reads their results: one round trip for all of them. The
+    /// first failure is thrown (PostgreSQL skips the statements after it); a statement held with `orElse` that
+    /// returned no row throws that.
+    func flush() throws {
+        guard !pending.isEmpty else { return }
+        let batch = pending
+        pending = []
+        _ = try pipeline(batch, keepRows: false)
+    }
+
+    /// Runs independent statements in one round trip (after the held ones) and returns each one's rows.
+    func execute(together statements: [(sql: String, parameters: [SQLValue])]) throws -> [[SQLRow]] {
+        try flush()
+        var results: [[SQLRow]] = []
+        for start in stride(from: 0, to: statements.count, by: Self.maxPipeline) {
+            let part = statements[start..<min(start + Self.maxPipeline, statements.count)]
+            results += try pipeline(part.map { Pending(sql: $0.sql, texts: $0.parameters.map(Self.text), orElse: nil) }, keepRows: true)
+        }
+        return results
+    }
+
+    /// Sends `batch` in pipeline mode with one sync and reads every result: the rows of each (when `keepRows`), or
+    /// the first failure.
+    private func pipeline(_ batch: [Pending], keepRows: Bool) throws -> [[SQLRow]] {
+        var names: [String?] = []
+        names.reserveCapacity(batch.count)
+        for item in batch {
+            names.append(try preparedName(for: item.sql, statement: nil, parameterCount: item.texts.count))
+        }
+        guard PQenterPipelineMode(handle) == 1 else { throw connectionError() }
+        defer { PQexitPipelineMode(handle) }
+        var failure: (any Error)?
+        var sent = 0
+        for (item, name) in zip(batch, names) {
+            let accepted = withCStrings(item.texts) { pointers in
+                if let name {
+                    PQsendQueryPrepared(handle, name, Int32(item.texts.count), pointers, nil, nil, 0)
+                } else {
+                    PQsendQueryParams(handle, Self.numberPlaceholders(item.sql), Int32(item.texts.count), nil, pointers, nil, nil, 0)
+                }
+            }
+            guard accepted == 1 else {
+                failure = connectionError()
+                break
+            }
+            sent += 1
+        }
+        guard PQpipelineSync(handle) == 1 else { throw failure ?? connectionError() }
+        var rows: [[SQLRow]] = []
+        for item in batch.prefix(sent) {
+            // Each statement's result, then a NULL that ends it.
+            var answered = false
+            while let result = PQgetResult(handle) {
+                defer { PQclear(result) }
+                answered = true
+                guard failure == nil else { continue }
+                switch PQresultStatus(result) {
+                case PGRES_COMMAND_OK, PGRES_EMPTY_QUERY:
+                    if let orElse = item.orElse { failure = orElse }
+                    if keepRows { rows.append([]) }
+                case PGRES_TUPLES_OK:
+                    if PQntuples(result) == 0, let orElse = item.orElse { failure = orElse }
+                    if keepRows { rows.append(Self.rows(of: result)) }
+                case PGRES_PIPELINE_ABORTED:
+                    break
+                default:
+                    failure = Self.error(result)
+                }
+            }
+            if !answered && failure == nil { failure = connectionError() }
+        }
+        // The sync's own result closes the pipeline.
+        while let result = PQgetResult(handle) {
+            let status = PQresultStatus(result)
+            PQclear(result)
+            if status == PGRES_PIPELINE_SYNC { break }
+        }
+        if let failure { throw failure }
+        return rows
+    }
+
+    private static func rows(of result: OpaquePointer) -> [SQLRow] {
+        let columnCount = PQnfields(result)
+        let columns = (0..<columnCount).map { String(cString: PQfname(result, $0)) }
+        var rows: [SQLRow] = []
+        rows.reserveCapacity(Int(PQntuples(result)))
+        for row in 0..<PQntuples(result) {
+            var values: [SQLValue] = []
+            values.reserveCapacity(Int(columnCount))
+            for column in 0..<columnCount {
+                if PQgetisnull(result, row, column) == 1 {
+                    values.append(.null)
+                } else {
+                    values.append(.text(String(cString: PQgetvalue(result, row, column))))
+                }
+            }
+            rows.append(SQLRow(columns: columns, values: values))
+        }
+        return rows
+    }
+
+    /// Commits the transaction. COMMIT travels with the held statements, unless one of them carries an expectation
+    /// that only this side can check (`orElse`): those are sent and checked first, so a failed one is rolled back.
+    func commit() throws {
+        if pending.contains(where: { $0.orElse != nil }) { try flush() }
+        try enqueue("COMMIT", [])
+        try flush()
+    }
+
+    /// Drops held statements after the transaction's body failed; false when none of the transaction reached the
+    /// server (its BEGIN is still held), so there is nothing to roll back.
+    func discardPending() -> Bool {
+        let started = pending.first?.sql != "BEGIN"
+        pending = []
+        return started
+    }
+
+    private func connectionError() -> StorageError {
+        PostgresError.make("query_failed", String(cString: PQerrorMessage(handle)).trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
+    private static func text(_ value: SQLValue) -> String? {
+        switch value {
+        case .null: return nil
+        case .integer(let value): return String(value)
+        case .text(let value): return value
+        }
+    }
+
+    private static func error(_ result: OpaquePointer) -> StorageError {
+        let message = String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines)
+        let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) } ?? ""
+        return PostgresError.make(state == "23505" ? "unique_violation" : "query_failed", message)
     }
 
     /// The prepared statement's name for a data statement, preparing it on first use; nil for
     /// schema changes and once the cache is full (those run unprepared).
-    private func preparedName(for sql: String, statement: String, parameterCount: Int) throws -> String? {
+    private func preparedName(for sql: String, statement: String?, parameterCount: Int) throws -> String? {
         if let name = prepared[sql] { return name }
         let verb = sql.prefix(7).uppercased()
-        guard prepared.count < Self.maxPrepared,
+        guard prepared.count < Self.maxPrepared, parameterCount <= Self.maxPreparedParameters,
               ["SELECT", "INSERT", "UPDATE", "DELETE", "WITH"].contains(where: { verb.hasPrefix($0) }) else { return nil }
         let name = "sk_\(prepared.count + 1)"
-        guard let result = PQprepare(handle, name, statement, Int32(parameterCount), nil) else {
+        guard let result = PQprepare(handle, name, statement ?? Self.numberPlaceholders(sql), Int32(parameterCount), nil) else {
             throw PostgresError.make("query_failed", String(cString: PQerrorMessage(handle)))
         }
         defer { PQclear(result) }
@@ -94,9 +234,21 @@ final class PostgresConnection: @unchecked Sendable {
 
     var isHealthy: Bool { PQstatus(handle) == CONNECTION_OK }
 
+    /// Drops the prepared statements once they are older than `planLifetime` (before a transaction begins): they
+    /// are prepared again on their next use, and planned against the tables as they are now.
+    func refreshPlansIfStale() {
+        guard !prepared.isEmpty, ContinuousClock.now - preparedSince > Self.planLifetime else { return }
+        if (try? execute("DEALLOCATE ALL", [])) != nil {
+            prepared = [:]
+            preparedSince = ContinuousClock.now
+        }
+    }
+
     func reset() {
         PQreset(handle)
         prepared = [:]  // a new session has none
+        preparedSince = ContinuousClock.now
+        pending = []
     }
 
     /// `?` → `$1, $2, …` outside quoted strings.
@@ -136,5 +288,13 @@ struct PostgresTransactionConnection: SQLConnection {
 
     func query(_ sql: String, _ parameters: [any SQLBindable]) throws -> [SQLRow] {
         try connection.execute(sql, parameters.map(\.sqlValue))
+    }
+
+    func run(_ sql: String, _ parameters: [any SQLBindable], orElse: (any Error)?) throws {
+        try connection.enqueue(sql, parameters.map(\.sqlValue), orElse: orElse)
+    }
+
+    func query(together statements: [SQLStatement]) throws -> [[SQLRow]] {
+        try connection.execute(together: statements.map { ($0.sql, $0.parameters.map(\.sqlValue)) })
     }
 }

@@ -64,14 +64,16 @@ public final class PostgresDatabase: SQLDatabase {
         return try await withCheckedThrowingContinuation { continuation in
             connection.queue.async {
                 if !connection.isHealthy { connection.reset() }
+                connection.refreshPlansIfStale()
                 continuation.resume(with: Result {
-                    _ = try connection.execute("BEGIN", [])
+                    // BEGIN travels with the first statement, COMMIT with the last held ones: no round trip of their own.
+                    try connection.enqueue("BEGIN", [])
                     do {
                         let result = try body(PostgresTransactionConnection(connection: connection))
-                        _ = try connection.execute("COMMIT", [])
+                        try connection.commit()
                         return result
                     } catch {
-                        _ = try? connection.execute("ROLLBACK", [])
+                        if connection.discardPending() { _ = try? connection.execute("ROLLBACK", []) }
                         throw error
                     }
                 })
@@ -102,7 +104,9 @@ final class PostgresListener: @unchecked Sendable {
 
     private struct State {
         var channels: Set<String> = []
-        var waiters: [String: [CheckedContinuation<Void, Never>]] = [:]
+        /// Waiters per channel, each with the moment it stops waiting (checked by the listening thread's loop,
+        /// which wakes at least every 250 ms: no timer per wait).
+        var waiters: [String: [(deadline: ContinuousClock.Instant, continuation: CheckedContinuation<Void, Never>)]] = [:]
         var stopped = false
     }
 
@@ -126,19 +130,15 @@ final class PostgresListener: @unchecked Sendable {
             try? await Task.sleep(for: timeout)
             return
         }
-        let timer = Task { [weak self] in
-            try? await Task.sleep(for: timeout)
-            self?.wakeAll(channel)
-        }
+        let deadline = ContinuousClock.now.advanced(by: timeout)
         await withCheckedContinuation { continuation in
             let stopped = state.withLock { state -> Bool in
                 if state.stopped { return true }
-                state.waiters[channel, default: []].append(continuation)
+                state.waiters[channel, default: []].append((deadline, continuation))
                 return false
             }
             if stopped { continuation.resume() }
         }
-        timer.cancel()
     }
 
     private func loop() {
@@ -151,6 +151,7 @@ final class PostgresListener: @unchecked Sendable {
                 PQfreemem(notification)
             }
             for channel in woken { wakeAll(channel) }
+            wakeExpired()
             if !connection.isHealthy {
                 connection.reset()
                 for channel in state.withLock({ $0.channels }) { _ = try? connection.execute("LISTEN \(channel)", []) }
@@ -163,9 +164,23 @@ final class PostgresListener: @unchecked Sendable {
         let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             let list = state.waiters[channel] ?? []
             state.waiters[channel] = []
-            return list
+            return list.map(\.continuation)
         }
         for waiter in waiters { waiter.resume() }
+    }
+
+    /// Wakes the waiters whose timeout has passed.
+    private func wakeExpired() {
+        let now = ContinuousClock.now
+        let expired = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            var expired: [CheckedContinuation<Void, Never>] = []
+            for (channel, list) in state.waiters where list.contains(where: { $0.deadline <= now }) {
+                expired += list.filter { $0.deadline <= now }.map(\.continuation)
+                state.waiters[channel] = list.filter { $0.deadline > now }
+            }
+            return expired
+        }
+        for waiter in expired { waiter.resume() }
     }
 
     func stop() {

@@ -35,8 +35,9 @@ extension PurchaseStore {
                                               detail: ["verificationId": job.id, "code": "malformed_receipt", "reason": job.reason ?? ""], now: job.createdAt)
                 }
             }
+            // Other processes' workers wake when this commits (PostgreSQL delivers a notification at commit).
+            if self.database.dialect == .postgres { try db.run("SELECT pg_notify(?, '')", [Self.jobsChannel]) }
         }
-        if database.dialect == .postgres { await database.notify(Self.jobsChannel) }
     }
 
     /// One job (of one app when `appId` is given).

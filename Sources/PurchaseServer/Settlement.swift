@@ -190,20 +190,23 @@ extension PurchaseStore {
     /// Settles a batch in one transaction (one commit for many jobs, applied in order, as if one by
     /// one); if that fails, each job in its own transaction, so one job's failure never holds back the others.
     func settle(batch: [Settlement]) async -> [Result<(JobState, SettlementResult)?, any Error>] {
-        if batch.count > 1, let all = try? await database.transaction({ db in
-            var catalog = SettlementCatalog()
-            return try batch.map { try self.apply($0, db, catalog: &catalog) }
-        }) {
+        if batch.count > 1, let all = try? await settleTogether(batch) {
             return all.map { .success($0) }
         }
         var results: [Result<(JobState, SettlementResult)?, any Error>] = []
         for settlement in batch {
-            results.append(await Result { try await self.database.transaction { db in
-                var catalog = SettlementCatalog()
-                return try self.apply(settlement, db, catalog: &catalog)
-            } })
+            results.append(await Result { try await self.settleTogether([settlement])[0] })
         }
         return results
+    }
+
+    /// Settles `batch` in one transaction, in order; the reads of all of them first, in one statement per kind.
+    func settleTogether(_ batch: [Settlement]) async throws -> [(JobState, SettlementResult)?] {
+        try await database.transaction { db in
+            var catalog = SettlementCatalog()
+            var reads = try SettlementReads.load(batch, jobs: self.jobs(db), db: db, audit: self.audit(db))
+            return try batch.map { try self.apply($0, db, catalog: &catalog, reads: &reads) }
+        }
     }
 
     /// Apps and product mappings read once per settlement transaction, however many jobs it settles.
@@ -238,20 +241,22 @@ extension PurchaseStore {
     }
 
     /// One settlement inside the caller's transaction: read what the plan needs, plan, write.
-    func apply(_ settlement: Settlement, _ db: any SQLConnection, catalog: inout SettlementCatalog) throws -> (JobState, SettlementResult)? {
+    func apply(_ settlement: Settlement, _ db: any SQLConnection, catalog: inout SettlementCatalog,
+               reads: inout SettlementReads) throws -> (JobState, SettlementResult)? {
         let job = settlement.job
         let now = settlement.now.milliseconds
         let env = settlement.environment.rawValue
         let jobs = self.jobs(db)
-        guard try jobs.holdsLease(job.id, owner: settlement.owner) else { return nil }
-        let app = try catalog.app(job.appId, db)
-        let mappings = try catalog.mappings(job.appId, db)
         let ledger = LedgerRepository(db: db, appId: job.appId, environment: env, audit: self.audit(db))
+        let mappings = try catalog.mappings(job.appId, db)
         let known = settlement.transactions.filter { mappings[$0.productId] != nil }
-        let entries = try ledger.entries(known.map(\.transactionId))
+        let snapshot = try reads.snapshot(for: settlement, known: known, jobs: jobs, ledger: ledger)
+        guard snapshot.holdsLease else { return nil }
+        let app = try catalog.app(job.appId, db)
+        let entries = snapshot.entries
         let plan = SettlementPlan.make(.init(appId: job.appId, appUserId: job.appUserId, verificationId: job.id, replayPolicy: app.replayPolicy,
                                              mappings: mappings, transactions: settlement.transactions, ledger: entries,
-                                             owners: try ledger.owners(known.map(\.originalTransactionId)), deliver: job.deliver, now: now))
+                                             owners: snapshot.owners, deliver: job.deliver, now: now))
         try ledger.write(plan.actions, user: job.appUserId, verificationId: job.id, now: settlement.now)
         let endpoints = try catalog.webhooks(job.appId, webhooks(db))
         if !endpoints.isEmpty {

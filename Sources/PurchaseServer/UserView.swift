@@ -73,15 +73,13 @@ extension PurchaseStore {
     /// What a user owns at `now`, inside the caller's transaction.
     func userView(appId: String, appUserId: String, _ db: any SQLConnection, now: Date, mappings: [String: ProductMapping]? = nil) throws -> UserView {
         let users = UserRepository(db: db, appId: appId)
-        let mappings = try mappings ?? Dictionary(try apps(db).products(appId: appId).map { ($0.productId, $0) }, uniquingKeysWith: { $1 })
-        let transactions = try users.transactions(appUserId)
-        let flag = try users.flag(appUserId)
-        let (entitlements, subscriptions) = EntitlementCalculator.entitlements(transactions: transactions, subscriptions: try users.subscriptions(appUserId),
-                                                                                mappings: mappings,
-                                                                                promotional: flag.promotional ? try users.promotional(appUserId) : [],
+        let standing = try users.standing(appUserId, products: mappings == nil)
+        let mappings = mappings ?? Dictionary((standing.products ?? []).map { ($0.productId, $0) }, uniquingKeysWith: { $1 })
+        let (entitlements, subscriptions) = EntitlementCalculator.entitlements(transactions: standing.transactions, subscriptions: standing.subscriptions,
+                                                                                mappings: mappings, promotional: standing.promotional,
                                                                                 now: now.milliseconds)
-        return UserView(appUserId: appUserId, entitlements: entitlements, balances: try users.balances(appUserId), subscriptions: subscriptions,
-                        transactions: transactions, flagged: flag.flagged, flagReason: flag.reason)
+        return UserView(appUserId: appUserId, entitlements: entitlements, balances: standing.balances, subscriptions: subscriptions,
+                        transactions: standing.transactions, flagged: standing.flag.flagged, flagReason: standing.flag.reason)
     }
 
     /// The answer to a spend request.

@@ -74,9 +74,14 @@ public final class VerificationWorker: Sendable {
                     state.withLock { $0.inFlight += 1 }
                     Task {
                         let outcome = await self.engine.process(job, owner: self.owner)
-                        self.state.withLock { $0.inFlight -= 1 }
+                        let wasFull = self.state.withLock { state -> Bool in
+                            defer { state.inFlight -= 1 }
+                            return state.inFlight >= self.configuration.concurrency
+                        }
                         if outcome?.isSettled == true { self.settled(job.id) }
-                        self.signal.wake()
+                        // A free place matters only to a worker that stopped claiming for want of one; waking it
+                        // after every job would run a claim per job.
+                        if wasFull { self.signal.wake() }
                     }
                 }
             }

@@ -3,8 +3,19 @@ import Locking
 import Synchronization
 
 /// A wake-up signal for a loop that otherwise sleeps: `wake()` ends the current or next `wait`.
+///
+/// The timeout is kept by one ticker per signal, not a timer per wait: a worker woken a thousand times a second
+/// would otherwise leave a thousand cancelled timers a second in Dispatch's timer heap.
 final class WakeSignal: Sendable {
-    private let state = Locked<(pending: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
+    private struct State {
+        var pending = false
+        var waiter: CheckedContinuation<Void, Never>?
+        var ticker: Task<Void, Never>?
+        var interval: Duration?
+    }
+    private let state = Locked(State())
+
+    deinit { state.withLock { $0.ticker?.cancel() } }
 
     func wake() {
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
@@ -18,12 +29,9 @@ final class WakeSignal: Sendable {
         waiter?.resume()
     }
 
-    /// Returns when woken or after `timeout`.
+    /// Returns when woken, or at the latest after `timeout` (the ticker's next beat).
     func wait(timeout: Duration) async {
-        let timer = Task { [weak self] in
-            try? await Task.sleep(for: timeout)
-            self?.wake()
-        }
+        startTicker(every: timeout)
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let resumeNow = state.withLock { state -> Bool in
                 if state.pending {
@@ -35,7 +43,33 @@ final class WakeSignal: Sendable {
             }
             if resumeNow { continuation.resume() }
         }
-        timer.cancel()
         state.withLock { $0.pending = false }
+    }
+
+    /// Starts (or, for a new interval, restarts) the ticker that wakes a waiter every `interval`.
+    private func startTicker(every interval: Duration) {
+        let previous = state.withLock { state -> Task<Void, Never>?? in
+            guard state.interval != interval else { return .none }
+            state.interval = interval
+            let old = state.ticker
+            state.ticker = Task { [weak self] in
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: interval)
+                    guard let self, !Task.isCancelled else { return }
+                    self.wakeWaiter()
+                }
+            }
+            return .some(old)
+        }
+        if case .some(let old) = previous { old?.cancel() }
+    }
+
+    /// Wakes a loop that is waiting, without leaving a wake-up for one that is busy (a beat, not news).
+    private func wakeWaiter() {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
     }
 }

@@ -84,9 +84,46 @@ public protocol SQLConnection {
     /// Runs one statement with `?` placeholders and returns its rows.
     @discardableResult
     func query(_ sql: String, _ parameters: [any SQLBindable]) throws -> [SQLRow]
+
+    /// Runs a statement whose rows the caller does not read. The database may hold it and send it together with
+    /// the statements after it in one round trip (PostgreSQL pipelines them); it runs in order, before the next
+    /// `query` returns and before the transaction commits, and its failure fails the transaction there. With
+    /// `orElse`, a statement that returns no row (a `RETURNING` that matched nothing) fails with that error.
+    func run(_ sql: String, _ parameters: [any SQLBindable], orElse: (any Error)?) throws
+
+    /// Runs statements that do not depend on each other and returns each one's rows, in order; a database may
+    /// send them in one round trip.
+    func query(together statements: [SQLStatement]) throws -> [[SQLRow]]
+}
+
+/// One statement with its parameters, for `SQLConnection.query(together:)`.
+public struct SQLStatement {
+    public var sql: String
+    public var parameters: [any SQLBindable]
+
+    public init(_ sql: String, _ parameters: [any SQLBindable] = []) {
+        self.sql = sql
+        self.parameters = parameters
+    }
 }
 
 extension SQLConnection {
+    /// Runs the statements one after the other (databases without pipelining).
+    public func query(together statements: [SQLStatement]) throws -> [[SQLRow]] {
+        try statements.map { try query($0.sql, $0.parameters) }
+    }
+
+    /// Runs the statement now (databases without pipelining).
+    public func run(_ sql: String, _ parameters: [any SQLBindable], orElse: (any Error)?) throws {
+        let rows = try query(sql, parameters)
+        if rows.isEmpty, let orElse { throw orElse }
+    }
+
+    /// A statement whose rows the caller does not read, with no expectation on them.
+    public func run(_ sql: String, _ parameters: [any SQLBindable] = []) throws {
+        try run(sql, parameters, orElse: nil)
+    }
+
     /// Runs one statement without parameters.
     @discardableResult
     public func query(_ sql: String) throws -> [SQLRow] { try query(sql, []) }
@@ -116,9 +153,13 @@ extension SQLDatabase {
 public struct SQLMigration: Sendable {
     public let version: Int
     public let statements: [String]
-    public init(version: Int, statements: [String]) {
+    /// The only engine the statements are for (a storage setting one engine has): the others record the version
+    /// and run nothing. Nil for every engine.
+    public let dialect: SQLDialect?
+    public init(version: Int, statements: [String], dialect: SQLDialect? = nil) {
         self.version = version
         self.statements = statements
+        self.dialect = dialect
     }
 }
 
@@ -132,7 +173,9 @@ extension SQLDatabase {
             try await transaction { db in
                 let done = try db.query("SELECT version FROM schema_migrations WHERE version = ?", [migration.version])
                 guard done.isEmpty else { return }
-                for statement in migration.statements { try db.query(statement) }
+                if migration.dialect == nil || migration.dialect == self.dialect {
+                    for statement in migration.statements { try db.query(statement) }
+                }
                 try db.query("INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
                              [migration.version, Int64(Date().timeIntervalSince1970 * 1000)])
             }

@@ -57,7 +57,15 @@ struct AppRepository {
     }
 
     func products(appId: String) throws -> [ProductMapping] {
-        try db.query("SELECT * FROM products WHERE app_id = ? ORDER BY product_id", [appId]).map { row in
+        Self.products(try db.query(together: [Self.productsStatement(appId: appId)])[0])
+    }
+
+    static func productsStatement(appId: String) -> SQLStatement {
+        SQLStatement("SELECT * FROM products WHERE app_id = ? ORDER BY product_id", [appId])
+    }
+
+    static func products(_ rows: [SQLRow]) -> [ProductMapping] {
+        rows.map { row in
             ProductMapping(productId: row.string("product_id") ?? "", type: ProductType(rawValue: row.string("type") ?? "") ?? .consumable,
                            entitlement: row.string("entitlement"), currency: row.string("currency"), amount: row.int("amount"),
                            durationDays: row.int("duration_days"), price: row.string("price"), priceCurrency: row.string("price_currency"))

@@ -14,7 +14,7 @@ struct AuditRepository {
         json.object { json in
             for (name, value) in detail.sorted(by: { $0.key < $1.key }) { json.field(name, value) }
         }
-        try db.query("INSERT INTO audit_events (id, app_id, app_user_id, kind, detail, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+        try db.run("INSERT INTO audit_events (id, app_id, app_user_id, kind, detail, created_at) VALUES (?, ?, ?, ?, ?, ?)",
                      [ids.nextString(), appId, userId, kind, String(decoding: json.bytes, as: UTF8.self), now.milliseconds])
     }
 

@@ -11,7 +11,7 @@ struct JobRepository {
     func insert(_ job: VerificationJob) throws {
         let now = job.createdAt.milliseconds
         if job.state == .rejected {
-            try db.query("""
+            try db.run("""
                 INSERT INTO verification_jobs (id, app_id, app_user_id, kind, receipt_data, state, attempts, next_attempt_at, created_at, updated_at,
                 user_authenticated, receipt_size, receipt_sha256, reason, settled_at)
                 VALUES (?, ?, ?, ?, '', 'rejected', 0, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -19,7 +19,7 @@ struct JobRepository {
                       Int64(job.receiptData.utf8.count), job.receiptSHA256, job.reason, now])
             return
         }
-        try db.query("""
+        try db.run("""
             INSERT INTO verification_jobs (id, app_id, app_user_id, kind, receipt_data, state, attempts, next_attempt_at, created_at, updated_at,
             user_authenticated, receipt_size, deliver_transaction_id, deliver_product_id)
             VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?, ?, ?, ?)
@@ -34,16 +34,26 @@ struct JobRepository {
     /// Takes up to `limit` due jobs (and jobs whose lease expired) for `owner`, counting the claim;
     /// returns each job with how many claims it has had without an outcome.
     func claim(owner: String, limit: Int, leaseUntil: Int64, now: Int64) throws -> [(job: VerificationJob, openClaims: Int64)] {
+        // One ordered, limited index scan per kind of due job rather than one scan of their union: a queue's index
+        // is mostly entries of rows that moved on, and only a scan that walks it in order stops after `limit` rows
+        // (and marks the dead entries it passed, so the next claim skips them).
         let lock = dialect == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
         return try db.query("""
             UPDATE verification_jobs SET state = 'verifying', lease_owner = ?, lease_expires_at = ?, attempts = attempts + 1,
             open_claims = open_claims + 1, updated_at = ?
             WHERE id IN (
-                SELECT id FROM verification_jobs
-                WHERE (state IN ('pending', 'timed_out') AND next_attempt_at <= ?) OR (state = 'verifying' AND lease_expires_at <= ?)
-                ORDER BY next_attempt_at LIMIT ?\(lock))
+                SELECT id FROM (
+                    SELECT id, next_attempt_at FROM (SELECT id, next_attempt_at FROM verification_jobs
+                        WHERE state = 'pending' AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?\(lock)) AS due
+                    UNION ALL
+                    SELECT id, next_attempt_at FROM (SELECT id, next_attempt_at FROM verification_jobs
+                        WHERE state = 'timed_out' AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?\(lock)) AS retried
+                    UNION ALL
+                    SELECT id, next_attempt_at FROM (SELECT id, next_attempt_at FROM verification_jobs
+                        WHERE state = 'verifying' AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?\(lock)) AS lapsed
+                ) AS candidates ORDER BY next_attempt_at LIMIT ?)
             RETURNING *
-            """, [owner, leaseUntil, now, now, now, limit]).map { (Self.job($0), $0.int("open_claims") ?? 0) }
+            """, [owner, leaseUntil, now, now, limit, now, limit, now, limit, limit]).map { (Self.job($0), $0.int("open_claims") ?? 0) }
     }
 
     /// Moves a job to `dead` whatever holds it (a poison job).
@@ -77,9 +87,24 @@ struct JobRepository {
                       (dialect == .postgres ? " FOR UPDATE" : ""), [id, owner]).isEmpty
     }
 
+    /// The lease owners of these jobs while they are being verified (job id → owner); on PostgreSQL the rows stay
+    /// locked until the transaction ends, taken in id order so that two batches never wait on each other in a cycle.
+    func leases(_ ids: [String]) throws -> [String: String] {
+        var owners: [String: String] = [:]
+        for chunk in Array(Set(ids)).sorted().chunked(400) {
+            for row in try db.query("""
+                SELECT id, lease_owner FROM verification_jobs WHERE id IN (\(Array(repeating: "?", count: chunk.count).joined(separator: ", ")))
+                AND state = 'verifying' ORDER BY id
+                """ + (dialect == .postgres ? " FOR UPDATE" : ""), chunk) {
+                if let id = row.string("id"), let owner = row.string("lease_owner") { owners[id] = owner }
+            }
+        }
+        return owners
+    }
+
     /// Records a settlement's outcome (a rejected job's bytes are dropped, their hash kept).
     func settle(_ id: String, state: JobState, reason: String?, environment: String, result: String, receiptSHA256: String?, now: Int64) throws {
-        try db.query("""
+        try db.run("""
             UPDATE verification_jobs SET state = ?, reason = ?, environment = ?, result = ?, lease_owner = NULL, lease_expires_at = NULL,
             open_claims = 0, updated_at = ?, settled_at = ?, receipt_sha256 = COALESCE(?, receipt_sha256)\(state == .rejected ? ", receipt_data = ''" : "")
             WHERE id = ?

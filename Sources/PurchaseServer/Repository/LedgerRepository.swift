@@ -76,7 +76,7 @@ struct LedgerRepository {
         for action in actions {
             switch action {
             case .record(let transaction, let mapping, let stateDate):
-                let inserted = try db.query("""
+                try db.run("""
                     INSERT INTO ledger (environment, transaction_id, app_id, app_user_id, product_id, product_type, quantity, purchase_date,
                     original_purchase_date, original_transaction_id, web_order_line_item_id, expires_date, price, currency, source, verification_id,
                     cancellation_date, cancellation_reason, is_trial, recorded_at, state_date, refund_percentage)
@@ -86,62 +86,62 @@ struct LedgerRepository {
                           transaction.webOrderLineItemId, transaction.expiresDate?.milliseconds,
                           transaction.charged?.amount ?? mapping.price, transaction.charged?.currency ?? mapping.priceCurrency,
                           transaction.source, verificationId, transaction.cancellationDate?.milliseconds, transaction.cancellationReason,
-                          transaction.isTrial, nowMs, stateDate, transaction.cancellationDate == nil ? nil : transaction.refundPercentage])
-                if inserted.isEmpty { throw Conflict(transactionId: transaction.transactionId) }
+                          transaction.isTrial, nowMs, stateDate, transaction.cancellationDate == nil ? nil : transaction.refundPercentage],
+                           orElse: Conflict(transactionId: transaction.transactionId))
             case .bind(let original, let productId):
                 // A user exists from the first thing granted (an upload alone creates none: junk fills nothing).
-                try db.query("INSERT INTO users (app_id, app_user_id, flagged, created_at) VALUES (?, ?, 0, ?) ON CONFLICT DO NOTHING",
+                try db.run("INSERT INTO users (app_id, app_user_id, flagged, created_at) VALUES (?, ?, 0, ?) ON CONFLICT DO NOTHING",
                              [appId, user, nowMs])
-                try db.query("""
+                try db.run("""
                     INSERT INTO ownership (app_id, environment, original_transaction_id, app_user_id, product_id, granted_at)
                     VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
                     """, [appId, environment, original, user, productId, nowMs])
             case .unbindAll(let original):
-                try db.query("DELETE FROM ownership WHERE app_id = ? AND environment = ? AND original_transaction_id = ?", [appId, environment, original])
+                try db.run("DELETE FROM ownership WHERE app_id = ? AND environment = ? AND original_transaction_id = ?", [appId, environment, original])
             case .credit(let transactionId, let currency, let amount):
-                try Self.adjustBalance(db, appId: appId, userId: user, currency: currency, by: amount)
-                try db.query("UPDATE ledger SET credited_currency = ?, credited_amount = ? WHERE environment = ? AND transaction_id = ?",
+                try db.run(Self.adjustBalanceSQL, [appId, user, currency, amount])
+                try db.run("UPDATE ledger SET credited_currency = ?, credited_amount = ? WHERE environment = ? AND transaction_id = ?",
                              [currency, amount, environment, transactionId])
                 try audit.append(appId: appId, userId: user, kind: "balance_credited",
                                         detail: ["transactionId": transactionId, "currency": currency, "amount": String(amount)], now: now)
             case .cancel(let transactionId, let date, let reason, let stateDate, let percentage):
-                try db.query("""
+                try db.run("""
                     UPDATE ledger SET cancellation_date = ?, cancellation_reason = ?, refund_percentage = ?, state_date = ?
                     WHERE environment = ? AND transaction_id = ?
                     """, [date, reason, percentage, stateDate, environment, transactionId])
             case .updateRefundShare(let transactionId, let percentage, let stateDate):
-                try db.query("UPDATE ledger SET refund_percentage = ?, state_date = ? WHERE environment = ? AND transaction_id = ?",
+                try db.run("UPDATE ledger SET refund_percentage = ?, state_date = ? WHERE environment = ? AND transaction_id = ?",
                              [percentage, stateDate, environment, transactionId])
             case .reinstate(let transactionId, let stateDate):
-                try db.query("""
+                try db.run("""
                     UPDATE ledger SET cancellation_date = NULL, cancellation_reason = NULL, refund_percentage = NULL, state_date = ?
                     WHERE environment = ? AND transaction_id = ?
                     """,
                              [stateDate, environment, transactionId])
             case .clawBack(let transactionId, let owner, let currency, let amount):
                 let balance = try Self.adjustBalance(db, appId: appId, userId: owner, currency: currency, by: -amount)
-                try db.query("UPDATE ledger SET clawed_back_at = ? WHERE environment = ? AND transaction_id = ?", [nowMs, environment, transactionId])
+                try db.run("UPDATE ledger SET clawed_back_at = ? WHERE environment = ? AND transaction_id = ?", [nowMs, environment, transactionId])
                 try audit.append(appId: appId, userId: owner, kind: "balance_clawed_back",
                                         detail: ["transactionId": transactionId, "currency": currency, "amount": String(amount),
                                                  "balanceAfter": String(balance)], now: now)
                 if balance < 0 {
-                    try db.query("UPDATE users SET flagged = 1, flag_reason = ? WHERE app_id = ? AND app_user_id = ?",
+                    try db.run("UPDATE users SET flagged = 1, flag_reason = ? WHERE app_id = ? AND app_user_id = ?",
                                  ["negative \(currency) balance after a refund", appId, owner])
                 }
             case .withholdCredit(let transactionId, let currency, let amount):
-                try db.query("UPDATE ledger SET credited_currency = ?, credited_amount = ?, clawed_back_at = ? WHERE environment = ? AND transaction_id = ?",
+                try db.run("UPDATE ledger SET credited_currency = ?, credited_amount = ?, clawed_back_at = ? WHERE environment = ? AND transaction_id = ?",
                              [currency, amount, nowMs, environment, transactionId])
             case .restoreCredit(let transactionId, let owner, let currency, let amount):
                 let balance = try Self.adjustBalance(db, appId: appId, userId: owner, currency: currency, by: amount)
-                try db.query("UPDATE ledger SET clawed_back_at = NULL WHERE environment = ? AND transaction_id = ?", [environment, transactionId])
+                try db.run("UPDATE ledger SET clawed_back_at = NULL WHERE environment = ? AND transaction_id = ?", [environment, transactionId])
                 try audit.append(appId: appId, userId: owner, kind: "balance_restored",
                                         detail: ["transactionId": transactionId, "currency": currency, "amount": String(amount),
                                                  "balanceAfter": String(balance)], now: now)
             case .updateExpiry(let transactionId, let expires, let stateDate):
-                try db.query("UPDATE ledger SET expires_date = ?, state_date = ? WHERE environment = ? AND transaction_id = ?",
+                try db.run("UPDATE ledger SET expires_date = ?, state_date = ? WHERE environment = ? AND transaction_id = ?",
                              [expires, stateDate, environment, transactionId])
             case .observe(let transactionId, let stateDate):
-                try db.query("UPDATE ledger SET state_date = ? WHERE environment = ? AND transaction_id = ? AND state_date < ?",
+                try db.run("UPDATE ledger SET state_date = ? WHERE environment = ? AND transaction_id = ? AND state_date < ?",
                              [stateDate, environment, transactionId, stateDate])
             case .audit(let kind, let auditUser, let detail):
                 try audit.append(appId: appId, userId: auditUser, kind: kind, detail: detail, now: now)
@@ -152,10 +152,12 @@ struct LedgerRepository {
     /// Adds `delta` to a balance and returns the new amount.
     @discardableResult
     static func adjustBalance(_ db: any SQLConnection, appId: String, userId: String, currency: String, by delta: Int64) throws -> Int64 {
-        let rows = try db.query("""
-            INSERT INTO balances (app_id, app_user_id, currency, amount) VALUES (?, ?, ?, ?)
-            ON CONFLICT (app_id, app_user_id, currency) DO UPDATE SET amount = balances.amount + excluded.amount RETURNING amount
-            """, [appId, userId, currency, delta])
+        let rows = try db.query(adjustBalanceSQL, [appId, userId, currency, delta])
         return rows.first?.int("amount") ?? delta
     }
+
+    private static let adjustBalanceSQL = """
+        INSERT INTO balances (app_id, app_user_id, currency, amount) VALUES (?, ?, ?, ?)
+        ON CONFLICT (app_id, app_user_id, currency) DO UPDATE SET amount = balances.amount + excluded.amount RETURNING amount
+        """
 }

@@ -26,7 +26,7 @@ struct MetricsRepository {
     /// Marks chains whose rows or end reason changed.
     func markDirty(appId: String, environment: String, originalTransactionIds: Set<String>) throws {
         for chunk in Array(originalTransactionIds).sorted().chunked(400) {
-            try db.query("INSERT INTO metrics_dirty (app_id, environment, original_transaction_id) VALUES "
+            try db.run("INSERT INTO metrics_dirty (app_id, environment, original_transaction_id) VALUES "
                          + Array(repeating: "(?, ?, ?)", count: chunk.count).joined(separator: ", ") + " " + Self.touch,
                          chunk.flatMap { [appId, environment, $0] as [any SQLBindable] })
         }
@@ -35,7 +35,7 @@ struct MetricsRepository {
     /// Marks the chains of these transactions (changes that name a transaction, not its chain).
     func markDirty(environment: String, transactionIds: Set<String>) throws {
         for chunk in Array(transactionIds).sorted().chunked(400) {
-            try db.query("""
+            try db.run("""
                 INSERT INTO metrics_dirty (app_id, environment, original_transaction_id)
                 SELECT DISTINCT app_id, environment, original_transaction_id FROM ledger
                 WHERE environment = ? AND transaction_id IN (\(Array(repeating: "?", count: chunk.count).joined(separator: ", ")))
@@ -61,12 +61,20 @@ struct MetricsRepository {
     /// Claims up to `limit` marked chains and brings their contributions up to date. Returns how many it claimed.
     /// On PostgreSQL chains another process is refreshing are skipped, not waited for.
     func refresh(limit: Int) throws -> Int {
-        let skip = dialect == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
-        let claimed = try db.query("""
+        // The claimed set is read once, in key order (an index scan, which skips the entries of rows already
+        // taken), and then joined: PostgreSQL would otherwise be free to read it again for every row of the table.
+        let sql = dialect == .postgres ? """
+            WITH claimed AS MATERIALIZED (SELECT app_id, environment, original_transaction_id FROM metrics_dirty
+                ORDER BY app_id, environment, original_transaction_id LIMIT ? FOR UPDATE SKIP LOCKED)
+            DELETE FROM metrics_dirty AS dirty USING claimed WHERE dirty.app_id = claimed.app_id AND dirty.environment = claimed.environment
+            AND dirty.original_transaction_id = claimed.original_transaction_id
+            RETURNING dirty.app_id, dirty.environment, dirty.original_transaction_id
+            """ : """
             DELETE FROM metrics_dirty WHERE (app_id, environment, original_transaction_id) IN
-            (SELECT app_id, environment, original_transaction_id FROM metrics_dirty LIMIT ?\(skip))
+            (SELECT app_id, environment, original_transaction_id FROM metrics_dirty ORDER BY app_id, environment, original_transaction_id LIMIT ?)
             RETURNING app_id, environment, original_transaction_id
-            """, [limit]).map { Chain(appId: $0.string("app_id") ?? "", environment: $0.string("environment") ?? "",
+            """
+        let claimed = try db.query(sql, [limit]).map { Chain(appId: $0.string("app_id") ?? "", environment: $0.string("environment") ?? "",
                                       originalTransactionId: $0.string("original_transaction_id") ?? "") }
         var difference: [DayKey: MetricsTally] = [:]
         let groups = Dictionary(grouping: claimed) { [$0.appId, $0.environment] }

@@ -37,7 +37,7 @@ struct SubscriptionRepository {
         // A state about an older period than the recorded one (a refund of a past renewal, say) updates the chain's
         // renewal fields but neither the expiry nor the revocation: those stay the current period's. Unknown
         // purchase dates (NULL on either side) compare as not older, as before the column existed.
-        try db.query("""
+        try db.run("""
             INSERT INTO subscriptions (app_id, environment, original_transaction_id, product_id, auto_renew_product_id, auto_renew_status,
             expires_date, expiration_intent, is_in_billing_retry, grace_period_expires_date, revoked_at, updated_at, price_increase_status,
             period_purchase_date)

@@ -8,9 +8,43 @@ struct UserRepository {
     let db: any SQLConnection
     let appId: String
 
+    typealias Flag = (flagged: Bool, reason: String?, promotional: Bool)
+
+    /// What a user view is made of.
+    struct Standing {
+        var transactions: [UserView.Transaction]
+        var flag: Flag
+        var subscriptions: [SubscriptionRecord]
+        var balances: [String: Int64]
+        var promotional: [PromotionalGrant]
+        /// The app's product mappings, when asked for.
+        var products: [ProductMapping]?
+    }
+
+    /// Everything a user view shows (and the app's product mappings with `products`), read with independent
+    /// statements sent together: one round trip on PostgreSQL.
+    func standing(_ appUserId: String, products: Bool) throws -> Standing {
+        var statements = [transactionsStatement(appUserId), flagStatement(appUserId), subscriptionsStatement(appUserId),
+                          balancesStatement(appUserId), promotionalStatement(appUserId)]
+        if products { statements.append(AppRepository.productsStatement(appId: appId)) }
+        let rows = try db.query(together: statements)
+        let flag = Self.flag(rows[1])
+        return Standing(transactions: Self.transactions(rows[0]), flag: flag, subscriptions: Self.subscriptions(rows[2]),
+                        balances: Self.balances(rows[3]), promotional: flag.promotional ? Self.promotional(rows[4]) : [],
+                        products: products ? AppRepository.products(rows[5]) : nil)
+    }
+
     /// Whether a refund drove one of the user's balances negative, and why; and whether the user ever had a promotional grant.
-    func flag(_ appUserId: String) throws -> (flagged: Bool, reason: String?, promotional: Bool) {
-        let row = try db.query("SELECT flagged, flag_reason, promotional FROM users WHERE app_id = ? AND app_user_id = ?", [appId, appUserId]).first
+    func flag(_ appUserId: String) throws -> Flag {
+        Self.flag(try db.query(together: [flagStatement(appUserId)])[0])
+    }
+
+    private func flagStatement(_ appUserId: String) -> SQLStatement {
+        SQLStatement("SELECT flagged, flag_reason, promotional FROM users WHERE app_id = ? AND app_user_id = ?", [appId, appUserId])
+    }
+
+    private static func flag(_ rows: [SQLRow]) -> Flag {
+        let row = rows.first
         return (row?.bool("flagged") ?? false, row?.string("flag_reason"), row?.bool("promotional") ?? false)
     }
 
@@ -22,13 +56,21 @@ struct UserRepository {
 
     /// Every ledger row the user owns (through ownership) and every consumable credited to them, oldest first.
     func transactions(_ appUserId: String) throws -> [UserView.Transaction] {
+        Self.transactions(try db.query(together: [transactionsStatement(appUserId)])[0])
+    }
+
+    private func transactionsStatement(_ appUserId: String) -> SQLStatement {
         // Written as IN (subquery) so both engines walk the user's ownership first (see migration 2).
-        try db.query("""
+        SQLStatement("""
             SELECT * FROM ledger WHERE app_id = ? AND (environment, original_transaction_id) IN
                 (SELECT environment, original_transaction_id FROM ownership WHERE app_id = ? AND app_user_id = ?)
             UNION
             SELECT * FROM ledger WHERE app_id = ? AND app_user_id = ? AND product_type = 'consumable'
-            """, [appId, appId, appUserId, appId, appUserId]).map { row in
+            """, [appId, appId, appUserId, appId, appUserId])
+    }
+
+    private static func transactions(_ rows: [SQLRow]) -> [UserView.Transaction] {
+        rows.map { row in
             UserView.Transaction(transactionId: row.string("transaction_id") ?? "", originalTransactionId: row.string("original_transaction_id") ?? "",
                                  productId: row.string("product_id") ?? "", productType: row.string("product_type") ?? "",
                                  quantity: row.int("quantity") ?? 1, purchaseDate: row.int("purchase_date") ?? 0,
@@ -39,10 +81,18 @@ struct UserRepository {
 
     /// The renewal state of every subscription the user owns.
     func subscriptions(_ appUserId: String) throws -> [SubscriptionRecord] {
-        try db.query("""
+        Self.subscriptions(try db.query(together: [subscriptionsStatement(appUserId)])[0])
+    }
+
+    private func subscriptionsStatement(_ appUserId: String) -> SQLStatement {
+        SQLStatement("""
             SELECT * FROM subscriptions WHERE app_id = ? AND (environment, original_transaction_id) IN
                 (SELECT environment, original_transaction_id FROM ownership WHERE app_id = ? AND app_user_id = ?)
-            """, [appId, appId, appUserId]).map { row in
+            """, [appId, appId, appUserId])
+    }
+
+    private static func subscriptions(_ rows: [SQLRow]) -> [SubscriptionRecord] {
+        rows.map { row in
             SubscriptionRecord(originalTransactionId: row.string("original_transaction_id") ?? "", productId: row.string("product_id") ?? "",
                                environment: row.string("environment") ?? "", expiresDate: row.int("expires_date"),
                                gracePeriodExpiresDate: row.int("grace_period_expires_date"), isInBillingRetry: row.bool("is_in_billing_retry"),
@@ -52,8 +102,16 @@ struct UserRepository {
     }
 
     func balances(_ appUserId: String) throws -> [String: Int64] {
+        Self.balances(try db.query(together: [balancesStatement(appUserId)])[0])
+    }
+
+    private func balancesStatement(_ appUserId: String) -> SQLStatement {
+        SQLStatement("SELECT currency, amount FROM balances WHERE app_id = ? AND app_user_id = ?", [appId, appUserId])
+    }
+
+    private static func balances(_ rows: [SQLRow]) -> [String: Int64] {
         var balances: [String: Int64] = [:]
-        for row in try db.query("SELECT currency, amount FROM balances WHERE app_id = ? AND app_user_id = ?", [appId, appUserId]) {
+        for row in rows {
             balances[row.string("currency") ?? ""] = row.int("amount") ?? 0
         }
         return balances
@@ -93,9 +151,17 @@ extension UserRepository {
 
     /// The user's live promotional grants (not revoked; expired ones included, the calculator judges them).
     func promotional(_ appUserId: String) throws -> [PromotionalGrant] {
-        try db.query("""
+        Self.promotional(try db.query(together: [promotionalStatement(appUserId)])[0])
+    }
+
+    fileprivate func promotionalStatement(_ appUserId: String) -> SQLStatement {
+        SQLStatement("""
             SELECT * FROM promotional_entitlements WHERE app_id = ? AND app_user_id = ? AND revoked_at IS NULL ORDER BY entitlement
-            """, [appId, appUserId]).map {
+            """, [appId, appUserId])
+    }
+
+    fileprivate static func promotional(_ rows: [SQLRow]) -> [PromotionalGrant] {
+        rows.map {
             PromotionalGrant(entitlement: $0.string("entitlement") ?? "", expiresDate: $0.int("expires_date"), reason: $0.string("reason") ?? "",
                              grantedAt: $0.int("granted_at") ?? 0)
         }

@@ -1,0 +1,133 @@
+import AppStoreModels
+import Foundation
+@testable import PurchaseServer
+import Storage
+import Testing
+
+/// Statements whose rows are not read (`run`) may be held and sent together (PostgreSQL pipelines them): they must
+/// behave exactly as if each ran at once. And settlements of one batch, whose reads are fetched together, must
+/// end exactly as if each were settled alone, in order.
+@Suite("Held statements and batched settlements")
+struct StatementPipelineTests {
+    private func table(_ engine: Engine) async throws -> any SQLDatabase {
+        let database = try await engine.makeDatabase()
+        try await database.transaction { db in try db.query("CREATE TABLE items (id TEXT PRIMARY KEY, n BIGINT NOT NULL)") }
+        return database
+    }
+
+    private func count(_ database: any SQLDatabase) async throws -> Int64 {
+        try await database.transaction { db in try db.query("SELECT COUNT(*) AS n FROM items").first?.int("n") ?? -1 }
+    }
+
+    @Test("A held statement is seen by the next query of its transaction, and commits", arguments: Engine.available)
+    func heldStatementsAreSeen(engine: Engine) async throws {
+        let database = try await table(engine)
+        defer { Task { await database.close() } }
+        let seen = try await database.transaction { db -> Int64 in
+            for index in 0..<300 { try db.run("INSERT INTO items (id, n) VALUES (?, ?)", ["item-\(index)", index]) }
+            try db.run("UPDATE items SET n = n + 1 WHERE id = ?", ["item-7"])
+            return try db.query("SELECT n FROM items WHERE id = ?", ["item-7"]).first?.int("n") ?? -1
+        }
+        #expect(seen == 8)
+        #expect(try await count(database) == 300)
+    }
+
+    @Test("A held statement that fails fails its transaction, and nothing of it stays", arguments: Engine.available)
+    func failureRollsBack(engine: Engine) async throws {
+        let database = try await table(engine)
+        defer { Task { await database.close() } }
+        await #expect(throws: (any Error).self) {
+            try await database.transaction { db in
+                try db.run("INSERT INTO items (id, n) VALUES (?, ?)", ["a", 1])
+                try db.run("INSERT INTO items (id, n) VALUES (?, ?)", ["a", 2])  // a duplicate key
+                try db.run("INSERT INTO items (id, n) VALUES (?, ?)", ["b", 3])
+            }
+        }
+        #expect(try await count(database) == 0)
+        // The connection is usable afterwards.
+        try await database.transaction { db in try db.run("INSERT INTO items (id, n) VALUES (?, ?)", ["c", 4]) }
+        #expect(try await count(database) == 1)
+    }
+
+    struct Missing: Error, Equatable { let id: String }
+
+    @Test("A held statement expected to return a row fails with the caller's error when it returns none", arguments: Engine.available)
+    func expectedRow(engine: Engine) async throws {
+        let database = try await table(engine)
+        defer { Task { await database.close() } }
+        try await database.transaction { db in try db.run("INSERT INTO items (id, n) VALUES (?, ?)", ["a", 1]) }
+        await #expect(throws: Missing(id: "a")) {
+            try await database.transaction { db in
+                try db.run("INSERT INTO items (id, n) VALUES (?, ?)", ["b", 2])
+                try db.run("INSERT INTO items (id, n) VALUES (?, ?) ON CONFLICT DO NOTHING RETURNING id", ["a", 9], orElse: Missing(id: "a"))
+            }
+        }
+        #expect(try await count(database) == 1)
+        try await database.transaction { db in
+            try db.run("INSERT INTO items (id, n) VALUES (?, ?) ON CONFLICT DO NOTHING RETURNING id", ["z", 1], orElse: Missing(id: "z"))
+        }
+        #expect(try await count(database) == 2)
+    }
+
+    @Test("A transaction whose body throws before anything reached the database leaves nothing", arguments: Engine.available)
+    func bodyThrows(engine: Engine) async throws {
+        let database = try await table(engine)
+        defer { Task { await database.close() } }
+        await #expect(throws: Missing(id: "body")) {
+            try await database.transaction { db in
+                try db.run("INSERT INTO items (id, n) VALUES (?, ?)", ["a", 1])
+                throw Missing(id: "body")
+            }
+        }
+        #expect(try await count(database) == 0)
+    }
+
+    @Test("Settlements of one batch that share jobs, transactions and users end as if settled one by one", arguments: Engine.available)
+    func batchEqualsOneByOne(engine: Engine) async throws {
+        var outcomes: [[String]] = []
+        var balances: [[String: Int]] = []
+        for together in [true, false] {
+            let world = try await ServerWorld.make(engine, startWorker: false)
+            defer { Task { await world.stop() } }
+            let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF01")
+            var jobs: [VerificationJob] = []
+            for user in ["alice", "alice", "bob", "bob"] {
+                jobs.append(try await world.server.store.enqueue(appId: "com.example.coins", appUserId: user, kind: .purchase, receiptData: receipt,
+                                                                 now: world.server.clock.now()))
+            }
+            let claimed = try await world.server.store.claim(owner: "worker", limit: 10, lease: 60, now: world.server.clock.now())
+            #expect(claimed.count == 4)
+            let byId = Dictionary(uniqueKeysWithValues: claimed.map { ($0.id, $0) })
+            func coins(_ id: String, _ product: String) -> ConfirmedTransaction {
+                ConfirmedTransaction(transactionId: id, productId: product, purchaseDate: world.server.clock.now(), source: "receipt")
+            }
+            func settlement(_ job: VerificationJob, _ transactions: [ConfirmedTransaction]) -> Settlement {
+                Settlement(job: byId[job.id]!, owner: "worker", environment: .sandbox, transactions: transactions, subscriptions: [], now: world.server.clock.now())
+            }
+            let batch = [
+                settlement(jobs[0], [coins("1000", "Nada.JPYF01")]),                            // alice is granted 1000
+                settlement(jobs[1], [coins("1000", "Nada.JPYF01"), coins("1001", "Nada.JPYF02")]),  // alice again: 1000 owned, 1001 new
+                settlement(jobs[0], [coins("1002", "Nada.JPYF02")]),                            // the first job again: its lease is gone
+                settlement(jobs[2], [coins("1001", "Nada.JPYF02")]),                            // bob uploads alice's 1001
+                settlement(jobs[3], [coins("2000", "Nada.JPYF03")]),                            // bob's own
+            ]
+            var results: [(JobState, SettlementResult)?] = []
+            if together {
+                results = try await world.server.store.settleTogether(batch)
+            } else {
+                for item in batch { results += try await world.server.store.settleTogether([item]) }
+            }
+            outcomes.append(results.map { result in result.map { "\($0.0.rawValue) \($0.1.jsonText)" } ?? "lease lost" })
+            var seen: [String: Int] = [:]
+            for user in ["alice", "bob"] {
+                for (currency, amount) in try await world.user("com.example.coins", user).balances { seen["\(user) \(currency)"] = amount }
+            }
+            balances.append(seen)
+        }
+        #expect(outcomes[0] == outcomes[1])
+        #expect(balances[0] == balances[1])
+        #expect(outcomes[0][2] == "lease lost")
+        #expect(balances[0]["alice coins"] == 120)  // 20 + 100, each once
+        #expect(balances[0]["bob coins"] == 600)
+    }
+}
