@@ -3,7 +3,12 @@
 BIN=${STOREKEEPER_BIN:-.build/release/storekeeper}
 PYTHON=${PYTHON:-.venv/bin/python}
 WORK=$(mktemp -d)
-cleanup() { for file in "$WORK"/*.pid; do [ -f "$file" ] && kill "$(cat "$file")" 2>/dev/null; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+# BENCH_KEEP_LOGS=DIR keeps the servers' logs there.
+cleanup() {
+  for file in "$WORK"/*.pid; do [ -f "$file" ] && kill "$(cat "$file")" 2>/dev/null; done; wait 2>/dev/null || true
+  if [ -n "${BENCH_KEEP_LOGS:-}" ]; then mkdir -p "$BENCH_KEEP_LOGS" && cp "$WORK"/*.log "$BENCH_KEEP_LOGS"/ 2>/dev/null || true; fi
+  rm -rf "$WORK"
+}
 trap cleanup EXIT
 
 start() {  # name, command...: starts a server and echoes its URL (the "listening on" line)

@@ -41,6 +41,18 @@ final class PostgresConnection: @unchecked Sendable {
         let texts: [String?]
         let orElse: (any Error)?
     }
+    /// Rows appended to log-like tables (`append`), per table and statement shape, in the order first seen.
+    private var appends: [AppendGroup] = []
+    private struct AppendGroup {
+        let table: String
+        let columns: [String]
+        let conflict: String
+        var rows: [[String?]] = []
+        var seen: Set<[String?]> = []
+    }
+    /// Rows per multi-row insert (PostgreSQL takes at most 65,535 parameters per statement).
+    static let maxRowsPerInsert = 500
+
     /// Statements sent per pipeline sync: their results are small, so neither side's socket buffer fills while
     /// the other is still writing.
     static let maxPipeline = 256
@@ -48,6 +60,7 @@ final class PostgresConnection: @unchecked Sendable {
     /// Runs SQL with `?` placeholders (rewritten to `$n`), parameters sent as text; statements held by `enqueue`
     /// run first.
     func execute(_ sql: String, _ parameters: [SQLValue]) throws -> [SQLRow] {
+        holdAppends(namedIn: sql)
         try flush()
         let texts = parameters.map(Self.text)
         let statement = PostgresConnection.numberPlaceholders(sql)
@@ -73,6 +86,7 @@ final class PostgresConnection: @unchecked Sendable {
 
     /// Holds a statement whose rows are not read, to send with others in one round trip (`flush`).
     func enqueue(_ sql: String, _ parameters: [SQLValue], orElse: (any Error)? = nil) throws {
+        holdAppends(namedIn: sql)
         pending.append(Pending(sql: sql, texts: parameters.map(Self.text), orElse: orElse))
         if pending.count >= Self.maxPipeline { try flush() }
     }
@@ -89,6 +103,7 @@ final class PostgresConnection: @unchecked Sendable {
 
     /// Runs independent statements in one round trip (after the held ones) and returns each one's rows.
     func execute(together statements: [(sql: String, parameters: [SQLValue])]) throws -> [[SQLRow]] {
+        for statement in statements { holdAppends(namedIn: statement.sql) }
         try flush()
         var results: [[SQLRow]] = []
         for start in stride(from: 0, to: statements.count, by: Self.maxPipeline) {
@@ -181,9 +196,43 @@ final class PostgresConnection: @unchecked Sendable {
     /// Commits the transaction. COMMIT travels with the held statements, unless one of them carries an expectation
     /// that only this side can check (`orElse`): those are sent and checked first, so a failed one is rolled back.
     func commit() throws {
+        holdAppends(namedIn: nil)
         if pending.contains(where: { $0.orElse != nil }) { try flush() }
         try enqueue("COMMIT", [])
         try flush()
+    }
+
+    /// Gathers a row for a multi-row insert into a log-like table (identical rows once).
+    func append(into table: String, columns: [String], values: [SQLValue], conflict: String) throws {
+        let row = values.map(Self.text)
+        let index: Int
+        if let found = appends.firstIndex(where: { $0.table == table && $0.columns == columns && $0.conflict == conflict }) {
+            index = found
+        } else {
+            appends.append(AppendGroup(table: table, columns: columns, conflict: conflict))
+            index = appends.count - 1
+        }
+        // Under a conflict clause a repeated row changes nothing, and in one statement it would be an error.
+        if !conflict.isEmpty, !appends[index].seen.insert(row).inserted { return }
+        appends[index].rows.append(row)
+    }
+
+    /// Turns the gathered rows of the tables `sql` names (all of them for nil) into held multi-row inserts.
+    private func holdAppends(namedIn sql: String?) {
+        guard !appends.isEmpty else { return }
+        var kept: [AppendGroup] = []
+        for group in appends {
+            guard sql.map({ $0.contains(group.table) }) ?? true else {
+                kept.append(group)
+                continue
+            }
+            for start in stride(from: 0, to: group.rows.count, by: Self.maxRowsPerInsert) {
+                let rows = group.rows[start..<min(start + Self.maxRowsPerInsert, group.rows.count)]
+                pending.append(Pending(sql: SQLStatement.insert(into: group.table, columns: group.columns, rows: rows.count, conflict: group.conflict),
+                                       texts: Array(rows.joined()), orElse: nil))
+            }
+        }
+        appends = kept
     }
 
     /// Drops held statements after the transaction's body failed; false when none of the transaction reached the
@@ -191,6 +240,7 @@ final class PostgresConnection: @unchecked Sendable {
     func discardPending() -> Bool {
         let started = pending.first?.sql != "BEGIN"
         pending = []
+        appends = []
         return started
     }
 
@@ -249,23 +299,26 @@ final class PostgresConnection: @unchecked Sendable {
         prepared = [:]  // a new session has none
         preparedSince = ContinuousClock.now
         pending = []
+        appends = []
     }
 
     /// `?` → `$1, $2, …` outside quoted strings.
     static func numberPlaceholders(_ sql: String) -> String {
-        var output = ""
+        var output: [UInt8] = []
+        output.reserveCapacity(sql.utf8.count + 64)
         var index = 0
         var inQuote = false
-        for character in sql {
-            if character == "'" { inQuote.toggle() }
-            if character == "?" && !inQuote {
+        for byte in sql.utf8 {
+            if byte == UInt8(ascii: "'") { inQuote.toggle() }
+            if byte == UInt8(ascii: "?") && !inQuote {
                 index += 1
-                output += "$\(index)"
+                output.append(UInt8(ascii: "$"))
+                output.append(contentsOf: String(index).utf8)
             } else {
-                output.append(character)
+                output.append(byte)
             }
         }
-        return output
+        return String(decoding: output, as: UTF8.self)
     }
 }
 
@@ -296,5 +349,9 @@ struct PostgresTransactionConnection: SQLConnection {
 
     func query(together statements: [SQLStatement]) throws -> [[SQLRow]] {
         try connection.execute(together: statements.map { ($0.sql, $0.parameters.map(\.sqlValue)) })
+    }
+
+    func append(into table: String, columns: [String], values: [any SQLBindable], conflict: String) throws {
+        try connection.append(into: table, columns: columns, values: values.map(\.sqlValue), conflict: conflict)
     }
 }

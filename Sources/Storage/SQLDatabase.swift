@@ -94,6 +94,13 @@ public protocol SQLConnection {
     /// Runs statements that do not depend on each other and returns each one's rows, in order; a database may
     /// send them in one round trip.
     func query(together statements: [SQLStatement]) throws -> [[SQLRow]]
+
+    /// Adds one row to a log-like table (`INSERT INTO table (columns) VALUES (…) conflict`). The database may
+    /// gather the rows of one table and write them with one statement, later, but always before the next
+    /// statement that names the table and before the transaction commits. For rows that do not depend on each
+    /// other, and whose `conflict` clause (if any) makes a repeated identical row change nothing: identical rows
+    /// may be written once.
+    func append(into table: String, columns: [String], values: [any SQLBindable], conflict: String) throws
 }
 
 /// One statement with its parameters, for `SQLConnection.query(together:)`.
@@ -105,12 +112,29 @@ public struct SQLStatement {
         self.sql = sql
         self.parameters = parameters
     }
+
+    /// `INSERT INTO table (columns) VALUES (?, …), … conflict` for `rows` rows.
+    public static func insert(into table: String, columns: [String], rows: Int, conflict: String) -> String {
+        let row = "(" + Array(repeating: "?", count: columns.count).joined(separator: ", ") + ")"
+        return "INSERT INTO \(table) (\(columns.joined(separator: ", "))) VALUES " + Array(repeating: row, count: rows).joined(separator: ", ")
+            + (conflict.isEmpty ? "" : " " + conflict)
+    }
 }
 
 extension SQLConnection {
     /// Runs the statements one after the other (databases without pipelining).
     public func query(together statements: [SQLStatement]) throws -> [[SQLRow]] {
         try statements.map { try query($0.sql, $0.parameters) }
+    }
+
+    /// Inserts the row now (databases without pipelining).
+    public func append(into table: String, columns: [String], values: [any SQLBindable], conflict: String) throws {
+        try run(SQLStatement.insert(into: table, columns: columns, rows: 1, conflict: conflict), values)
+    }
+
+    /// Adds one row to a log-like table, with no conflict clause.
+    public func append(into table: String, columns: [String], values: [any SQLBindable]) throws {
+        try append(into: table, columns: columns, values: values, conflict: "")
     }
 
     /// Runs the statement now (databases without pipelining).

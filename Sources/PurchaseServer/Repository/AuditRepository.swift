@@ -14,8 +14,9 @@ struct AuditRepository {
         json.object { json in
             for (name, value) in detail.sorted(by: { $0.key < $1.key }) { json.field(name, value) }
         }
-        try db.run("INSERT INTO audit_events (id, app_id, app_user_id, kind, detail, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                     [ids.nextString(), appId, userId, kind, String(decoding: json.bytes, as: UTF8.self), now.milliseconds])
+        // A log: rows may be gathered and written together (`append`).
+        try db.append(into: "audit_events", columns: ["id", "app_id", "app_user_id", "kind", "detail", "created_at"],
+                      values: [ids.nextString(), appId, userId, kind, String(decoding: json.bytes, as: UTF8.self), now.milliseconds])
     }
 
     /// A user's events, newest first.

@@ -10,21 +10,18 @@ struct JobRepository {
     /// A new job: pending, or (refused by the look before storage) already rejected without its bytes.
     func insert(_ job: VerificationJob) throws {
         let now = job.createdAt.milliseconds
+        // New rows only, each its own: uploads committed together are written with one statement where the database can.
+        let columns = ["id", "app_id", "app_user_id", "kind", "receipt_data", "state", "attempts", "next_attempt_at", "created_at", "updated_at",
+                       "user_authenticated", "receipt_size"]
         if job.state == .rejected {
-            try db.run("""
-                INSERT INTO verification_jobs (id, app_id, app_user_id, kind, receipt_data, state, attempts, next_attempt_at, created_at, updated_at,
-                user_authenticated, receipt_size, receipt_sha256, reason, settled_at)
-                VALUES (?, ?, ?, ?, '', 'rejected', 0, ?, ?, ?, ?, ?, ?, ?, ?)
-                """, [job.id, job.appId, job.appUserId, job.kind.rawValue, now, now, now, job.userAuthenticated,
-                      Int64(job.receiptData.utf8.count), job.receiptSHA256, job.reason, now])
+            try db.append(into: "verification_jobs", columns: columns + ["receipt_sha256", "reason", "settled_at"],
+                          values: [job.id, job.appId, job.appUserId, job.kind.rawValue, "", "rejected", 0, now, now, now, job.userAuthenticated,
+                                   Int64(job.receiptData.utf8.count), job.receiptSHA256, job.reason, now])
             return
         }
-        try db.run("""
-            INSERT INTO verification_jobs (id, app_id, app_user_id, kind, receipt_data, state, attempts, next_attempt_at, created_at, updated_at,
-            user_authenticated, receipt_size, deliver_transaction_id, deliver_product_id)
-            VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?, ?, ?, ?)
-            """, [job.id, job.appId, job.appUserId, job.kind.rawValue, job.receiptData, now, now, now, job.userAuthenticated,
-                  Int64(job.receiptData.utf8.count), job.deliver?.transactionId, job.deliver?.productId])
+        try db.append(into: "verification_jobs", columns: columns + ["deliver_transaction_id", "deliver_product_id"],
+                      values: [job.id, job.appId, job.appUserId, job.kind.rawValue, job.receiptData, "pending", 0, now, now, now, job.userAuthenticated,
+                               Int64(job.receiptData.utf8.count), job.deliver?.transactionId, job.deliver?.productId])
     }
 
     func job(_ id: String) throws -> VerificationJob? {

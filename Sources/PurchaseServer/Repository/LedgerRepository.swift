@@ -62,9 +62,19 @@ struct LedgerRepository {
         let nowMs = now.milliseconds
         // The metrics rollup catches up with every chain whose rows this changes.
         var recordedChains: Set<String> = [], changedTransactions: Set<String> = []
+        // A credit of a row this plan records is written with the row, not by an update after it.
+        var credits: [String: (currency: String, amount: Int64, withheld: Bool)] = [:]
+        var recorded: Set<String> = []
         for action in actions {
             switch action {
-            case .record(let transaction, _, _): recordedChains.insert(transaction.originalTransactionId)
+            case .credit(let id, let currency, let amount) where recorded.contains(id): credits[id] = (currency, amount, false)
+            case .withholdCredit(let id, let currency, let amount) where recorded.contains(id): credits[id] = (currency, amount, true)
+            default: break
+            }
+            switch action {
+            case .record(let transaction, _, _):
+                recordedChains.insert(transaction.originalTransactionId)
+                recorded.insert(transaction.transactionId)
             case .cancel(let id, _, _, _, _), .reinstate(let id, _), .updateExpiry(let id, _, _), .updateRefundShare(let id, _, _):
                 changedTransactions.insert(id)
             default: break
@@ -76,17 +86,20 @@ struct LedgerRepository {
         for action in actions {
             switch action {
             case .record(let transaction, let mapping, let stateDate):
+                let credit = credits[transaction.transactionId]
                 try db.run("""
                     INSERT INTO ledger (environment, transaction_id, app_id, app_user_id, product_id, product_type, quantity, purchase_date,
                     original_purchase_date, original_transaction_id, web_order_line_item_id, expires_date, price, currency, source, verification_id,
-                    cancellation_date, cancellation_reason, is_trial, recorded_at, state_date, refund_percentage)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING transaction_id
+                    cancellation_date, cancellation_reason, is_trial, recorded_at, state_date, refund_percentage, credited_currency, credited_amount,
+                    clawed_back_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING transaction_id
                     """, [environment, transaction.transactionId, appId, user, transaction.productId, mapping.type.rawValue, transaction.quantity,
                           transaction.purchaseDate.milliseconds, transaction.originalPurchaseDate?.milliseconds, transaction.originalTransactionId,
                           transaction.webOrderLineItemId, transaction.expiresDate?.milliseconds,
                           transaction.charged?.amount ?? mapping.price, transaction.charged?.currency ?? mapping.priceCurrency,
                           transaction.source, verificationId, transaction.cancellationDate?.milliseconds, transaction.cancellationReason,
-                          transaction.isTrial, nowMs, stateDate, transaction.cancellationDate == nil ? nil : transaction.refundPercentage],
+                          transaction.isTrial, nowMs, stateDate, transaction.cancellationDate == nil ? nil : transaction.refundPercentage,
+                          credit?.currency, credit?.amount, credit?.withheld == true ? nowMs : nil],
                            orElse: Conflict(transactionId: transaction.transactionId))
             case .bind(let original, let productId):
                 // A user exists from the first thing granted (an upload alone creates none: junk fills nothing).
@@ -100,8 +113,10 @@ struct LedgerRepository {
                 try db.run("DELETE FROM ownership WHERE app_id = ? AND environment = ? AND original_transaction_id = ?", [appId, environment, original])
             case .credit(let transactionId, let currency, let amount):
                 try db.run(Self.adjustBalanceSQL, [appId, user, currency, amount])
-                try db.run("UPDATE ledger SET credited_currency = ?, credited_amount = ? WHERE environment = ? AND transaction_id = ?",
-                             [currency, amount, environment, transactionId])
+                if credits[transactionId] == nil {
+                    try db.run("UPDATE ledger SET credited_currency = ?, credited_amount = ? WHERE environment = ? AND transaction_id = ?",
+                               [currency, amount, environment, transactionId])
+                }
                 try audit.append(appId: appId, userId: user, kind: "balance_credited",
                                         detail: ["transactionId": transactionId, "currency": currency, "amount": String(amount)], now: now)
             case .cancel(let transactionId, let date, let reason, let stateDate, let percentage):
@@ -129,6 +144,7 @@ struct LedgerRepository {
                                  ["negative \(currency) balance after a refund", appId, owner])
                 }
             case .withholdCredit(let transactionId, let currency, let amount):
+                guard credits[transactionId] == nil else { break }
                 try db.run("UPDATE ledger SET credited_currency = ?, credited_amount = ?, clawed_back_at = ? WHERE environment = ? AND transaction_id = ?",
                              [currency, amount, nowMs, environment, transactionId])
             case .restoreCredit(let transactionId, let owner, let currency, let amount):

@@ -25,10 +25,10 @@ struct MetricsRepository {
 
     /// Marks chains whose rows or end reason changed.
     func markDirty(appId: String, environment: String, originalTransactionIds: Set<String>) throws {
-        for chunk in Array(originalTransactionIds).sorted().chunked(400) {
-            try db.run("INSERT INTO metrics_dirty (app_id, environment, original_transaction_id) VALUES "
-                         + Array(repeating: "(?, ?, ?)", count: chunk.count).joined(separator: ", ") + " " + Self.touch,
-                         chunk.flatMap { [appId, environment, $0] as [any SQLBindable] })
+        // Marks are a set: rows may be gathered and written together (`append`); a repeated mark changes nothing.
+        for original in originalTransactionIds.sorted() {
+            try db.append(into: "metrics_dirty", columns: ["app_id", "environment", "original_transaction_id"],
+                          values: [appId, environment, original], conflict: Self.touch)
         }
     }
 
