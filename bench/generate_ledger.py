@@ -3,7 +3,9 @@ registered): USERS users, each with one subscription chain (weekly, monthly or y
 some refunded, some lapsed, some still renewing) and a few consumables, until ROWS ledger rows. Ownership
 and users rows come with it, and every chain is marked for the metrics rollup, as a restored backup would be.
 
-usage: generate_ledger.py DATABASE APP USERS ROWS [SEED]
+With --no-rollup no chain is marked (the metrics rollup is left out, for benchmarks of the ledger path only).
+
+usage: generate_ledger.py DATABASE APP USERS ROWS [SEED] [--no-rollup]
 """
 import random
 import sqlite3
@@ -13,8 +15,10 @@ import time
 DAY = 86_400_000
 
 def main():
-    path, app, users, rows = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    rng = random.Random(int(sys.argv[5]) if len(sys.argv) > 5 else 11)
+    rollup = "--no-rollup" not in sys.argv
+    arguments = [argument for argument in sys.argv[1:] if argument != "--no-rollup"]
+    path, app, users, rows = arguments[0], arguments[1], int(arguments[2]), int(arguments[3])
+    rng = random.Random(int(arguments[4]) if len(arguments) > 4 else 11)
     now = int(time.time() * 1000)
     begin = now - 3 * 365 * DAY
     db = sqlite3.connect(path, isolation_level=None)
@@ -78,7 +82,8 @@ def main():
         if len(ledger) >= 50_000:
             flush()
     flush()
-    db.execute("INSERT INTO metrics_dirty SELECT DISTINCT app_id, environment, original_transaction_id FROM ledger WHERE true ON CONFLICT DO NOTHING")
+    if rollup:
+        db.execute("INSERT INTO metrics_dirty SELECT DISTINCT app_id, environment, original_transaction_id FROM ledger WHERE true ON CONFLICT DO NOTHING")
     db.execute("COMMIT")
     count = db.execute("SELECT COUNT(*) FROM ledger").fetchone()[0]
     chains = db.execute("SELECT COUNT(*) FROM metrics_dirty").fetchone()[0]

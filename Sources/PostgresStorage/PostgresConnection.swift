@@ -13,7 +13,7 @@ final class PostgresConnection: @unchecked Sendable {
     private static let maxPrepared = 256
     /// Statements with more parameters are `IN` lists and multi-row inserts whose size varies: each is planned for
     /// its values (PostgreSQL's unnamed statement), and none fills the cache.
-    static let maxPreparedParameters = 16
+    static let maxPreparedParameters = 32
     /// How long prepared statements are kept before they are prepared again. PostgreSQL keeps a statement's generic
     /// plan until the table's statistics change; one chosen while a table was nearly empty (a sequential scan) would
     /// otherwise stay while it grows, for as long as autovacuum takes to analyze it.
@@ -61,7 +61,12 @@ final class PostgresConnection: @unchecked Sendable {
     /// run first.
     func execute(_ sql: String, _ parameters: [SQLValue]) throws -> [SQLRow] {
         holdAppends(namedIn: sql)
-        try flush()
+        if !pending.isEmpty {
+            // The held statements and this one in one round trip.
+            let batch = pending + [Pending(sql: sql, texts: parameters.map(Self.text), orElse: nil)]
+            pending = []
+            return try pipeline(batch, keepRows: true).last ?? []
+        }
         let texts = parameters.map(Self.text)
         let statement = PostgresConnection.numberPlaceholders(sql)
         let name = try preparedName(for: sql, statement: statement, parameterCount: texts.count)
@@ -104,13 +109,10 @@ final class PostgresConnection: @unchecked Sendable {
     /// Runs independent statements in one round trip (after the held ones) and returns each one's rows.
     func execute(together statements: [(sql: String, parameters: [SQLValue])]) throws -> [[SQLRow]] {
         for statement in statements { holdAppends(namedIn: statement.sql) }
-        try flush()
-        var results: [[SQLRow]] = []
-        for start in stride(from: 0, to: statements.count, by: Self.maxPipeline) {
-            let part = statements[start..<min(start + Self.maxPipeline, statements.count)]
-            results += try pipeline(part.map { Pending(sql: $0.sql, texts: $0.parameters.map(Self.text), orElse: nil) }, keepRows: true)
-        }
-        return results
+        // The held statements and these in one round trip.
+        let batch = pending + statements.map { Pending(sql: $0.sql, texts: $0.parameters.map(Self.text), orElse: nil) }
+        pending = []
+        return Array(try pipeline(batch, keepRows: true).suffix(statements.count))
     }
 
     /// Sends `batch` in pipeline mode with one sync and reads every result: the rows of each (when `keepRows`), or
@@ -122,7 +124,8 @@ final class PostgresConnection: @unchecked Sendable {
             names.append(try preparedName(for: item.sql, statement: nil, parameterCount: item.texts.count))
         }
         guard PQenterPipelineMode(handle) == 1 else { throw connectionError() }
-        defer { PQexitPipelineMode(handle) }
+        // A pipeline that cannot be left still holds results nobody read: the session starts again.
+        defer { if PQexitPipelineMode(handle) != 1 { reset() } }
         var failure: (any Error)?
         var sent = 0
         for (item, name) in zip(batch, names) {
@@ -282,7 +285,10 @@ final class PostgresConnection: @unchecked Sendable {
         return name
     }
 
-    var isHealthy: Bool { PQstatus(handle) == CONNECTION_OK }
+    /// Connected, out of pipeline mode and outside a transaction: ready for the next one.
+    var isHealthy: Bool {
+        PQstatus(handle) == CONNECTION_OK && PQpipelineStatus(handle) == PQ_PIPELINE_OFF && PQtransactionStatus(handle) == PQTRANS_IDLE
+    }
 
     /// Drops the prepared statements once they are older than `planLifetime` (before a transaction begins): they
     /// are prepared again on their next use, and planned against the tables as they are now.

@@ -5,6 +5,8 @@ import Storage
 /// transactions, the owners of their chains), fetched with one statement of each kind for the whole batch rather
 /// than three per settlement. A settlement that names a job, transaction or chain an earlier one in the batch
 /// wrote reads its own again, after those writes: each is planned exactly as if it were settled alone, in order.
+/// On PostgreSQL the rows read stay locked until the batch commits, so another process cannot change what a plan
+/// was made from (a row or chain new to both is guarded by the insert's conflict, which makes the settlement retry).
 struct SettlementReads {
     /// Job id → the owner of its lease, for jobs being verified.
     private var leases: [String: String] = [:]
@@ -34,12 +36,12 @@ struct SettlementReads {
         reads.leases = try jobs.leases(batch.map(\.job.id))
         for (environment, settlements) in Dictionary(grouping: batch, by: { $0.environment.rawValue }) {
             let ledger = LedgerRepository(db: db, appId: "", environment: environment, audit: audit)
-            for (id, entry) in try ledger.entries(settlements.flatMap { $0.transactions.map(\.transactionId) }) {
+            for (id, entry) in try ledger.entries(settlements.flatMap { $0.transactions.map(\.transactionId) }, lock: jobs.dialect == .postgres) {
                 reads.entries[.transaction(environment: environment, id: id)] = entry
             }
             for (appId, ofApp) in Dictionary(grouping: settlements, by: \.job.appId) {
                 let ledger = LedgerRepository(db: db, appId: appId, environment: environment, audit: audit)
-                for (id, list) in try ledger.owners(ofApp.flatMap { $0.transactions.map(\.originalTransactionId) }) {
+                for (id, list) in try ledger.owners(ofApp.flatMap { $0.transactions.map(\.originalTransactionId) }, lock: jobs.dialect == .postgres) {
                     reads.owners[.chain(appId: appId, environment: environment, id: id)] = list
                 }
             }
@@ -55,8 +57,8 @@ struct SettlementReads {
         defer { written.formUnion(keys) }
         guard written.isDisjoint(with: keys) else {
             return Snapshot(holdsLease: try jobs.holdsLease(settlement.job.id, owner: settlement.owner),
-                            entries: try ledger.entries(known.map(\.transactionId)),
-                            owners: try ledger.owners(known.map(\.originalTransactionId)))
+                            entries: try ledger.entries(known.map(\.transactionId), lock: jobs.dialect == .postgres),
+                            owners: try ledger.owners(known.map(\.originalTransactionId), lock: jobs.dialect == .postgres))
         }
         var snapshot = Snapshot(holdsLease: leases[settlement.job.id] == settlement.owner, entries: [:], owners: [:])
         for transaction in known {

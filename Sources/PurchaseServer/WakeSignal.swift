@@ -31,7 +31,7 @@ final class WakeSignal: Sendable {
 
     /// Returns when woken, or at the latest after `timeout` (the ticker's next beat).
     func wait(timeout: Duration) async {
-        startTicker(every: timeout)
+        startTicker(every: max(timeout, .milliseconds(10)))
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let resumeNow = state.withLock { state -> Bool in
                 if state.pending {

@@ -19,14 +19,16 @@ struct LedgerRepository {
     /// Placeholders for an `IN` list of `count` values.
     private static func placeholders(_ count: Int) -> String { Array(repeating: "?", count: count).joined(separator: ", ") }
 
-    /// The existing rows of these transactions, by transaction id (any app: the plan refuses another app's).
-    func entries(_ transactionIds: [String]) throws -> [String: LedgerEntry] {
+    /// The existing rows of these transactions, by transaction id (any app: the plan refuses another app's). With
+    /// `lock` (PostgreSQL) the rows stay locked until the transaction ends, taken in id order, so that what a plan
+    /// read is still true when it writes.
+    func entries(_ transactionIds: [String], lock: Bool = false) throws -> [String: LedgerEntry] {
         var entries: [String: LedgerEntry] = [:]
-        for chunk in Self.chunks(Array(Set(transactionIds))) {
+        for chunk in Self.chunks(Array(Set(transactionIds)).sorted()) {
             for row in try db.query("""
                 SELECT transaction_id, app_id, app_user_id, product_id, expires_date, cancellation_date, credited_currency, credited_amount,
                 clawed_back_at, state_date, refund_percentage FROM ledger WHERE environment = ? AND transaction_id IN (\(Self.placeholders(chunk.count)))
-                """, [environment] + chunk) {
+                """ + (lock ? " ORDER BY transaction_id FOR UPDATE" : ""), [environment] + chunk) {
                 let id = row.string("transaction_id") ?? ""
                 entries[id] = LedgerEntry(transactionId: id, appId: row.string("app_id") ?? "", appUserId: row.string("app_user_id") ?? "",
                                           productId: row.string("product_id") ?? "", expiresDate: row.int("expires_date"),
@@ -39,18 +41,19 @@ struct LedgerRepository {
         return entries
     }
 
-    /// The owners of these original transactions, in the order they were granted.
-    func owners(_ originalTransactionIds: [String]) throws -> [String: [String]] {
-        var owners: [String: [String]] = [:]
-        for chunk in Self.chunks(Array(Set(originalTransactionIds))) {
+    /// The owners of these original transactions, in the order they were granted. With `lock` (PostgreSQL) the
+    /// rows stay locked until the transaction ends, taken in key order.
+    func owners(_ originalTransactionIds: [String], lock: Bool = false) throws -> [String: [String]] {
+        var granted: [String: [(at: Int64, user: String)]] = [:]
+        for chunk in Self.chunks(Array(Set(originalTransactionIds)).sorted()) {
             for row in try db.query("""
-                SELECT original_transaction_id, app_user_id FROM ownership WHERE app_id = ? AND environment = ?
-                AND original_transaction_id IN (\(Self.placeholders(chunk.count))) ORDER BY granted_at, app_user_id
-                """, [appId, environment] + chunk) {
-                owners[row.string("original_transaction_id") ?? "", default: []].append(row.string("app_user_id") ?? "")
+                SELECT original_transaction_id, app_user_id, granted_at FROM ownership WHERE app_id = ? AND environment = ?
+                AND original_transaction_id IN (\(Self.placeholders(chunk.count))) ORDER BY original_transaction_id, app_user_id
+                """ + (lock ? " FOR UPDATE" : ""), [appId, environment] + chunk) {
+                granted[row.string("original_transaction_id") ?? "", default: []].append((row.int("granted_at") ?? 0, row.string("app_user_id") ?? ""))
             }
         }
-        return owners
+        return granted.mapValues { list in list.sorted { ($0.at, $0.user) < ($1.at, $1.user) }.map(\.user) }
     }
 
     private static func chunks(_ values: [String]) -> [[String]] {
@@ -135,7 +138,9 @@ struct LedgerRepository {
                              [stateDate, environment, transactionId])
             case .clawBack(let transactionId, let owner, let currency, let amount):
                 let balance = try Self.adjustBalance(db, appId: appId, userId: owner, currency: currency, by: -amount)
-                try db.run("UPDATE ledger SET clawed_back_at = ? WHERE environment = ? AND transaction_id = ?", [nowMs, environment, transactionId])
+                // Only a credit not yet taken back: another process that took it first makes this settlement retry.
+                try db.run("UPDATE ledger SET clawed_back_at = ? WHERE environment = ? AND transaction_id = ? AND clawed_back_at IS NULL RETURNING transaction_id",
+                           [nowMs, environment, transactionId], orElse: Conflict(transactionId: transactionId))
                 try audit.append(appId: appId, userId: owner, kind: "balance_clawed_back",
                                         detail: ["transactionId": transactionId, "currency": currency, "amount": String(amount),
                                                  "balanceAfter": String(balance)], now: now)
@@ -149,7 +154,9 @@ struct LedgerRepository {
                              [currency, amount, nowMs, environment, transactionId])
             case .restoreCredit(let transactionId, let owner, let currency, let amount):
                 let balance = try Self.adjustBalance(db, appId: appId, userId: owner, currency: currency, by: amount)
-                try db.run("UPDATE ledger SET clawed_back_at = NULL WHERE environment = ? AND transaction_id = ?", [environment, transactionId])
+                // Only a credit taken back: another process that restored it first makes this settlement retry.
+                try db.run("UPDATE ledger SET clawed_back_at = NULL WHERE environment = ? AND transaction_id = ? AND clawed_back_at IS NOT NULL RETURNING transaction_id",
+                           [environment, transactionId], orElse: Conflict(transactionId: transactionId))
                 try audit.append(appId: appId, userId: owner, kind: "balance_restored",
                                         detail: ["transactionId": transactionId, "currency": currency, "amount": String(amount),
                                                  "balanceAfter": String(balance)], now: now)

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# A ledger that has grown (issue 14): GROWN_ROWS ledger rows (default ten million) over GROWN_USERS users (default one
+# million) of the benchmark app, on SQLite and PostgreSQL. In one run, on an empty database and on the grown one:
+# the steady state (distinct receipts offered at GROWN_RATE/s, bench/steady.py) and GET /v1/users/{id} (wrk, 5 s,
+# p50/p99) for a user of the run and for a generated user; the ratios grown/empty; the query plans of the hot
+# statements on the grown database. The generated databases are kept (bench/cache/, git-ignored; a PostgreSQL
+# database named after the generator) and reused while the generator is unchanged. The metrics rollup is left out of
+# them (generate_ledger.py --no-rollup): this measures the ledger path.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROWS=${GROWN_ROWS:-10000000}
+USERS=${GROWN_USERS:-1000000}
+RATE=${GROWN_RATE:-800}
+WARMUP=${BENCH_WARMUP:-10}
+WINDOW=${BENCH_WINDOW:-30}
+ENGINES=${BENCH_ENGINES:-"sqlite postgres"}
+APP=com.example.coins
+ADMIN=(-H "Authorization: Bearer sk_admin_benchmark" -H "Content-Type: application/json")
+export STOREKEEPER_BENCH_BIN=${STOREKEEPER_BENCH_BIN:-.build/release/storekeeper-bench}
+. bench/lib.sh
+
+VERSION=$(cat bench/generate_ledger.py bench/ledger_to_postgres.py | sha256sum | cut -c1-12)
+CACHE=bench/cache/grown-$ROWS-$USERS-$VERSION
+STAMP=$(date -u +%Y-%m-%dT%H-%M-%SZ)
+OUT=bench/results/grown-$STAMP.txt
+echo "# A grown ledger, $STAMP: $(nproc) cores; $ROWS ledger rows over $USERS users; offered $RATE receipts/s, warm-up $WARMUP s, window $WINDOW s" > "$OUT"
+
+serve() {  # name, database arguments…: starts a server (against the emulator once it runs) and echoes its URL
+  local name=$1; shift
+  local emulator=()
+  [ -n "${APPSTORE:-}" ] && emulator=(--appstore-url "$APPSTORE" --trust-emulator)
+  start "$name" "$BIN" server serve "$@" --port 0 --quiet "${emulator[@]}" --admin-key sk_admin_benchmark
+}
+stop() { kill "$(cat "$WORK/$1.pid")"; wait "$(cat "$WORK/$1.pid")" 2>/dev/null || true; rm -f "$WORK/$1.pid"; }
+
+if [ ! -f "$CACHE/ready" ]; then
+  rm -rf bench/cache/grown-* && mkdir -p "$CACHE/sqlite" && chmod 700 "$CACHE/sqlite"
+  SERVER=$(serve setup --data "$CACHE/sqlite")
+  curl -sf "${ADMIN[@]}" -d "{\"id\": \"$APP\"}" "$SERVER/admin/v1/apps" >/dev/null
+  stop setup
+  echo "generating $ROWS ledger rows for $USERS users (SQLite)…"
+  started=$(date +%s)
+  "$PYTHON" bench/generate_ledger.py "$CACHE/sqlite/server.sqlite" "$APP" "$USERS" "$ROWS" 11 --no-rollup | tee -a "$OUT"
+  echo "generator: $(( $(date +%s) - started )) s" | tee -a "$OUT"
+  touch "$CACHE/ready"
+fi
+
+PG_URL=""
+TEMPLATE=grown_$VERSION
+if [[ " $ENGINES " == *" postgres "* ]]; then PG_URL=$(scripts/postgres.sh start 2>/dev/null || true); fi
+pg() { psql "${PG_URL%/*}/$1" -qtAc "$2"; }
+# Its secrets are sealed with the master key of $CACHE/postgres (kept with the SQLite copy).
+if [ -n "$PG_URL" ] && { [ -z "$(pg postgres "SELECT 1 FROM pg_database WHERE datname = '$TEMPLATE'")" ] || [ ! -f "$CACHE/postgres/master-key" ]; }; then
+  pg postgres "DROP DATABASE IF EXISTS $TEMPLATE" >/dev/null
+  pg postgres "DROP DATABASE IF EXISTS loading_$VERSION" >/dev/null
+  pg postgres "CREATE DATABASE loading_$VERSION" >/dev/null
+  rm -rf "$CACHE/postgres" && mkdir -p "$CACHE/postgres" && chmod 700 "$CACHE/postgres"
+  SERVER=$(serve setup-pg --data "$CACHE/postgres" --database "${PG_URL%/*}/loading_$VERSION")
+  curl -sf "${ADMIN[@]}" -d "{\"id\": \"$APP\"}" "$SERVER/admin/v1/apps" >/dev/null
+  stop setup-pg
+  echo "copying the grown ledger to PostgreSQL…"
+  "$PYTHON" bench/ledger_to_postgres.py "$CACHE/sqlite/server.sqlite" "${PG_URL%/*}/loading_$VERSION" | tee -a "$OUT"
+  pg postgres "ALTER DATABASE loading_$VERSION RENAME TO $TEMPLATE" >/dev/null
+fi
+
+APPSTORE=$(start appstore "$BIN" appstore serve --data "$WORK/appstore" --port 0 --quiet --catalog com.example.coins=examples/coins.storekit)
+[ -n "$APPSTORE" ] || { cat "$WORK/appstore.log"; exit 1; }
+count=$(( RATE * (WARMUP + WINDOW) + 1000 ))
+echo "preparing $count distinct receipts on the emulator…"
+"$PYTHON" bench/steady_prepare.py "$APPSTORE" "$WORK" "$count"
+shared=$(curl -s "$APPSTORE/admin/v1/apps/$APP" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["sharedSecret"])')
+run_user=$(head -1 "$WORK/steady-receipts.txt" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["appUserId"])')
+
+users() {  # server, key, user, label: GET /v1/users/{id} for 5 s with wrk
+  echo "wrk.headers[\"Authorization\"] = \"Bearer $2\"" > "$WORK/user.lua"
+  local result
+  result=$(wrk -t2 -c64 -d5s --latency -s "$WORK/user.lua" "$1/v1/users/$("$PYTHON" -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$3")")
+  echo "$result" | awk -v label="$4" '/Requests\/sec/ {rps=$2} $1=="50%" {p50=$2} $1=="99%" {p99=$2} END {printf "%-40s GET /v1/users/{id}: %s req/s, p50 %s, p99 %s\n", label, rps, p50, p99}'
+}
+
+plans() {  # engine, database: the plans of the hot statements
+  local user=user-00000042
+  local statements=(
+    "SELECT * FROM ledger WHERE app_id = '$APP' AND (environment, original_transaction_id) IN (SELECT environment, original_transaction_id FROM ownership WHERE app_id = '$APP' AND app_user_id = '$user') UNION SELECT * FROM ledger WHERE app_id = '$APP' AND app_user_id = '$user' AND product_type = 'consumable'"
+    "SELECT transaction_id FROM ledger WHERE environment = 'Sandbox' AND transaction_id IN ('2000000000000001', '2000000000000002')"
+    "SELECT original_transaction_id, app_user_id FROM ownership WHERE app_id = '$APP' AND environment = 'Sandbox' AND original_transaction_id IN ('2000000000000001', '2000000000000002') ORDER BY granted_at, app_user_id"
+    "SELECT currency, amount FROM balances WHERE app_id = '$APP' AND app_user_id = '$user'")
+  for statement in "${statements[@]}"; do
+    echo "plan ($1): ${statement:0:110}…"
+    if [ "$1" = sqlite ]; then
+      "$PYTHON" -c 'import sqlite3, sys; [print("   ", row[-1]) for row in sqlite3.connect(sys.argv[1]).execute("EXPLAIN QUERY PLAN " + sys.argv[2])]' "$2" "$statement"
+    else
+      psql "$2" -qtAc "EXPLAIN $statement" | sed 's/^/    /'
+    fi
+  done
+}
+
+for engine in $ENGINES; do
+  [ "$engine" = postgres ] && [ -z "$PG_URL" ] && { echo "postgres: skipped (not available)" | tee -a "$OUT"; continue; }
+  declare -A completed=() p99=()
+  for size in empty grown; do
+    name="server-$engine-$size"
+    if [ "$engine" = sqlite ]; then
+      # The grown copy brings its master key: the database's secrets are sealed with it.
+      if [ "$size" = grown ]; then cp -r --reflink=auto "$CACHE/sqlite" "$WORK/$name"; else mkdir -p "$WORK/$name"; fi
+      chmod 700 "$WORK/$name"
+      DB_ARGS=(--data "$WORK/$name"); DB="sqlite:$WORK/$name/server.sqlite"
+    else
+      database="run_${size}_$$"
+      pg postgres "DROP DATABASE IF EXISTS $database" >/dev/null
+      if [ "$size" = grown ]; then pg postgres "CREATE DATABASE $database TEMPLATE $TEMPLATE" >/dev/null; else pg postgres "CREATE DATABASE $database" >/dev/null; fi
+      # The grown database's secrets are sealed with the key the SQLite copy was made with.
+      mkdir -p "$WORK/$name" && chmod 700 "$WORK/$name"
+      if [ "$size" = grown ]; then cp "$CACHE/postgres/master-key" "$WORK/$name/master-key"; fi
+      DB_ARGS=(--data "$WORK/$name" --database "${PG_URL%/*}/$database"); DB="postgres:${PG_URL%/*}/$database"
+    fi
+    SERVER=$(serve "$name" "${DB_ARGS[@]}")
+    [ -n "$SERVER" ] || { cat "$WORK/$name.log"; exit 1; }
+    if [ "$size" = grown ]; then
+      curl -sf -X PUT "${ADMIN[@]}" -d "{\"sharedSecret\":\"$shared\"}" "$SERVER/admin/v1/apps/$APP" >/dev/null
+    else
+      curl -sf "${ADMIN[@]}" -d "{\"id\":\"$APP\",\"sharedSecret\":\"$shared\"}" "$SERVER/admin/v1/apps" >/dev/null
+    fi
+    curl -sf -X PUT "${ADMIN[@]}" -d '{"type":"consumable","currency":"coins","amount":20,"price":"0.99","priceCurrency":"USD"}' \
+      "$SERVER/admin/v1/apps/$APP/products/Nada.JPYF01" >/dev/null
+    key=$(curl -s -X POST "${ADMIN[@]}" "$SERVER/admin/v1/apps/$APP/keys" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["apiKey"])')
+    line=$("$PYTHON" bench/steady.py "$SERVER" "$(cat "$WORK/$name.pid")" "$key" "$WORK/steady-receipts.txt" "$RATE" "$WARMUP" "$WINDOW" "$DB" \
+      "$engine $size")
+    echo "$line" | grep -v '^json ' | tee -a "$OUT"
+    completed[$size]=$(echo "$line" | grep '^json ' | cut -c6- | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["completed_per_second"])')
+    reads=$(users "$SERVER" "$key" "$run_user" "$engine $size, a user of the run")
+    echo "$reads" | tee -a "$OUT"
+    p99[$size]=$(echo "$reads" | sed -n 's/.*p99 \([0-9.]*\)\(ms\|us\|s\).*/\1 \2/p' | awk '{v=$1; if ($2=="us") v/=1000; if ($2=="s") v*=1000; print v}')
+    if [ "$size" = grown ]; then
+      users "$SERVER" "$key" user-00000042 "$engine grown, a generated user" | tee -a "$OUT"
+      if [ "$engine" = sqlite ]; then plans sqlite "$WORK/$name/server.sqlite" | tee -a "$OUT"; else plans postgres "${PG_URL%/*}/$database" | tee -a "$OUT"; fi
+    fi
+    stop "$name"
+    if [ "$engine" = sqlite ]; then rm -rf "$WORK/$name"; else pg postgres "DROP DATABASE $database" >/dev/null; fi
+  done
+  "$PYTHON" -c 'import sys; c = float(sys.argv[2]) / float(sys.argv[1]); r = float(sys.argv[4]) / float(sys.argv[3]); print(f"{sys.argv[5]}: grown/empty throughput {c:.2f} (aim >= 0.8), read p99 {r:.2f} (aim <= 1.5)")' \
+    "${completed[empty]}" "${completed[grown]}" "${p99[empty]}" "${p99[grown]}" "$engine" | tee -a "$OUT"
+done
+[ -n "$PG_URL" ] && scripts/postgres.sh stop
+echo "written: $OUT"
