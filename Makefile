@@ -78,6 +78,8 @@ bench: release pydeps
 	bench/run.sh
 	bench/server.sh
 	bench/steady.sh
+	bench/grown.sh
+	bench/processes.sh
 	bench/abuse.sh
 	bench/webhooks.sh
 	bench/metrics.sh

@@ -2,7 +2,9 @@
 for a warm-up and a measured window; what the server did in the window is read from its own job table afterwards.
 
 usage: steady.py SERVER_URL SERVER_PID KEY BODIES RATE WARMUP WINDOW DB LABEL
-DB is `sqlite:PATH` or `postgres:URL` (with its search_path). Prints one line of figures and its JSON."""
+DB is `sqlite:PATH` or `postgres:URL` (with its search_path). Several server processes on one database are given as
+comma-separated URLs and pids: the load is spread over them, and CPU, memory and verifications in flight are summed.
+Prints one line of figures and its JSON."""
 import json
 import os
 import subprocess
@@ -11,26 +13,36 @@ import threading
 import time
 import urllib.request
 
-server, pid, key, bodies, rate, warmup, window, database, label = sys.argv[1:10]
+servers, pids, key, bodies, rate, warmup, window, database, label = sys.argv[1:10]
+servers, pids = servers.split(","), pids.split(",")
 rate, warmup, window = float(rate), float(warmup), float(window)
 BENCH = os.environ.get("STOREKEEPER_BENCH_BIN", ".build/release/storekeeper-bench")
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds():
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / TICKS
+    return total
 
 
 def rss_kib():
-    with open(f"/proc/{pid}/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/status") as status:
+            total += next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+    return total
 
 
 def in_flight():
-    with urllib.request.urlopen(server + "/health", timeout=5) as response:
-        return int(json.loads(response.read())["inFlight"])
+    total = 0
+    for server in servers:
+        with urllib.request.urlopen(server + "/health", timeout=5) as response:
+            total += int(json.loads(response.read())["inFlight"])
+    return total
 
 
 def query(sql):
@@ -59,7 +71,7 @@ baseline_rss = rss_kib()
 sampler = threading.Thread(target=sample, daemon=True)
 started = time.time()
 sampler.start()
-load = subprocess.run([BENCH, "load", "--url", server, "--key", key, "--bodies", bodies, "--rate", str(rate),
+load = subprocess.run([BENCH, "load", "--url", ",".join(servers), "--key", key, "--bodies", bodies, "--rate", str(rate),
                        "--seconds", str(warmup + window), "--connections", "64"], capture_output=True, text=True)
 if load.returncode != 0:
     raise SystemExit(load.stderr)

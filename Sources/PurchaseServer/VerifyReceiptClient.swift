@@ -31,6 +31,12 @@ public struct AppStoreEndpoints: Sendable, Equatable {
 public protocol HTTPTransport: Sendable {
     /// Returns the status code, content type and body, or throws on a network failure or timeout.
     func post(_ url: URL, body: Data, timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data)
+    /// Whether `post` ends by `timeout` itself. Calls through one that does not are raced against a timer.
+    var keepsTimeouts: Bool { get }
+}
+
+extension HTTPTransport {
+    public var keepsTimeouts: Bool { false }
 }
 
 /// `HTTPTransport` over Storekeeper's HTTP client: one event-loop thread, kept-alive connections,
@@ -42,6 +48,10 @@ public final class ClientTransport: HTTPTransport {
     public init(connectionsPerHost: Int = 8192, caFile: String? = nil) throws {
         client = try HTTPClient(configuration: .init(maxConnectionsPerHost: connectionsPerHost, caFile: caFile))
     }
+
+    /// The client's event loop ends every request at its deadline: no timer per call is needed (with thousands of
+    /// calls in flight, a timer each was a task and a Dispatch timer each, for as long as the timeout).
+    public var keepsTimeouts: Bool { true }
 
     public func post(_ url: URL, body: Data, timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data) {
         let response = try await client.send("POST", url, headers: [("Content-Type", "application/json; charset=utf-8")],
@@ -91,17 +101,23 @@ public struct VerifyReceiptClient: Sendable {
     /// One call to one environment.
     public func verify(_ receiptData: String, password: String?, environment: AppStoreEnvironment) async -> AppleAnswer {
         // Written directly: JSONSerialization escapes a multi-kilobyte receipt character by character.
-        var json = JSONBuffer(capacity: receiptData.utf8.count + 128)
-        json.object { json in
-            json.field("receipt-data", receiptData)
-            json.field("password", password)
-            json.field("exclude-old-transactions", false)
-        }
-        let body = Data(json.bytes)
+        let body: Data = {
+            var json = JSONBuffer(capacity: receiptData.utf8.count + 128)
+            json.object { json in
+                json.field("receipt-data", receiptData)
+                json.field("password", password)
+                json.field("exclude-old-transactions", false)
+            }
+            return Data(json.bytes)
+        }()
         let reply: (status: Int, contentType: String?, body: Data)
         do {
-            reply = try await Self.deadline(timeout + 1) { [transport, endpoints, timeout] in
-                try await transport.post(endpoints.url(for: environment), body: body, timeout: timeout)
+            if transport.keepsTimeouts {
+                reply = try await transport.post(endpoints.url(for: environment), body: body, timeout: timeout)
+            } else {
+                reply = try await Self.deadline(timeout + 1) { [transport, endpoints, timeout] in
+                    try await transport.post(endpoints.url(for: environment), body: body, timeout: timeout)
+                }
             }
         } catch let error as URLError where error.code == .timedOut {
             return .retryable(.timedOut())

@@ -112,9 +112,14 @@ func percentile(_ sorted: [Double], _ fraction: Double) -> Double {
 /// `load --url http://127.0.0.1:P --path /v1/receipts --key K --bodies FILE --rate R --seconds S [--connections C]`:
 /// request i is meant to leave at i / R seconds; each of C connections takes the next one due, waits for its
 /// moment and sends it, so a slow server shows as latency from the intended moment (no coordinated omission)
-/// up to C requests waiting at once. Every body is sent once. Prints one JSON line of figures.
+/// up to C requests waiting at once. Every body is sent once. Prints one JSON line of figures. Several servers
+/// (comma-separated URLs, processes sharing one database) share the connections in turn.
 func load(_ options: Options) {
-    guard let url = URL(string: options.string("url")), let host = url.host, let port = url.port else { fail("--url is http://HOST:PORT") }
+    let targets: [(host: String, port: Int)] = options.string("url").split(separator: ",").map { text in
+        guard let url = URL(string: String(text)), let host = url.host, let port = url.port else { fail("--url is http://HOST:PORT[,…]") }
+        return (host, port)
+    }
+    guard !targets.isEmpty else { fail("--url is http://HOST:PORT[,…]") }
     let path = options.values["path"] ?? "/v1/receipts"
     let key = options.string("key")
     let rate = options.double("rate", 1000)
@@ -139,17 +144,18 @@ func load(_ options: Options) {
     if total < Int(rate * seconds) {
         FileHandle.standardError.write(Data("storekeeper-bench: only \(bodies.count) bodies for \(Int(rate * seconds)) requests; stopping at \(total)\n".utf8))
     }
-    let head = "POST \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nAuthorization: Bearer \(key)\r\nContent-Type: application/json\r\n"
+    let heads = targets.map { "POST \(path) HTTP/1.1\r\nHost: \($0.host):\($0.port)\r\nAuthorization: Bearer \(key)\r\nContent-Type: application/json\r\n" }
     let next = Atomic<Int>(0)
     let results = Mutex<[Sample]>([])
     let start = monotonic() + 0.2
     let startUnix = Date().timeIntervalSince1970 + 0.2
     let done = DispatchGroup()
-    for _ in 0..<connections {
+    for number in 0..<connections {
         done.enter()
+        let target = targets[number % targets.count], head = heads[number % targets.count]
         Thread.detachNewThread {
             defer { done.leave() }
-            let connection = Connection(host: host, port: UInt16(port))
+            let connection = Connection(host: target.host, port: UInt16(target.port))
             var samples: [Sample] = []
             while true {
                 let index = next.wrappingAdd(1, ordering: .relaxed).oldValue
