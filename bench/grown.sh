@@ -116,14 +116,8 @@ for engine in $ENGINES; do
     fi
     SERVER=$(serve "$name" "${DB_ARGS[@]}")
     [ -n "$SERVER" ] || { cat "$WORK/$name.log"; exit 1; }
-    if [ "$size" = grown ]; then
-      curl -sf -X PUT "${ADMIN[@]}" -d "{\"sharedSecret\":\"$shared\"}" "$SERVER/admin/v1/apps/$APP" >/dev/null
-    else
-      curl -sf "${ADMIN[@]}" -d "{\"id\":\"$APP\",\"sharedSecret\":\"$shared\"}" "$SERVER/admin/v1/apps" >/dev/null
-    fi
-    curl -sf -X PUT "${ADMIN[@]}" -d '{"type":"consumable","currency":"coins","amount":20,"price":"0.99","priceCurrency":"USD"}' \
-      "$SERVER/admin/v1/apps/$APP/products/Nada.JPYF01" >/dev/null
-    key=$(curl -s -X POST "${ADMIN[@]}" "$SERVER/admin/v1/apps/$APP/keys" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["apiKey"])')
+    # The grown database has the app already: it takes the emulator's shared secret.
+    key=$(register_app "$SERVER" "$shared" "$([ "$size" = grown ] && echo existing)")
     line=$("$PYTHON" bench/steady.py "$SERVER" "$(cat "$WORK/$name.pid")" "$key" "$WORK/steady-receipts.txt" "$RATE" "$WARMUP" "$WINDOW" "$DB" \
       "$engine $size")
     echo "$line" | grep -v '^json ' | tee -a "$OUT"

@@ -18,3 +18,17 @@ start() {  # name, command...: starts a server and echoes its URL (the "listenin
   for _ in $(seq 200); do grep -q "listening on" "$WORK/$name.log" 2>/dev/null && break; sleep 0.1; done
   sed -n 's/.*listening on //p' "$WORK/$name.log" | head -1
 }
+
+# server, shared secret, [existing]: registers com.example.coins on a purchase server (or, with `existing`, gives
+# the app already there the emulator's shared secret), maps its 20-coin consumable, and echoes a new API key.
+register_app() {
+  local admin=(-H "Authorization: Bearer sk_admin_benchmark" -H "Content-Type: application/json")
+  if [ "${3:-}" = existing ]; then
+    curl -sf -X PUT "${admin[@]}" -d "{\"sharedSecret\":\"$2\"}" "$1/admin/v1/apps/com.example.coins" >/dev/null
+  else
+    curl -sf "${admin[@]}" -d "{\"id\":\"com.example.coins\",\"sharedSecret\":\"$2\"}" "$1/admin/v1/apps" >/dev/null
+  fi
+  curl -sf -X PUT "${admin[@]}" -d '{"type":"consumable","currency":"coins","amount":20,"price":"0.99","priceCurrency":"USD"}' \
+    "$1/admin/v1/apps/com.example.coins/products/Nada.JPYF01" >/dev/null
+  curl -s -X POST "${admin[@]}" "$1/admin/v1/apps/com.example.coins/keys" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["apiKey"])'
+}

@@ -11,7 +11,6 @@ COUNT=${PROCESSES:-3}
 WARMUP=${BENCH_WARMUP:-10}
 WINDOW=${BENCH_WINDOW:-30}
 APP=com.example.coins
-ADMIN=(-H "Authorization: Bearer sk_admin_benchmark" -H "Content-Type: application/json")
 export STOREKEEPER_BENCH_BIN=${STOREKEEPER_BENCH_BIN:-.build/release/storekeeper-bench}
 . bench/lib.sh
 
@@ -44,10 +43,7 @@ for processes in 1 "$COUNT"; do
     [ -n "$url" ] || { cat "$WORK/$name.log"; exit 1; }
     urls+=("$url"); pids+=("$(cat "$WORK/$name.pid")"); names+=("$name")
   done
-  curl -sf "${ADMIN[@]}" -d "{\"id\":\"$APP\",\"sharedSecret\":\"$shared\"}" "${urls[0]}/admin/v1/apps" >/dev/null
-  curl -sf -X PUT "${ADMIN[@]}" -d '{"type":"consumable","currency":"coins","amount":20,"price":"0.99","priceCurrency":"USD"}' \
-    "${urls[0]}/admin/v1/apps/$APP/products/Nada.JPYF01" >/dev/null
-  key=$(curl -s -X POST "${ADMIN[@]}" "${urls[0]}/admin/v1/apps/$APP/keys" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["apiKey"])')
+  key=$(register_app "${urls[0]}" "$shared")
   line=$("$PYTHON" bench/steady.py "$(IFS=,; echo "${urls[*]}")" "$(IFS=,; echo "${pids[*]}")" "$key" "$WORK/steady-receipts.txt" "$RATE" \
     "$WARMUP" "$WINDOW" "postgres:$DATABASE" "postgres, $processes process(es)")
   echo "$line" | grep -v '^json ' | tee -a "$OUT"

@@ -54,12 +54,7 @@ for engine in $ENGINES; do
       SERVER=$(start "$name" "$BIN" server serve "${DB_ARGS[@]}" --port 0 --quiet --appstore-url "$APPSTORE" --trust-emulator \
         --admin-key sk_admin_benchmark)
       [ -n "$SERVER" ] || { cat "$WORK/$name.log"; exit 1; }
-      curl -s -X POST "$SERVER/admin/v1/apps" -H "Authorization: Bearer sk_admin_benchmark" -H "Content-Type: application/json" \
-        -d "{\"id\":\"com.example.coins\",\"sharedSecret\":\"$shared\"}" >/dev/null
-      curl -s -X PUT "$SERVER/admin/v1/apps/com.example.coins/products/Nada.JPYF01" -H "Authorization: Bearer sk_admin_benchmark" \
-        -H "Content-Type: application/json" -d '{"type":"consumable","currency":"coins","amount":20,"price":"0.99","priceCurrency":"USD"}' >/dev/null
-      key=$(curl -s -X POST "$SERVER/admin/v1/apps/com.example.coins/keys" -H "Authorization: Bearer sk_admin_benchmark" \
-        | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["apiKey"])')
+      key=$(register_app "$SERVER" "$shared")
       line=$("$PYTHON" bench/steady.py "$SERVER" "$(cat "$WORK/$name.pid")" "$key" "$WORK/steady-receipts.txt" "$rate" "$WARMUP" "$WINDOW" "$DB" \
         "$engine latency $latency")
       echo "$line" | grep -v '^json ' | tee -a "$OUT"
