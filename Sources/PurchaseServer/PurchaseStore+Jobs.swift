@@ -36,7 +36,7 @@ extension PurchaseStore {
                 }
             }
             // Other processes' workers wake when this commits (PostgreSQL delivers a notification at commit).
-            if self.database.dialect == .postgres { try db.run("SELECT pg_notify(?, '')", [Self.jobsChannel]) }
+            if self.database.dialect == .postgres { try repository.notify(Self.jobsChannel) }
         }
     }
 

@@ -24,6 +24,11 @@ struct JobRepository {
                                Int64(job.receiptData.utf8.count), job.deliver?.transactionId, job.deliver?.productId])
     }
 
+    /// Wakes the workers of other processes listening on `channel` when this transaction commits (PostgreSQL).
+    func notify(_ channel: String) throws {
+        try db.run("SELECT pg_notify(?, '')", [channel])
+    }
+
     func job(_ id: String) throws -> VerificationJob? {
         try db.query("SELECT * FROM verification_jobs WHERE id = ?", [id]).first.map(Self.job)
     }
