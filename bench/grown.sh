@@ -63,6 +63,8 @@ if [ -n "$PG_URL" ] && { [ -z "$(pg postgres "SELECT 1 FROM pg_database WHERE da
   pg postgres "ALTER DATABASE loading_$VERSION RENAME TO $TEMPLATE" >/dev/null
 fi
 
+echo "sizes: SQLite $(du -h "$CACHE/sqlite/server.sqlite" | cut -f1)$([ -n "$PG_URL" ] && echo ", PostgreSQL $(pg postgres "SELECT pg_size_pretty(pg_database_size('$TEMPLATE'))")")" | tee -a "$OUT"
+
 APPSTORE=$(start appstore "$BIN" appstore serve --data "$WORK/appstore" --port 0 --quiet --catalog com.example.coins=examples/coins.storekit)
 [ -n "$APPSTORE" ] || { cat "$WORK/appstore.log"; exit 1; }
 count=$(( RATE * (WARMUP + WINDOW) + 1000 ))
