@@ -58,35 +58,9 @@ final class PostgresConnection: @unchecked Sendable {
     static let maxPipeline = 256
 
     /// Runs SQL with `?` placeholders (rewritten to `$n`), parameters sent as text; statements held by `enqueue`
-    /// run first.
+    /// run first, in the same round trip.
     func execute(_ sql: String, _ parameters: [SQLValue]) throws -> [SQLRow] {
-        holdAppends(namedIn: sql)
-        if !pending.isEmpty {
-            // The held statements and this one in one round trip.
-            let batch = pending + [Pending(sql: sql, texts: parameters.map(Self.text), orElse: nil)]
-            pending = []
-            return try pipeline(batch, keepRows: true).last ?? []
-        }
-        let texts = parameters.map(Self.text)
-        let statement = PostgresConnection.numberPlaceholders(sql)
-        let name = try preparedName(for: sql, statement: statement, parameterCount: texts.count)
-        let result: OpaquePointer? = withCStrings(texts) { pointers in
-            if let name {
-                PQexecPrepared(handle, name, Int32(texts.count), pointers, nil, nil, 0)
-            } else {
-                PQexecParams(handle, statement, Int32(texts.count), nil, pointers, nil, nil, 0)
-            }
-        }
-        guard let result else { throw PostgresError.make("query_failed", String(cString: PQerrorMessage(handle))) }
-        defer { PQclear(result) }
-        switch PQresultStatus(result) {
-        case PGRES_COMMAND_OK, PGRES_EMPTY_QUERY:
-            return []
-        case PGRES_TUPLES_OK:
-            return Self.rows(of: result)
-        default:
-            throw Self.error(result)
-        }
+        try execute(together: [(sql, parameters)])[0]
     }
 
     /// Holds a statement whose rows are not read, to send with others in one round trip (`flush`).
@@ -112,7 +86,9 @@ final class PostgresConnection: @unchecked Sendable {
         // The held statements and these in one round trip.
         let batch = pending + statements.map { Pending(sql: $0.sql, texts: $0.parameters.map(Self.text), orElse: nil) }
         pending = []
-        return Array(try pipeline(batch, keepRows: true).suffix(statements.count))
+        let rows = try pipeline(batch, keepRows: true)
+        guard rows.count >= statements.count else { throw connectionError() }
+        return Array(rows.suffix(statements.count))
     }
 
     /// Sends `batch` in pipeline mode with one sync and reads every result: the rows of each (when `keepRows`), or
@@ -121,7 +97,7 @@ final class PostgresConnection: @unchecked Sendable {
         var names: [String?] = []
         names.reserveCapacity(batch.count)
         for item in batch {
-            names.append(try preparedName(for: item.sql, statement: nil, parameterCount: item.texts.count))
+            names.append(try preparedName(for: item.sql, parameterCount: item.texts.count))
         }
         guard PQenterPipelineMode(handle) == 1 else { throw connectionError() }
         // A pipeline that cannot be left still holds results nobody read: the session starts again.
@@ -267,13 +243,13 @@ final class PostgresConnection: @unchecked Sendable {
 
     /// The prepared statement's name for a data statement, preparing it on first use; nil for
     /// schema changes and once the cache is full (those run unprepared).
-    private func preparedName(for sql: String, statement: String?, parameterCount: Int) throws -> String? {
+    private func preparedName(for sql: String, parameterCount: Int) throws -> String? {
         if let name = prepared[sql] { return name }
         let verb = sql.prefix(7).uppercased()
         guard prepared.count < Self.maxPrepared, parameterCount <= Self.maxPreparedParameters,
               ["SELECT", "INSERT", "UPDATE", "DELETE", "WITH"].contains(where: { verb.hasPrefix($0) }) else { return nil }
         let name = "sk_\(prepared.count + 1)"
-        guard let result = PQprepare(handle, name, statement ?? Self.numberPlaceholders(sql), Int32(parameterCount), nil) else {
+        guard let result = PQprepare(handle, name, Self.numberPlaceholders(sql), Int32(parameterCount), nil) else {
             throw PostgresError.make("query_failed", String(cString: PQerrorMessage(handle)))
         }
         defer { PQclear(result) }
