@@ -1,14 +1,12 @@
-"""Apple's SignedDataVerifier on the same signed transaction (one process), then notifications per second
-into the purchase server: DID_RENEW-shaped notifications, each unique, signed with the emulator's JWS key
-(read from its data directory, as only a benchmark may), nesting the purchase's signed transaction."""
+"""Apple's SignedDataVerifier on the same signed transaction (one process), then the notifications for the
+purchase server: DID_RENEW-shaped notifications, each unique, signed with the emulator's JWS key (read from its
+data directory, as only a benchmark may), nesting the purchase's signed transaction, one request body per line
+in WORK/notifications.jsonl for `storekeeper-bench load` (a Python sender would measure Python)."""
 import base64
 import json
-import socket
 import ssl
 import sys
-import threading
 import time
-import urllib.parse
 import urllib.request
 import uuid
 
@@ -65,32 +63,6 @@ upload = urllib.request.Request(server + "/v1/transactions", data=json.dumps({"a
                                 method="POST", headers={"Authorization": "Bearer " + api_key, "Content-Type": "application/json"})
 assert json.loads(urllib.request.urlopen(upload).read())["state"] == "verified"
 
-parsed = urllib.parse.urlparse(server)
-statuses = []
-
-
-def send(part):
-    sock = socket.create_connection((parsed.hostname, parsed.port))
-    buffer = b""
-    for body in part:
-        sock.sendall(b"POST /v1/notifications/apple HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-        while True:
-            end = buffer.find(b"\r\n\r\n")
-            if end >= 0:
-                length = int(buffer[:end].lower().split(b"content-length:")[1].split(b"\r\n")[0])
-                if len(buffer) >= end + 4 + length:
-                    break
-            buffer += sock.recv(65536)
-        statuses.append(int(buffer[9:12]))
-        buffer = buffer[end + 4 + length:]
-
-
-threads = [threading.Thread(target=send, args=(bodies[i::16],)) for i in range(16)]
-started = time.time()
-for thread in threads:
-    thread.start()
-for thread in threads:
-    thread.join()
-elapsed = time.time() - started
-print(f"notifications processed (verified, de-duplicated, recorded, settlement queued): {count / elapsed:.0f}/s "
-      f"({statuses.count(200)} answered 200 of {count}, {elapsed:.1f} s)")
+with open(f"{work}/notifications.jsonl", "wb") as out:
+    for body in bodies:
+        out.write(body + b"\n")

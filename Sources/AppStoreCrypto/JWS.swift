@@ -17,21 +17,29 @@ public struct JWS: Sendable {
     /// Splits and decodes a compact JWS; throws `invalid_jws_format` unless it has three Base64url
     /// parts with a JSON object header.
     public init(compact: String) throws {
-        guard compact.utf8.count <= JWS.maximumCompactLength else {
+        var text = compact
+        self = try text.withUTF8 { try JWS(compactUTF8: $0) }
+    }
+
+    /// The same from the compact form's UTF-8 bytes. The parts are found and decoded on bytes: a notification
+    /// is kilobytes of ASCII, and splitting it as Characters cost more than verifying its signature.
+    public init(compactUTF8 bytes: UnsafeBufferPointer<UInt8>) throws {
+        guard bytes.count <= JWS.maximumCompactLength else {
             throw CryptoError("invalid_jws_format", "a JWS is at most \(JWS.maximumCompactLength) bytes")
         }
-        let parts = compact.split(separator: ".", maxSplits: 3, omittingEmptySubsequences: false)
-        guard parts.count == 3 else { throw CryptoError("invalid_jws_format", "a JWS has three dot-separated parts") }
+        let dot = UInt8(ascii: ".")
+        guard let first = bytes.firstIndex(of: dot), let second = bytes[(first + 1)...].firstIndex(of: dot),
+              !bytes[(second + 1)...].contains(dot) else {
+            throw CryptoError("invalid_jws_format", "a JWS has three dot-separated parts")
+        }
         // Base64url is 4/3 of the bytes: an oversized header is refused before it is decoded.
-        guard parts[0].utf8.count <= (JWS.maximumHeaderLength * 4 + 2) / 3 else {
+        guard first <= (JWS.maximumHeaderLength * 4 + 2) / 3 else {
             throw CryptoError("invalid_jws_format", "a JWS header is at most \(JWS.maximumHeaderLength) bytes")
         }
-        guard let headerBytes = Base64URL.decode(parts[0]), let payload = Base64URL.decode(parts[1]),
-              let signature = Base64URL.decode(parts[2]) else {
+        guard let headerBytes = Base64URL.decode(UnsafeBufferPointer(rebasing: bytes[..<first])),
+              let payload = Base64URL.decode(UnsafeBufferPointer(rebasing: bytes[(first + 1)..<second])),
+              let signature = Base64URL.decode(UnsafeBufferPointer(rebasing: bytes[(second + 1)...])) else {
             throw CryptoError("invalid_jws_format", "a JWS part is not Base64url")
-        }
-        guard headerBytes.count <= JWS.maximumHeaderLength else {
-            throw CryptoError("invalid_jws_format", "a JWS header is at most \(JWS.maximumHeaderLength) bytes")
         }
         guard let header = try? JSONValue.parse(headerBytes), header.isObject else {
             throw CryptoError("invalid_jws_format", "the JWS header is not a JSON object")
@@ -40,7 +48,7 @@ public struct JWS: Sendable {
         self.headerBytes = headerBytes
         self.payload = payload
         self.signature = signature
-        signingInput = Array(parts[0].utf8) + [UInt8(ascii: ".")] + Array(parts[1].utf8)
+        signingInput = Array(bytes[..<second])
     }
 
     /// The payload as JSON.
@@ -157,28 +165,51 @@ public enum Base64URL {
     private static let alphabet: [UInt8] = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 
     public static func decode(_ text: some StringProtocol) -> [UInt8]? {
-        var bytes = Array(text.utf8)
-        return bytes.withUnsafeMutableBufferPointer { decode(UnsafeBufferPointer($0)) }
+        if let decoded = text.utf8.withContiguousStorageIfAvailable({ decode($0) }) { return decoded }
+        return Array(text.utf8).withUnsafeBufferPointer { decode($0) }
     }
 
-    /// Decodes Base64url bytes (no padding; the standard alphabet's `+` and `/` are accepted too).
+    /// Decodes Base64url bytes (no padding; the standard alphabet's `+` and `/` are accepted too), four
+    /// characters into three bytes at a time, straight into the array's storage.
     public static func decode(_ input: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
         guard input.count % 4 != 1 else { return nil }
-        var output = [UInt8]()
-        output.reserveCapacity(input.count * 3 / 4)
-        var accumulator: UInt32 = 0
-        var bits = 0
-        for byte in input {
-            let value = table[Int(byte)]
-            guard value < 64 else { return nil }
-            accumulator = accumulator << 6 | UInt32(value)
-            bits += 6
-            if bits >= 8 {
-                bits -= 8
-                output.append(UInt8(truncatingIfNeeded: accumulator >> UInt32(bits)))
+        let length = input.count / 4 * 3 + [0, 0, 1, 2][input.count % 4]
+        var valid = true
+        let output = table.withUnsafeBufferPointer { table in
+            [UInt8](unsafeUninitializedCapacity: length) { output, initialized in
+                var read = 0, written = 0
+                while read + 4 <= input.count {
+                    let a = table[Int(input[read])], b = table[Int(input[read + 1])], c = table[Int(input[read + 2])], d = table[Int(input[read + 3])]
+                    guard (a | b | c | d) < 64 else { valid = false; break }
+                    let value = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
+                    output[written] = UInt8(truncatingIfNeeded: value >> 16)
+                    output[written + 1] = UInt8(truncatingIfNeeded: value >> 8)
+                    output[written + 2] = UInt8(truncatingIfNeeded: value)
+                    read += 4
+                    written += 3
+                }
+                if valid, read < input.count {
+                    // Two or three characters left: one or two bytes (the bits past them are ignored, as before).
+                    var value: UInt32 = 0
+                    for index in read..<input.count {
+                        let digit = table[Int(input[index])]
+                        guard digit < 64 else { valid = false; break }
+                        value = value << 6 | UInt32(digit)
+                    }
+                    if valid {
+                        value <<= UInt32(6 * (4 - (input.count - read)))
+                        output[written] = UInt8(truncatingIfNeeded: value >> 16)
+                        written += 1
+                        if input.count - read == 3 {
+                            output[written] = UInt8(truncatingIfNeeded: value >> 8)
+                            written += 1
+                        }
+                    }
+                }
+                initialized = valid ? written : 0
             }
         }
-        return output
+        return valid ? output : nil
     }
 
     /// Base64url (and standard) digit values; 255 for anything else (padding included: JWS has none).

@@ -125,7 +125,7 @@ extension PurchaseServer {
                 throw ServerError(.nestedUnverifiable, "signedTransactionInfo was refused: \(error.reason); send it again")
             }
         }
-        let transaction = decodedTransaction
+        let transaction = decodedTransaction, nestedJWS = transactionJWS
         var renewalInfo: JSONValue?
         if let nested = section["signedRenewalInfo"]?.text {
             do {
@@ -144,64 +144,87 @@ extension PurchaseServer {
         let renewal = renewalInfo
         let effect = NotificationEffect.of(NotificationType(type), hasTransaction: transaction != nil)
         let env = environment.rawValue
-        // Record (or find it already recorded), update renewal state, and find who owns the transaction, in one transaction.
-        let (fresh, owner) = try await store.database.transaction { db -> (Bool, String?) in
-            guard try NotificationRepository(db: db).insert(uuid, appId: app.id, type: type, subtype: subtype, environment: env, signedDate: signedDate,
-                                                            signed: signed, transaction: transaction, state: "received", reason: nil, now: self.clock.now()) else {
-                return (false, nil)
+        let now = clock.now()
+        // Everything in one transaction: the record (or finding it already recorded), the renewal state, the
+        // owner, and the settlement's job. A crash leaves either all of it or nothing, and Apple's retry finds nothing.
+        // Notifications arriving together share the transaction (group commit), each applied in arrival order.
+        let (outcome, verificationId) = try await notificationWrites.write({ db in
+            let notifications = NotificationRepository(db: db)
+            guard try notifications.insert(uuid, appId: app.id, type: type, subtype: subtype, environment: env, signedDate: signedDate,
+                                           signed: signed, transaction: transaction, state: "received", reason: nil, now: now) else {
+                return (.duplicate, nil)
             }
-            try self.store.forwardNotification(String(decoding: body, as: UTF8.self), appId: app.id, db, now: self.clock.now())
-            if let renewal, let original = renewal["originalTransactionId"]?.text ?? transaction?.originalTransactionId {
-                try SubscriptionRepository(db: db, appId: app.id, environment: env).record(SubscriptionState(
-                    originalTransactionId: original, productId: renewal["productId"]?.text ?? transaction?.productId ?? "",
-                    autoRenewProductId: renewal["autoRenewProductId"]?.text, autoRenewStatus: renewal["autoRenewStatus"]?.int64.map { $0 != 0 },
-                    expiresDate: transaction?.expiresDate, expirationIntent: renewal["expirationIntent"]?.int64.map(String.init),
-                    isInBillingRetry: renewal["isInBillingRetryPeriod"]?.bool ?? false, gracePeriodExpiresDate: renewal["gracePeriodExpiresDate"]?.int64,
-                    revokedAt: transaction?.revocationDate, priceIncreaseStatus: renewal["priceIncreaseStatus"]?.int64, signedDate: signedDate,
-                    periodPurchaseDate: transaction?.purchaseDate))
-            }
-            guard let transaction else { return (true, nil) }
-            let owner = try LedgerReader(db: db).firstOwner(appId: app.id, environment: env, originalTransactionId: transaction.originalTransactionId)
-            if let owner {
-                // Renewal-state changes are news to the developer's backend here; ledger changes come with the settlement.
-                let drafts = WebhookEvents.of(notification: NotificationType(type), subtype: subtype.map(NotificationSubtype.init), owner: owner,
-                                              environment: env, transaction: transaction)
-                if !drafts.isEmpty {
-                    try self.store.recordEvents(drafts, appId: app.id, endpoints: try self.store.webhooks(db).endpoints(appId: app.id).map(\.endpoint),
-                                                db, now: self.clock.now())
+            let owner = try self.recordNotificationEffects(body: body, app: app, environment: env, type: type, subtype: subtype,
+                                                           transaction: transaction, renewal: renewal, signedDate: signedDate, db, now: now)
+            switch effect {
+            case .record:
+                try notifications.mark(uuid, state: "recorded")
+                return (.recorded, nil)
+            case .consumption:
+                try notifications.mark(uuid, state: app.consumptionPolicy == .send ? "consumption_requested" : "consumption_ignored")
+                return (.recorded, nil)
+            case .settle:
+                guard let nestedJWS, let owner else {
+                    try notifications.mark(uuid, state: "unmatched")
+                    return (.unmatched, nil)
                 }
-                return (true, owner)
+                let job = self.store.newJob(appId: app.id, appUserId: owner, kind: .signedTransaction, receiptData: nestedJWS, now: now)
+                try self.store.insert([job], db)
+                try notifications.mark(uuid, state: "queued", verificationId: job.id)
+                return (.queued, job.id)
             }
-            // Nobody owns it yet: its appAccountToken names the user only when an app user with exactly that
-            // UUID exists (apps whose user ids are UUIDs). A token is never made into a new user: the purchase
-            // waits, unmatched, for its user's own upload.
-            guard let token = transaction.appAccountToken.flatMap(UUID.init(uuidString:)) else { return (true, nil) }
-            return (true, try UserRepository(db: db, appId: app.id).user(uuid: token))
-        }
-        guard fresh else { return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .duplicate) }
+        }, in: store.database) { write, db in try write(db) }
+        guard outcome != .duplicate else { return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .duplicate) }
         store.webhookSignal.wake()
-        switch effect {
-        case .record:
-            try await markNotification(uuid, state: "recorded", verificationId: nil)
-            return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .recorded)
-        case .consumption:
-            // Apple asks about a refund request: answer in the background when the app opted in; the 200 goes back now.
-            guard let transaction, app.consumptionPolicy == .send else {
-                try await markNotification(uuid, state: "consumption_ignored", verificationId: nil)
-                return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .recorded)
+        switch outcome {
+        case .queued:
+            worker.wake()
+            return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .queued, verificationId: verificationId)
+        case .recorded where effect == .consumption && app.consumptionPolicy == .send:
+            // Apple asks about a refund request: answered in the background; the 200 goes back now.
+            if let transaction {
+                Task { await self.reportConsumption(app: app, environment: environment, transactionId: transaction.transactionId, notificationUUID: uuid) }
             }
-            try await markNotification(uuid, state: "consumption_requested", verificationId: nil)
-            Task { await self.reportConsumption(app: app, environment: environment, transactionId: transaction.transactionId, notificationUUID: uuid) }
             return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .recorded)
-        case .settle:
-            guard let transactionJWS, let owner else {
-                try await markNotification(uuid, state: "unmatched", verificationId: nil)
-                return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .unmatched)
-            }
-            let job = try await submit(appId: app.id, appUserId: owner, receiptData: transactionJWS, kind: .signedTransaction)
-            try await markNotification(uuid, state: "queued", verificationId: job.id)
-            return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .queued, verificationId: job.id)
+        default:
+            return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: outcome)
         }
+    }
+
+    /// What a fresh notification changes besides its own record, in its transaction: the copy forwarded to
+    /// the developer's backend, the subscription's renewal state (newest signedDate wins), and the webhook
+    /// events of renewal-state news for the transaction's owner. Returns that owner: the user whose ledger
+    /// holds the chain, else the app user whose UUID is the transaction's appAccountToken, else nil.
+    private func recordNotificationEffects(body: Data, app: ServerApp, environment env: String, type: String, subtype: String?,
+                                           transaction: JWSTransaction?, renewal: JSONValue?, signedDate: Int64,
+                                           _ db: any SQLConnection, now: Date) throws -> String? {
+        try store.forwardNotification(String(decoding: body, as: UTF8.self), appId: app.id, db, now: now)
+        if let renewal, let original = renewal["originalTransactionId"]?.text ?? transaction?.originalTransactionId {
+            try SubscriptionRepository(db: db, appId: app.id, environment: env).record(SubscriptionState(
+                originalTransactionId: original, productId: renewal["productId"]?.text ?? transaction?.productId ?? "",
+                autoRenewProductId: renewal["autoRenewProductId"]?.text, autoRenewStatus: renewal["autoRenewStatus"]?.int64.map { $0 != 0 },
+                expiresDate: transaction?.expiresDate, expirationIntent: renewal["expirationIntent"]?.int64.map(String.init),
+                isInBillingRetry: renewal["isInBillingRetryPeriod"]?.bool ?? false, gracePeriodExpiresDate: renewal["gracePeriodExpiresDate"]?.int64,
+                revokedAt: transaction?.revocationDate, priceIncreaseStatus: renewal["priceIncreaseStatus"]?.int64, signedDate: signedDate,
+                periodPurchaseDate: transaction?.purchaseDate))
+        }
+        guard let transaction else { return nil }
+        let owner = try LedgerReader(db: db).firstOwner(appId: app.id, environment: env, originalTransactionId: transaction.originalTransactionId)
+        if let owner {
+            // Renewal-state changes are news to the developer's backend here; ledger changes come with the settlement.
+            let drafts = WebhookEvents.of(notification: NotificationType(type), subtype: subtype.map(NotificationSubtype.init), owner: owner,
+                                          environment: env, transaction: transaction)
+            if !drafts.isEmpty {
+                try store.recordEvents(drafts, appId: app.id, endpoints: try store.webhooks(db).endpoints(appId: app.id).map(\.endpoint),
+                                        db, now: now)
+            }
+            return owner
+        }
+        // Nobody owns it yet: its appAccountToken names the user only when an app user with exactly that
+        // UUID exists (apps whose user ids are UUIDs). A token is never made into a new user: the purchase
+        // waits, unmatched, for its user's own upload.
+        guard let token = transaction.appAccountToken.flatMap(UUID.init(uuidString:)) else { return nil }
+        return try UserRepository(db: db, appId: app.id).user(uuid: token)
     }
 
     /// Records a notification in its own transaction; false when it was already recorded.
@@ -212,11 +235,6 @@ extension PurchaseServer {
             try NotificationRepository(db: db).insert(uuid, appId: appId, type: type, subtype: subtype, environment: environment, signedDate: signedDate,
                                                       signed: signed, transaction: transaction, state: state, reason: reason, now: now)
         }
-    }
-
-
-    private func markNotification(_ uuid: String, state: String, verificationId: String?) async throws {
-        try await store.database.transaction { db in try NotificationRepository(db: db).mark(uuid, state: state, verificationId: verificationId) }
     }
 }
 

@@ -1,4 +1,5 @@
 import Locking
+import Storage
 import Synchronization
 
 /// Collects items written concurrently and commits them in batches: while one batch commits, new
@@ -43,6 +44,27 @@ final class GroupCommit<Item: Sendable, Output: Sendable>: Sendable {
             let results = await flush(batch.map(\.0))
             for (index, (_, continuation)) in batch.enumerated() {
                 continuation.resume(with: index < results.count ? results[index] : .failure(CancellationError()))
+            }
+        }
+    }
+}
+
+extension GroupCommit {
+    /// Writes `item` together with others in one transaction of `database`, `apply` running once per item in
+    /// arrival order. When a batch fails, each of its items is tried again alone, so a bad item fails only itself.
+    func write(_ item: Item, in database: any SQLDatabase,
+               apply: @escaping @Sendable (Item, any SQLConnection) throws -> Output) async throws -> Output {
+        try await write(item) { items -> [Result<Output, any Error>] in
+            do {
+                return try await database.transaction { db in try items.map { try apply($0, db) } }.map { .success($0) }
+            } catch where items.count > 1 {
+                var results: [Result<Output, any Error>] = []
+                for item in items {
+                    do { results.append(.success(try await database.transaction { db in try apply(item, db) })) } catch { results.append(.failure(error)) }
+                }
+                return results
+            } catch {
+                return [.failure(error)]
             }
         }
     }

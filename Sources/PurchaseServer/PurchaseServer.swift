@@ -34,6 +34,9 @@ public final class PurchaseServer: Sendable {
     /// Where notifications are parsed and their signatures checked: off the cooperative pool, one at a time
     /// (a flood of them takes at most one core from everything else), 256 waiting at most.
     let notificationChecks = BoundedWork(label: "storekeeper.notification-checks", width: 1)
+    /// Notifications' writes that arrive together, committed in one transaction.
+    let notificationWrites = GroupCommit<@Sendable (any SQLConnection) throws -> (NotificationReceipt.Outcome, String?),
+                                         (NotificationReceipt.Outcome, String?)>()
     /// The verification engine (its inspectors check notifications too).
     var engine: VerificationEngine { worker.engine }
     var trust: TrustStore { worker.engine.inspector.trust }

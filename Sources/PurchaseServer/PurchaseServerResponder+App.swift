@@ -176,11 +176,7 @@ extension PurchaseServerResponder {
                     throw error
                 }
                 server.metrics.notification(outcome: receipt.outcome.rawValue)
-                var body: [String: Any] = ["notificationUUID": receipt.notificationUUID, "notificationType": receipt.notificationType,
-                                           "outcome": receipt.outcome.rawValue]
-                if let id = receipt.verificationId { body["verificationId"] = id }
-                if let reason = receipt.reason { body["reason"] = reason }
-                return .rawJSON(try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys]))
+                return notificationResponse(receipt)
             }
         }
         router.on(.get, "/v1/verifications/:id") { request in

@@ -149,6 +149,19 @@ public struct PurchaseServerResponder: Responder {
         }
         return Response(status: job.state.isSettled ? .ok : HTTPStatus(202), headers: ["Content-Type": "application/json"], body: Data(json.bytes))
     }
+
+    /// `{"notificationType", "notificationUUID", "outcome", "reason"?, "verificationId"?}`, written directly (keys sorted).
+    static func notificationResponse(_ receipt: NotificationReceipt) -> Response {
+        var json = JSONBuffer(capacity: 256 + (receipt.reason?.utf8.count ?? 0))
+        json.object { json in
+            json.field("notificationType", receipt.notificationType)
+            json.field("notificationUUID", receipt.notificationUUID)
+            json.field("outcome", receipt.outcome.rawValue)
+            json.field("reason", receipt.reason)
+            json.field("verificationId", receipt.verificationId)
+        }
+        return .rawJSON(Data(json.bytes))
+    }
 }
 
 /// Runs a handler, mapping server and storage errors to the JSON error shape.

@@ -10,9 +10,8 @@ extension PurchaseStore {
     /// upload's hash and size but not its bytes, and never reaches the queue.
     public func enqueue(appId: String, appUserId: String, kind: VerificationJob.Kind, receiptData: String, userAuthenticated: Bool = true,
                         deliver: DeliveryHint? = nil, rejection: ReceiptRejection? = nil, now: Date) async throws -> VerificationJob {
-        var job = VerificationJob(id: ids.nextString(), appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData,
-                                  state: .pending, attempts: 0, nextAttemptAt: now, createdAt: now, updatedAt: now, userAuthenticated: userAuthenticated,
-                                  deliver: deliver)
+        var job = newJob(appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData, userAuthenticated: userAuthenticated,
+                         deliver: deliver, now: now)
         if let rejection {
             job.state = .rejected
             job.reason = rejection.reason
@@ -26,18 +25,28 @@ extension PurchaseStore {
     /// Inserts a batch of new jobs in one transaction (group commit: uploads that arrive while a
     /// commit is running share the next one), then wakes other processes.
     func insert(_ jobs: [VerificationJob]) async throws {
-        try await database.transaction { db in
-            let repository = self.jobs(db)
-            for job in jobs {
-                try repository.insert(job)
-                if job.state == .rejected {
-                    try self.audit(db).append(appId: job.appId, userId: job.appUserId, kind: "verification_rejected",
-                                              detail: ["verificationId": job.id, "code": "malformed_receipt", "reason": job.reason ?? ""], now: job.createdAt)
-                }
+        try await database.transaction { db in try self.insert(jobs, db) }
+    }
+
+    /// A new pending job, not yet written.
+    func newJob(appId: String, appUserId: String, kind: VerificationJob.Kind, receiptData: String, userAuthenticated: Bool = true,
+                deliver: DeliveryHint? = nil, now: Date) -> VerificationJob {
+        VerificationJob(id: ids.nextString(), appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData, state: .pending,
+                        attempts: 0, nextAttemptAt: now, createdAt: now, updatedAt: now, userAuthenticated: userAuthenticated, deliver: deliver)
+    }
+
+    /// Writes new jobs in the caller's transaction; other processes' workers wake when it commits
+    /// (PostgreSQL delivers a notification at commit). This process's worker is the caller's to wake.
+    func insert(_ jobs: [VerificationJob], _ db: any SQLConnection) throws {
+        let repository = self.jobs(db)
+        for job in jobs {
+            try repository.insert(job)
+            if job.state == .rejected {
+                try audit(db).append(appId: job.appId, userId: job.appUserId, kind: "verification_rejected",
+                                     detail: ["verificationId": job.id, "code": "malformed_receipt", "reason": job.reason ?? ""], now: job.createdAt)
             }
-            // Other processes' workers wake when this commits (PostgreSQL delivers a notification at commit).
-            if self.database.dialect == .postgres { try repository.notify(Self.jobsChannel) }
         }
+        if database.dialect == .postgres { try repository.notify(Self.jobsChannel) }
     }
 
     /// One job (of one app when `appId` is given).

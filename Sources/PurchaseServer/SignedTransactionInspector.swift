@@ -14,8 +14,18 @@ public final class SignedTransactionInspector: Sendable {
     private let verifiedChains = Locked<[[String]: (key: PublicKey, notBefore: Date, notAfter: Date)]>([:])
     /// Header segments (Base64url, as sent) whose chain verified: the fast path skips decoding them.
     private let verifiedHeaders = Locked<[String: (key: PublicKey, notBefore: Date, notAfter: Date)]>([:])
+    /// SHA-256 of whole signed transactions whose signature verified lately (cleared when full). A notification's
+    /// transaction is checked again moments later by its settlement: a hash instead of a signature. The verdict
+    /// depends only on the bytes (the date checked is the transaction's own signedDate) and the trust store.
+    private let recentlyVerified = Locked<Set<[UInt8]>>([])
+    private let remembersVerified: Bool
+    static let recentlyVerifiedLimit = 4096
 
-    public init(trust: TrustStore) { self.trust = trust }
+    /// `remembersVerified` false checks every signature again (benchmarks comparing verifiers).
+    public init(trust: TrustStore, remembersVerified: Bool = true) {
+        self.trust = trust
+        self.remembersVerified = remembersVerified
+    }
 
     /// Verifies and decodes `compact` for an app accepting `bundleIds`.
     public func inspect(_ compact: String, bundleIds: [String]) throws(ReceiptRejection) -> (JWSTransaction, AppStoreEnvironment) {
@@ -35,7 +45,19 @@ public final class SignedTransactionInspector: Sendable {
             throw ReceiptRejection(code: "untrusted_environment",
                                    reason: "environment '\(transaction.environment)' is signed by Xcode or StoreKit Testing, not the App Store")
         }
-        try checkSignature(compact, bytes: bytes, dots: (dots[0], dots[1]), at: ReceiptDate.date(milliseconds: transaction.signedDate))
+        let date = ReceiptDate.date(milliseconds: transaction.signedDate)
+        if remembersVerified {
+            let digest = Digest.sha256.hash(bytes)
+            if !recentlyVerified.withLock({ $0.contains(digest) }) {
+                try checkSignature(compact, bytes: bytes, dots: (dots[0], dots[1]), at: date)
+                recentlyVerified.withLock { verified in
+                    if verified.count >= Self.recentlyVerifiedLimit { verified.removeAll(keepingCapacity: true) }
+                    verified.insert(digest)
+                }
+            }
+        } else {
+            try checkSignature(compact, bytes: bytes, dots: (dots[0], dots[1]), at: date)
+        }
         guard bundleIds.contains(transaction.bundleId) else {
             throw ReceiptRejection(code: "bundle_id_not_allowed", reason: "transaction is for bundle id '\(transaction.bundleId)', which this app does not accept")
         }

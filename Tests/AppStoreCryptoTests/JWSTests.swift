@@ -112,4 +112,21 @@ struct Base64URLTests {
             #expect(Base64URL.decode(encoded) == bytes || (length == 0 && Base64URL.decode(encoded) == nil))
         }
     }
+
+    @Test("A character outside the alphabet anywhere, in a full group or the last short one, is refused; so is one lone last character")
+    func refusesOutsideTheAlphabet() {
+        for length in 1..<12 {
+            let encoded = Array(Base64URL.encode((0..<length).map { UInt8(truncatingIfNeeded: $0 * 91 + 7) }).utf8)
+            for position in encoded.indices {
+                for bad in [UInt8(ascii: "="), UInt8(ascii: "."), UInt8(ascii: " "), 0, 0x80, 0xFF] {
+                    var broken = encoded
+                    broken[position] = bad
+                    #expect(broken.withUnsafeBufferPointer { Base64URL.decode($0) } == nil)
+                }
+            }
+        }
+        #expect(Base64URL.decode("A") == nil)
+        #expect(Base64URL.decode("AAAAA") == nil)
+        #expect(Base64URL.decode("+/8") == [0xFB, 0xFF])  // the standard alphabet's two characters are accepted too
+    }
 }

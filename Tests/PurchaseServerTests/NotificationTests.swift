@@ -262,6 +262,41 @@ struct NotificationTests {
                      key: TestSupport.jwsAuthority.leafKey, chain: TestSupport.jwsAuthority.chain)
     }
 
+    @Test("Notifications arriving together, each twice, are recorded once each and queue one settlement each; the purchase is granted once",
+          arguments: Engine.available)
+    func arrivingTogether(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        let (bought, _) = try await world.buy("com.example.coins", "Nada.JPYF02")
+        let transaction = try await world.emulator.signedTransaction(transactionId: bought.id)
+        _ = try await world.postTransaction("com.example.coins", user: "alice", signed: transaction)
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let uuids = (0..<40).map { _ in UUID().uuidString }
+        let bodies = try uuids.map { uuid in
+            let signed = try Self.signed(["notificationType": "ONE_TIME_CHARGE", "notificationUUID": uuid, "version": "2.0", "signedDate": now,
+                                          "data": ["bundleId": "com.example.coins", "environment": "Sandbox", "signedTransactionInfo": transaction]])
+            return Data(#"{"signedPayload":"\#(signed)"}"#.utf8)
+        }
+        let server = world.server
+        let receipts = try await withThrowingTaskGroup(of: NotificationReceipt.self) { group in
+            for body in bodies + bodies { group.addTask { try await server.receiveNotification(body) } }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        for uuid in uuids {
+            let answers = receipts.filter { $0.notificationUUID == uuid }
+            #expect(answers.map(\.outcome.rawValue).sorted() == ["duplicate", "queued"])
+        }
+        let jobs = receipts.compactMap(\.verificationId)
+        #expect(Set(jobs).count == uuids.count)
+        for id in jobs { try await Self.settle(world, ["verificationId": id], bundle: "com.example.coins") }
+        let (_, list) = try await world.client.send(.get, "/admin/v1/notifications?app=com.example.coins&type=ONE_TIME_CHARGE",
+                                                    headers: ["Authorization": "Bearer \(ServerWorld.adminKey)"]).jsonArray()
+        #expect(list.count == uuids.count)
+        #expect(Set(list.compactMap { $0["verificationId"] as? String }) == Set(jobs))
+        #expect(list.allSatisfy { $0["state"] as? String == "queued" })
+        #expect(try await world.user("com.example.coins", "alice").balances == ["coins": 100])
+    }
+
     @Test("Every validly signed notification is answered 200: types without a bundle in data, types not known yet, and they stay visible")
     func neverFourHundred() async throws {
         let world = try await ServerWorld.make(.sqlite)

@@ -32,6 +32,13 @@ struct RealAppleJWSTests {
         #expect(renewal.transactionReason == "RENEWAL")
         #expect(throws: ReceiptRejection.self) { try inspector.inspect(Self.tampered(try Self.jws("j05")), bundleIds: ["com.goodheartapp"]) }
         #expect(throws: ReceiptRejection.self) { try inspector.inspect(try Self.jws("j05"), bundleIds: ["com.example.coins"]) }
+        // Verified once, the same bytes pass again (remembered by hash), and a copy with another signature still does not.
+        #expect(try inspector.inspect(try Self.jws("j05"), bundleIds: ["com.goodheartapp"]).0 == consumable)
+        var parts = try Self.jws("j05").split(separator: ".").map(String.init)
+        var signature = Base64URL.decode(parts[2]) ?? []
+        signature[signature.count - 1] ^= 1
+        parts[2] = Base64URL.encode(signature)
+        #expect(throws: ReceiptRejection.self) { try inspector.inspect(parts.joined(separator: "."), bundleIds: ["com.goodheartapp"]) }
     }
 
     @Test("Apple's real notifications are received (nested JWS verified), once; a changed one is refused")
