@@ -81,6 +81,27 @@ public final class PostgresDatabase: SQLDatabase {
         }
     }
 
+    public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+        let connection = await acquire()
+        defer { release(connection) }
+        return try await withCheckedThrowingContinuation { continuation in
+            connection.queue.async {
+                if !connection.isHealthy { connection.reset() }
+                connection.refreshPlansIfStale()
+                continuation.resume(with: Result {
+                    do {
+                        let result = try body(PostgresTransactionConnection(connection: connection))
+                        try connection.finishWithoutCommit()
+                        return result
+                    } catch {
+                        _ = connection.discardPending()
+                        throw error
+                    }
+                })
+            }
+        }
+    }
+
     public func notify(_ channel: String) async {
         _ = try? await transaction { db in try db.query("SELECT pg_notify(?, '')", [channel]) }
     }

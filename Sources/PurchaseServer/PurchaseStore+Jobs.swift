@@ -51,7 +51,7 @@ extension PurchaseStore {
 
     /// One job (of one app when `appId` is given).
     public func job(_ id: String, appId: String? = nil) async throws -> VerificationJob? {
-        try await database.transaction { db in try self.jobs(db).job(id) }.flatMap { appId == nil || $0.appId == appId ? $0 : nil }
+        try await database.read { db in try self.jobs(db).job(id) }.flatMap { appId == nil || $0.appId == appId ? $0 : nil }
     }
 
     /// How many claims may end without an outcome (the process died holding the lease) before a

@@ -20,6 +20,9 @@ public final class PurchaseStore: Sendable {
     let secrets: SecretBox?
     private let appCache = Locked<[String: (app: ServerApp, expires: Date)]>([:])
     private let appsCache = Locked<(apps: [ServerApp], expires: Date)?>(nil)
+    /// Each app's product mappings as a user view reads them, remembered for two seconds (dropped here at once
+    /// when this process changes one; another process's change shows within the two seconds).
+    private let productsCache = Locked<[String: (mappings: [String: ProductMapping], expires: Date)]>([:])
     let uploads = GroupCommit<VerificationJob, Void>()
     let settlements = GroupCommit<Settlement, (JobState, SettlementResult)?>(maxBatch: 256)
     /// Woken when webhook events are written (the deliverer sleeps on it between passes).
@@ -56,6 +59,19 @@ public final class PurchaseStore: Sendable {
             appsCache.withLock { $0 = (apps, now.addingTimeInterval(2)) }
         }
         return apps.first { $0.bundleIds.contains(bundleId) }
+    }
+
+    /// The product mappings of `appId` remembered less than two seconds ago, or nil.
+    func cachedProducts(_ appId: String) -> [String: ProductMapping]? {
+        guard let cached = productsCache.withLock({ $0[appId] }), Date() < cached.expires else { return nil }
+        return cached.mappings
+    }
+
+    func rememberProducts(_ mappings: [String: ProductMapping], appId: String) {
+        productsCache.withLock { cache in
+            if cache.count > 1024 { cache.removeAll() }
+            cache[appId] = (mappings, Date().addingTimeInterval(2))
+        }
     }
 
     /// Creates or upgrades the schema.
@@ -141,11 +157,13 @@ public final class PurchaseStore: Sendable {
         if let price = product.price, Decimal(string: price) == nil {
             throw ServerError(.invalidPrice, "Price '\(price)' is not a decimal number.")
         }
+        productsCache.withLock { $0[appId] = nil }
         try await database.transaction { db in
             let apps = self.apps(db)
             guard try apps.exists(appId) else { throw ServerError(.appNotFound, "App \(appId) is not registered.") }
             try apps.setProduct(appId: appId, product)
         }
+        productsCache.withLock { $0[appId] = nil }
     }
 
     /// The product mappings of an app.

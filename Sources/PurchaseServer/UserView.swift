@@ -66,8 +66,16 @@ public struct UserView: Codable, Sendable, Equatable {
 
 extension PurchaseStore {
     /// Everything a user owns at `now`.
+    /// Reads only (no transaction on PostgreSQL), with the app's product mappings from the two-second cache when it has them.
     public func user(appId: String, appUserId: String, now: Date) async throws -> UserView {
-        try await database.transaction { db in try self.userView(appId: appId, appUserId: appUserId, db, now: now) }
+        let cached = cachedProducts(appId)
+        let (view, read) = try await database.read { db -> (UserView, [String: ProductMapping]?) in
+            let standing = try UserRepository(db: db, appId: appId).standing(appUserId, products: cached == nil)
+            let read = standing.products.map { products in Dictionary(products.map { ($0.productId, $0) }, uniquingKeysWith: { $1 }) }
+            return (Self.userView(appUserId, standing, mappings: cached ?? read ?? [:], now: now), read)
+        }
+        if let read { rememberProducts(read, appId: appId) }
+        return view
     }
 
     /// What a user owns at `now`, inside the caller's transaction.
@@ -75,6 +83,10 @@ extension PurchaseStore {
         let users = UserRepository(db: db, appId: appId)
         let standing = try users.standing(appUserId, products: mappings == nil)
         let mappings = mappings ?? Dictionary((standing.products ?? []).map { ($0.productId, $0) }, uniquingKeysWith: { $1 })
+        return Self.userView(appUserId, standing, mappings: mappings, now: now)
+    }
+
+    private static func userView(_ appUserId: String, _ standing: UserRepository.Standing, mappings: [String: ProductMapping], now: Date) -> UserView {
         let (entitlements, subscriptions) = EntitlementCalculator.entitlements(transactions: standing.transactions, subscriptions: standing.subscriptions,
                                                                                 mappings: mappings, promotional: standing.promotional,
                                                                                 now: now.milliseconds)

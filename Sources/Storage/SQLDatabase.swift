@@ -159,6 +159,10 @@ public protocol SQLDatabase: Sendable {
     var dialect: SQLDialect { get }
     /// Runs `body` in one transaction on a connection the database owns; commits unless it throws.
     func transaction<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T
+    /// Runs `body`, which only reads, at the least cost: a transaction on SQLite (one snapshot); on PostgreSQL no
+    /// BEGIN and COMMIT, each round trip its own implicit transaction (under READ COMMITTED every statement sees
+    /// its own snapshot either way). Never for writes: on PostgreSQL they would commit one round trip at a time.
+    func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T
     /// Statements to run (outside a transaction) when other processes should be woken, e.g. NOTIFY.
     func notify(_ channel: String) async
     /// Waits until another process notifies `channel` or `timeout` passes (on SQLite: the timeout).
@@ -171,6 +175,10 @@ public protocol SQLDatabase: Sendable {
 
 extension SQLDatabase {
     public var poolStatistics: (inUse: Int, idle: Int, waiting: Int)? { nil }
+
+    public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+        try await transaction(body)
+    }
 }
 
 /// A schema migration: an ordered list of statements identified by a version.

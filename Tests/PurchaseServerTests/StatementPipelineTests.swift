@@ -49,6 +49,27 @@ struct StatementPipelineTests {
         #expect(try await count(database) == 1)
     }
 
+    @Test("A read sees what was committed, statements sent together included; a failing read leaves the connection ready",
+          arguments: Engine.available)
+    func reads(engine: Engine) async throws {
+        let database = try await table(engine)
+        defer { Task { await database.close() } }
+        try await database.transaction { db in
+            for index in 0..<5 { try db.run("INSERT INTO items (id, n) VALUES (?, ?)", ["item-\(index)", index]) }
+        }
+        let together = try await database.read { db in
+            try db.query(together: [SQLStatement("SELECT n FROM items WHERE id = ?", ["item-3"]), SQLStatement("SELECT COUNT(*) AS n FROM items", [])])
+        }
+        #expect(together.map { $0.first?.int("n") } == [3, 5])
+        await #expect(throws: (any Error).self) {
+            try await database.read { db in try db.query("SELECT no_such_column FROM items", []) }
+        }
+        // The next transaction on the same connections commits as usual, and a read sees it.
+        try await database.transaction { db in try db.run("UPDATE items SET n = 30 WHERE id = ?", ["item-3"]) }
+        #expect(try await database.read { db in try db.query("SELECT n FROM items WHERE id = ?", ["item-3"]).first?.int("n") } == 30)
+        #expect(try await count(database) == 5)
+    }
+
     struct Missing: Error, Equatable { let id: String }
 
     @Test("A held statement expected to return a row fails with the caller's error when it returns none", arguments: Engine.available)

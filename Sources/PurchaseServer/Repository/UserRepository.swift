@@ -22,16 +22,17 @@ struct UserRepository {
     }
 
     /// Everything a user view shows (and the app's product mappings with `products`), read with independent
-    /// statements sent together: one round trip on PostgreSQL.
+    /// statements sent together: one round trip on PostgreSQL (two for a user who ever had a promotional grant).
     func standing(_ appUserId: String, products: Bool) throws -> Standing {
         var statements = [transactionsStatement(appUserId), flagStatement(appUserId), subscriptionsStatement(appUserId),
-                          balancesStatement(appUserId), promotionalStatement(appUserId)]
+                          balancesStatement(appUserId)]
         if products { statements.append(AppRepository.productsStatement(appId: appId)) }
         let rows = try db.query(together: statements)
         let flag = Self.flag(rows[1])
+        // Promotional grants are rare: read (a second round trip) only for a user the flag says ever had one.
         return Standing(transactions: Self.transactions(rows[0]), flag: flag, subscriptions: Self.subscriptions(rows[2]),
-                        balances: Self.balances(rows[3]), promotional: flag.promotional ? Self.promotional(rows[4]) : [],
-                        products: products ? AppRepository.products(rows[5]) : nil)
+                        balances: Self.balances(rows[3]), promotional: flag.promotional ? try promotional(appUserId) : [],
+                        products: products ? AppRepository.products(rows[4]) : nil)
     }
 
     /// Whether a refund drove one of the user's balances negative, and why; and whether the user ever had a promotional grant.
