@@ -172,14 +172,14 @@ final class PostgresConnection: @unchecked Sendable {
         return rows
     }
 
-    /// Commits the transaction. COMMIT travels with the held statements, unless one of them carries an expectation
-    /// that only this side can check (`orElse`): those are sent and checked first, so a failed one is rolled back.
     /// Sends whatever a body run without BEGIN left held (`read`: nothing, as it only reads).
     func finishWithoutCommit() throws {
         holdAppends(namedIn: nil)
         try flush()
     }
 
+    /// Commits the transaction. COMMIT travels with the held statements, unless one of them carries an expectation
+    /// that only this side can check (`orElse`): those are sent and checked first, so a failed one is rolled back.
     func commit() throws {
         holdAppends(namedIn: nil)
         if pending.contains(where: { $0.orElse != nil }) { try flush() }

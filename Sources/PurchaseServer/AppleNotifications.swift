@@ -174,7 +174,12 @@ extension PurchaseServer {
                 return (.queued, job.id)
             }
         }, in: store.database) { write, db in try write(db) }
-        guard outcome != .duplicate else { return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .duplicate) }
+        guard outcome != .duplicate else {
+            // Usually Apple sending again. It may also be this very request's batch, committed although its commit
+            // answered an error and retried alone: a wake-up costs one claim and finds its job if so.
+            worker.wake()
+            return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .duplicate)
+        }
         store.webhookSignal.wake()
         switch outcome {
         case .queued:

@@ -22,7 +22,8 @@ public final class PurchaseStore: Sendable {
     private let appsCache = Locked<(apps: [ServerApp], expires: Date)?>(nil)
     /// Each app's product mappings as a user view reads them, remembered for two seconds (dropped here at once
     /// when this process changes one; another process's change shows within the two seconds).
-    private let productsCache = Locked<[String: (mappings: [String: ProductMapping], expires: Date)]>([:])
+    private let productsCache = Locked<(entries: [String: (mappings: [String: ProductMapping], expires: ContinuousClock.Instant)],
+                                        generation: Int)>(([:], 0))
     let uploads = GroupCommit<VerificationJob, Void>()
     let settlements = GroupCommit<Settlement, (JobState, SettlementResult)?>(maxBatch: 256)
     /// Woken when webhook events are written (the deliverer sleeps on it between passes).
@@ -61,16 +62,28 @@ public final class PurchaseStore: Sendable {
         return apps.first { $0.bundleIds.contains(bundleId) }
     }
 
-    /// The product mappings of `appId` remembered less than two seconds ago, or nil.
-    func cachedProducts(_ appId: String) -> [String: ProductMapping]? {
-        guard let cached = productsCache.withLock({ $0[appId] }), Date() < cached.expires else { return nil }
-        return cached.mappings
+    /// The product mappings of `appId` remembered less than two seconds ago, or nil; and the cache's generation,
+    /// to hand back to `rememberProducts` with what was read instead.
+    func cachedProducts(_ appId: String) -> (mappings: [String: ProductMapping]?, generation: Int) {
+        productsCache.withLock { cache in
+            guard let entry = cache.entries[appId], ContinuousClock.now < entry.expires else { return (nil, cache.generation) }
+            return (entry.mappings, cache.generation)
+        }
     }
 
-    func rememberProducts(_ mappings: [String: ProductMapping], appId: String) {
+    /// Remembers mappings read while the cache was at `generation`; a change made since (`setProduct`) wins.
+    func rememberProducts(_ mappings: [String: ProductMapping], appId: String, generation: Int) {
         productsCache.withLock { cache in
-            if cache.count > 1024 { cache.removeAll() }
-            cache[appId] = (mappings, Date().addingTimeInterval(2))
+            guard cache.generation == generation else { return }
+            if cache.entries.count > 1024 { cache.entries.removeAll() }
+            cache.entries[appId] = (mappings, ContinuousClock.now.advanced(by: .seconds(2)))
+        }
+    }
+
+    private func forgetProducts(_ appId: String) {
+        productsCache.withLock { cache in
+            cache.entries[appId] = nil
+            cache.generation += 1
         }
     }
 
@@ -157,13 +170,13 @@ public final class PurchaseStore: Sendable {
         if let price = product.price, Decimal(string: price) == nil {
             throw ServerError(.invalidPrice, "Price '\(price)' is not a decimal number.")
         }
-        productsCache.withLock { $0[appId] = nil }
+        forgetProducts(appId)
         try await database.transaction { db in
             let apps = self.apps(db)
             guard try apps.exists(appId) else { throw ServerError(.appNotFound, "App \(appId) is not registered.") }
             try apps.setProduct(appId: appId, product)
         }
-        productsCache.withLock { $0[appId] = nil }
+        forgetProducts(appId)
     }
 
     /// The product mappings of an app.

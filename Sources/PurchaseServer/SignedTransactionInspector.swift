@@ -46,8 +46,9 @@ public final class SignedTransactionInspector: Sendable {
                                    reason: "environment '\(transaction.environment)' is signed by Xcode or StoreKit Testing, not the App Store")
         }
         let date = ReceiptDate.date(milliseconds: transaction.signedDate)
-        if remembersVerified {
-            let digest = Digest.sha256.hash(bytes)
+        // Remembered only with a whole digest: one that failed (empty) is never looked up or stored.
+        let digest = remembersVerified ? Digest.sha256.hash(bytes) : []
+        if digest.count == 32 {
             if !recentlyVerified.withLock({ $0.contains(digest) }) {
                 try checkSignature(compact, bytes: bytes, dots: (dots[0], dots[1]), at: date)
                 recentlyVerified.withLock { verified in

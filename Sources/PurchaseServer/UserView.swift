@@ -68,13 +68,13 @@ extension PurchaseStore {
     /// Everything a user owns at `now`.
     /// Reads only (no transaction on PostgreSQL), with the app's product mappings from the two-second cache when it has them.
     public func user(appId: String, appUserId: String, now: Date) async throws -> UserView {
-        let cached = cachedProducts(appId)
+        let (cached, generation) = cachedProducts(appId)
         let (view, read) = try await database.read { db -> (UserView, [String: ProductMapping]?) in
             let standing = try UserRepository(db: db, appId: appId).standing(appUserId, products: cached == nil)
             let read = standing.products.map { products in Dictionary(products.map { ($0.productId, $0) }, uniquingKeysWith: { $1 }) }
             return (Self.userView(appUserId, standing, mappings: cached ?? read ?? [:], now: now), read)
         }
-        if let read { rememberProducts(read, appId: appId) }
+        if let read { rememberProducts(read, appId: appId, generation: generation) }
         return view
     }
 

@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import Synchronization
 
 /// The single owner of a `sqlite3` connection. Every call runs on the owner's serial queue, so the
 /// handle is never used from two threads and blocking I/O never runs on the cooperative pool.
@@ -11,6 +12,8 @@ public final class SQLiteDatabase: @unchecked Sendable {
     private var statements: [String: OpaquePointer] = [:]
     /// The file path (or `:memory:`).
     public let path: String
+    /// Copies the write-ahead log into the database file on its own connection and queue (nil in memory).
+    private var checkpointer: Checkpointer?  // set once, in init
 
     /// Opens (creating if needed) a database in WAL mode.
     public init(path: String) throws {
@@ -25,16 +28,24 @@ public final class SQLiteDatabase: @unchecked Sendable {
         self.path = path
         queue = DispatchQueue(label: "storekeeper.sqlite.\(path)")
         sqlite3_busy_timeout(db, 5000)
+        var walMode = false
         try queue.sync {
-            try execute("PRAGMA journal_mode=WAL")
+            walMode = try queryWithColumns("PRAGMA journal_mode=WAL").rows.first?.first.flatMap {
+                if case .text(let mode) = $0 { return mode.lowercased() == "wal" } else { return nil }
+            } ?? false
             try execute("PRAGMA synchronous=NORMAL")
             try execute("PRAGMA foreign_keys=ON")
+        }
+        checkpointer = walMode ? try Checkpointer(path: path) : nil
+        if let checkpointer {
+            // Replaces SQLite's automatic checkpoint, which would run (and fsync) on this queue inside a commit.
+            sqlite3_wal_hook(db, checkpointHook, Unmanaged.passUnretained(checkpointer).toOpaque())
         }
     }
 
     deinit {
         for statement in statements.values { sqlite3_finalize(statement) }
-        sqlite3_close_v2(handle)
+        sqlite3_close_v2(handle)  // before the checkpointer goes: no hook call after this
     }
 
     /// Runs `body` on the database's queue and returns its result to the awaiting task.
@@ -167,4 +178,55 @@ extension SQLiteDatabase {
             throw StorageErrorFactory.make("backup_failed", "backup stopped: \(String(cString: sqlite3_errstr(status)))")
         }
     }
+}
+
+/// Checkpoints off the writer's queue. With `synchronous=NORMAL` a WAL commit writes but never syncs: the
+/// syncs are all in checkpoints, which SQLite otherwise runs inside the commit that crosses its threshold,
+/// so every writer waited for the disk there. The WAL hook (after each commit, on the writer's queue) asks
+/// this second connection for a passive checkpoint instead; only if the log grows far past the threshold
+/// (this connection fell behind) does the writer checkpoint itself, as SQLite would have.
+final class Checkpointer: @unchecked Sendable {
+    /// SQLite's own default threshold, in pages of log.
+    static let threshold: Int32 = 1000
+    // Used only on `queue`.
+    private let handle: OpaquePointer
+    private let queue: DispatchQueue
+    private let requested = Atomic<Bool>(false)
+
+    init(path: String) throws {
+        var db: OpaquePointer?
+        guard sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nil) == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            if let db { sqlite3_close(db) }
+            throw StorageErrorFactory.make("open_failed", "cannot open \(path) for checkpoints: \(message)")
+        }
+        handle = db
+        queue = DispatchQueue(label: "storekeeper.sqlite.checkpoint")
+        sqlite3_busy_timeout(db, 5000)
+        sqlite3_exec(db, "PRAGMA synchronous=NORMAL", nil, nil, nil)
+    }
+
+    deinit {
+        sqlite3_close_v2(handle)
+    }
+
+    /// Starts a passive checkpoint unless one is already waiting or running.
+    func request() {
+        guard requested.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
+        queue.async { [self] in
+            requested.store(false, ordering: .releasing)
+            sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+        }
+    }
+}
+
+/// The WAL hook: `context` is the database's `Checkpointer`, `pages` the log's length after a commit.
+private func checkpointHook(_ context: UnsafeMutableRawPointer?, _ db: OpaquePointer?, _ name: UnsafePointer<CChar>?, _ pages: Int32) -> Int32 {
+    guard let context else { return SQLITE_OK }
+    if pages >= Checkpointer.threshold * 8 {
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+    } else if pages >= Checkpointer.threshold {
+        Unmanaged<Checkpointer>.fromOpaque(context).takeUnretainedValue().request()
+    }
+    return SQLITE_OK
 }
