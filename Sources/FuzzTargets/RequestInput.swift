@@ -62,7 +62,7 @@ enum RequestInput {
 
     /// Never answers: verification is not what this target is about (the receipt targets are).
     struct SilentTransport: HTTPTransport {
-        func post(_ url: URL, body: Data, timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data) {
+        func post(_ url: URL, body: [UInt8], timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data) {
             throw URLError(.timedOut)
         }
     }

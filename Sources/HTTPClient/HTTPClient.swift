@@ -80,7 +80,8 @@ public final class HTTPClient: Sendable {
     public func shutdown() { loop.shutdown() }
 
     /// Sends one request and returns the whole response, or throws within `timeout` seconds.
-    public func send(_ method: String, _ url: URL, headers: [(String, String)] = [], body: [UInt8] = [],
+    /// The body is consumed: once the request's bytes are made, they are its only copy while the answer is awaited.
+    public func send(_ method: String, _ url: URL, headers: [(String, String)] = [], body: consuming [UInt8] = [],
                      timeout: TimeInterval) async throws(HTTPClientError) -> HTTPClientResponse {
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", let host = url.host, !host.isEmpty else {
             throw HTTPClientError(.invalidURL, "not an http(s) URL: \(url.absoluteString)")
@@ -95,6 +96,7 @@ public final class HTTPClient: Sendable {
         guard Monotonic.now < deadline else { throw HTTPClientError(.timedOut, "timed out resolving \(host)") }
         let request = RequestBytes.make(method: method, url: url, host: host, port: port, secure: secure, headers: headers,
                                         body: body, userAgent: configuration.userAgent)
+        _ = consume body
         let key = PoolKey(host: host, port: port, secure: secure)
         let id = loop.nextID()
         do {

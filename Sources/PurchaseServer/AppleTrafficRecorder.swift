@@ -101,9 +101,9 @@ public struct RecordingTransport: HTTPTransport {
 
     public var keepsTimeouts: Bool { inner.keepsTimeouts }
 
-    public func post(_ url: URL, body: Data, timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data) {
+    public func post(_ url: URL, body: [UInt8], timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data) {
         let answer = try await inner.post(url, body: body, timeout: timeout)
-        recorder.record(method: "POST", url: url, requestBody: body, status: answer.status, contentType: answer.contentType, body: answer.body, at: Date())
+        recorder.record(method: "POST", url: url, requestBody: Data(body), status: answer.status, contentType: answer.contentType, body: answer.body, at: Date())
         return answer
     }
 }

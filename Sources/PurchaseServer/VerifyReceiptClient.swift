@@ -30,7 +30,7 @@ public struct AppStoreEndpoints: Sendable, Equatable {
 /// Sends one HTTP POST; the server injects a fake in unit tests.
 public protocol HTTPTransport: Sendable {
     /// Returns the status code, content type and body, or throws on a network failure or timeout.
-    func post(_ url: URL, body: Data, timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data)
+    func post(_ url: URL, body: consuming [UInt8], timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data)
     /// Whether `post` ends by `timeout` itself. Calls through one that does not are raced against a timer.
     var keepsTimeouts: Bool { get }
 }
@@ -53,9 +53,9 @@ public final class ClientTransport: HTTPTransport {
     /// calls in flight, a timer each was a task and a Dispatch timer each, for as long as the timeout).
     public var keepsTimeouts: Bool { true }
 
-    public func post(_ url: URL, body: Data, timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data) {
+    public func post(_ url: URL, body: consuming [UInt8], timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data) {
         let response = try await client.send("POST", url, headers: [("Content-Type", "application/json; charset=utf-8")],
-                                              body: [UInt8](body), timeout: timeout)
+                                              body: consume body, timeout: timeout)
         return (response.status, response.header("Content-Type"), Data(response.body))
     }
 }
@@ -98,23 +98,29 @@ public struct VerifyReceiptClient: Sendable {
         self.timeout = timeout
     }
 
+    /// The verifyReceipt request, written directly (JSONSerialization escapes a multi-kilobyte receipt character by
+    /// character) and kept as the buffer's own bytes: with thousands of calls waiting on Apple, each copy counts.
+    static func requestBody(_ receiptData: String, password: String?) -> [UInt8] {
+        var json = JSONBuffer(capacity: receiptData.utf8.count + 128)
+        json.object { json in
+            json.field("receipt-data", receiptData)
+            json.field("password", password)
+            json.field("exclude-old-transactions", false)
+        }
+        return json.bytes
+    }
+
     /// One call to one environment.
     public func verify(_ receiptData: String, password: String?, environment: AppStoreEnvironment) async -> AppleAnswer {
-        // Written directly: JSONSerialization escapes a multi-kilobyte receipt character by character.
-        let body: Data = {
-            var json = JSONBuffer(capacity: receiptData.utf8.count + 128)
-            json.object { json in
-                json.field("receipt-data", receiptData)
-                json.field("password", password)
-                json.field("exclude-old-transactions", false)
-            }
-            return Data(json.bytes)
-        }()
         let reply: (status: Int, contentType: String?, body: Data)
         do {
             if transport.keepsTimeouts {
-                reply = try await transport.post(endpoints.url(for: environment), body: body, timeout: timeout)
+                // The body is handed over (consumed): while the call waits on Apple, the request's bytes are the
+                // receipt's only copy besides the job's.
+                reply = try await transport.post(endpoints.url(for: environment), body: Self.requestBody(receiptData, password: password),
+                                                 timeout: timeout)
             } else {
+                let body = Self.requestBody(receiptData, password: password)
                 reply = try await Self.deadline(timeout + 1) { [transport, endpoints, timeout] in
                     try await transport.post(endpoints.url(for: environment), body: body, timeout: timeout)
                 }

@@ -241,7 +241,7 @@ struct ReviewFindingTests {
 
 /// A transport that never reaches Apple.
 struct RefusingTransport: HTTPTransport {
-    func post(_ url: URL, body: Data, timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data) {
+    func post(_ url: URL, body: [UInt8], timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data) {
         throw URLError(.cannotConnectToHost)
     }
 }

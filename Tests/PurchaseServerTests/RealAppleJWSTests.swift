@@ -67,7 +67,7 @@ struct RealAppleJWSTests {
 
 /// A transport for servers that must never call verifyReceipt.
 struct NoTransport: HTTPTransport {
-    func post(_ url: URL, body: Data, timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data) {
+    func post(_ url: URL, body: [UInt8], timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data) {
         throw URLError(.notConnectedToInternet)
     }
 }

@@ -53,7 +53,7 @@ final class EmulatorTransport: HTTPTransport {
 
     init(emulator: AppStoreEmulator) { responder = AppStoreResponder(emulator: emulator) }
 
-    func post(_ url: URL, body: Data, timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data) {
+    func post(_ url: URL, body: [UInt8], timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data) {
         calls.withLock { $0 += 1 }
         if let failure = failures.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) {
             switch failure {
@@ -62,12 +62,12 @@ final class EmulatorTransport: HTTPTransport {
             case .timeout: throw URLError(.timedOut)
             case .connection: throw URLError(.networkConnectionLost)
             case .rewrite(let from, let to):
-                let response = await responder.respond(to: Request(method: .post, target: url.path, body: body))
+                let response = await responder.respond(to: Request(method: .post, target: url.path, body: Data(body)))
                 let text = String(decoding: response.body, as: UTF8.self).replacingOccurrences(of: from, with: to)
                 return (response.status.code, response.headers["Content-Type"], Data(text.utf8))
             }
         }
-        let response = await responder.respond(to: Request(method: .post, target: url.path, body: body))
+        let response = await responder.respond(to: Request(method: .post, target: url.path, body: Data(body)))
         return (response.status.code, response.headers["Content-Type"], response.body)
     }
 }
