@@ -43,10 +43,7 @@ public enum ReceiptDecoder {
                         let c = table[Int(input[index + 2])], d = table[Int(input[index + 3])]
                         if a | b | c | d < 64 {
                             guard padding == 0 else { failed = true; return }
-                            let value = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
-                            buffer[out] = UInt8(truncatingIfNeeded: value >> 16)
-                            buffer[out + 1] = UInt8(truncatingIfNeeded: value >> 8)
-                            buffer[out + 2] = UInt8(truncatingIfNeeded: value)
+                            Base64Group.write(a, b, c, d, into: &buffer, at: out)
                             out += 3
                             index += 4
                             continue

@@ -59,45 +59,43 @@ public final class PostgresDatabase: SQLDatabase {
     }
 
     public func transaction<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
-        let connection = await acquire()
-        defer { release(connection) }
-        return try await withCheckedThrowingContinuation { continuation in
-            connection.queue.async {
-                if !connection.isHealthy { connection.reset() }
-                connection.refreshPlansIfStale()
-                continuation.resume(with: Result {
-                    // BEGIN travels with the first statement, COMMIT with the last held ones: no round trip of their own.
-                    try connection.enqueue("BEGIN", [])
-                    do {
-                        let result = try body(PostgresTransactionConnection(connection: connection))
-                        try connection.commit()
-                        return result
-                    } catch {
-                        if connection.discardPending() { _ = try? connection.execute("ROLLBACK", []) }
-                        throw error
-                    }
-                })
+        try await onConnection { connection in
+            // BEGIN travels with the first statement, COMMIT with the last held ones: no round trip of their own.
+            try connection.enqueue("BEGIN", [])
+            do {
+                let result = try body(PostgresTransactionConnection(connection: connection))
+                try connection.commit()
+                return result
+            } catch {
+                if connection.discardPending() { _ = try? connection.execute("ROLLBACK", []) }
+                throw error
             }
         }
     }
 
     public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+        try await onConnection { connection in
+            do {
+                let result = try body(PostgresTransactionConnection(connection: connection))
+                try connection.finishWithoutCommit()
+                return result
+            } catch {
+                _ = connection.discardPending()
+                throw error
+            }
+        }
+    }
+
+    /// Runs `work` on a pooled connection's queue, the connection made ready first (reset if a failure left it in a
+    /// pipeline or a transaction; plans refreshed when stale).
+    private func onConnection<T: Sendable>(_ work: @escaping @Sendable (PostgresConnection) throws -> T) async throws -> T {
         let connection = await acquire()
         defer { release(connection) }
         return try await withCheckedThrowingContinuation { continuation in
             connection.queue.async {
                 if !connection.isHealthy { connection.reset() }
                 connection.refreshPlansIfStale()
-                continuation.resume(with: Result {
-                    do {
-                        let result = try body(PostgresTransactionConnection(connection: connection))
-                        try connection.finishWithoutCommit()
-                        return result
-                    } catch {
-                        _ = connection.discardPending()
-                        throw error
-                    }
-                })
+                continuation.resume(with: Result { try work(connection) })
             }
         }
     }
