@@ -18,6 +18,8 @@ struct ServerOptions {
     var adminKey: String?
     /// Verifications in flight at once; nil: as many as the machine allows (`FileLimits.automaticConcurrency`).
     var concurrency: Int?
+    /// PostgreSQL connections of this process (the listening one aside).
+    var databasePool: Int
     var callTimeout: Double
     var maxAge: Double
     var retryBase: Double
@@ -35,6 +37,8 @@ struct ServerOptions {
     static let help = """
       --data DIR            State directory for the embedded SQLite database and the admin key (default ./.storekeeper).
       --database URL        Use PostgreSQL (postgres://user@host:port/db) instead of SQLite.
+      --database-pool N     PostgreSQL connections of this process, besides one that listens (default twice its
+                            cores, at least 4: more only queue in PostgreSQL for the same cores; 1…256).
       --appstore-url URL    verifyReceipt base URL (an emulator: URL/production/verifyReceipt, URL/sandbox/verifyReceipt);
                             default Apple's buy.itunes.apple.com and sandbox.itunes.apple.com.
       --trust PEM           Trust the certificates in PEM for receipts and signed transactions (repeatable;
@@ -42,7 +46,7 @@ struct ServerOptions {
       --trust-emulator      Fetch and trust the emulator's two CAs (receipts, JWS) from --appstore-url.
       --admin-key KEY       The admin API key (default $STOREKEEPER_ADMIN_KEY, else generated once into DIR/admin-key).
       --concurrency N|auto  Verifications in flight at once (default auto: as many as the machine allows, each a
-                            socket to Apple and about 16 KB: half the open-file limit, at most 65,536 and an eighth
+                            socket to Apple and about 32 KiB: half the open-file limit, at most 65,536 and an eighth
                             of memory; Apple's 3–6 s are hidden only by enough of them in flight).
       --call-timeout S      Seconds per verifyReceipt call (default 15).
       --max-age S           Seconds a verification keeps retrying before it is dead-lettered (default 86400).
@@ -83,6 +87,12 @@ struct ServerOptions {
             }
             return value
         }
+        if let text = try arguments.option("database-pool") {
+            guard let value = Int(text), (1...256).contains(value) else { throw UsageError(description: "--database-pool is 1…256") }
+            databasePool = value
+        } else {
+            databasePool = max(4, 2 * ProcessInfo.processInfo.activeProcessorCount)
+        }
         if let text = try arguments.option("concurrency"), text != "auto" {
             guard let value = Int(text), (1...1_000_000).contains(value) else { throw UsageError(description: "--concurrency is auto or 1…1000000") }
             concurrency = value
@@ -117,7 +127,7 @@ struct ServerOptions {
         SecretFiles.warnIfShared(directory)
         let database: any SQLDatabase
         if let url = self.database {
-            database = try PostgresDatabase(url: url, size: 16, channels: ["storekeeper_jobs"])
+            database = try PostgresDatabase(url: url, size: databasePool, channels: ["storekeeper_jobs"])
         } else {
             database = try SQLiteSQLDatabase(path: directory.appendingPathComponent("server.sqlite").path)
         }
@@ -282,11 +292,12 @@ enum FileLimits {
     }
 
     /// Verifications in flight when not told: `share` of the open-file limit (the rest serves clients and the
-    /// database), an eighth of the memory this process may use at 16 KB each, at most 65,536 and at least 256.
+    /// database), an eighth of the memory this process may use at 32 KiB each, at most 65,536 and at least 256.
     static func automaticConcurrency(share: Double = 0.5) -> Int {
         var limit = rlimit()
         let files = getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 ? Double(min(limit.rlim_cur, 1 << 30)) : 1024
-        let memory = Int(min(ProcessInfo.processInfo.physicalMemory, containerMemoryLimit() ?? .max) / 8 / 16_384)
+        // 32 KiB a call: measured 33 KiB per verification in flight (`bench/steady.sh`).
+        let memory = Int(min(ProcessInfo.processInfo.physicalMemory, containerMemoryLimit() ?? .max) / 8 / 32_768)
         return max(256, min(65_536, Int(files * share), memory))
     }
 

@@ -32,6 +32,8 @@ COMMANDS = [
     (["server", "app", "add", "com.example.coins", "--admin-key", "sk_x", "--server-api-key-id", "ABC"], "go together"),
     (["shop", "list", "--catalog", "nope"], "--catalog"),
     (["shop", "sell"], "list, buy PRODUCT or restore"),
+    (["server", "serve", "--database-pool", "0"], "--database-pool is 1…256"),
+    (["server", "serve", "--database-pool", "many"], "--database-pool is 1…256"),
 ])
 def test_new_commands_refuse_bad_input_with_usage_errors(args, message):
     result = subprocess.run([BIN, *args], capture_output=True, text=True)
