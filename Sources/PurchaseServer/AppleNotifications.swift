@@ -203,7 +203,7 @@ extension PurchaseServer {
     private func recordNotificationEffects(body: Data, app: ServerApp, environment env: String, type: String, subtype: String?,
                                            transaction: JWSTransaction?, renewal: JSONValue?, signedDate: Int64,
                                            _ db: any SQLConnection, now: Date) throws -> String? {
-        try store.forwardNotification(String(decoding: body, as: UTF8.self), appId: app.id, db, now: now)
+        try store.forwardNotification(body, appId: app.id, db, now: now)
         if let renewal, let original = renewal["originalTransactionId"]?.text ?? transaction?.originalTransactionId {
             try SubscriptionRepository(db: db, appId: app.id, environment: env).record(SubscriptionState(
                 originalTransactionId: original, productId: renewal["productId"]?.text ?? transaction?.productId ?? "",

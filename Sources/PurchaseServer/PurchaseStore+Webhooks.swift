@@ -140,9 +140,10 @@ extension PurchaseStore {
 
     /// Forwards an App Store Server Notification's body, unchanged, to the app's endpoints of format `apple`,
     /// in the caller's transaction (the one that recorded the notification).
-    func forwardNotification(_ body: String, appId: String, _ db: any SQLConnection, now: Date) throws {
+    func forwardNotification(_ body: Data, appId: String, _ db: any SQLConnection, now: Date) throws {
         let targets = try webhooks(db).endpoints(appId: appId).map(\.endpoint).filter { $0.accepts(.appleNotification) }.map(\.id)
         guard !targets.isEmpty else { return }
+        let body = String(decoding: body, as: UTF8.self)  // made only when an endpoint takes it
         try webhooks(db).insert(event: StoredWebhookEvent(id: ids.nextString(), appId: appId, appUserId: "", type: .appleNotification, sequence: 0,
                                                           occurredAt: now.milliseconds, body: body), endpointIds: targets)
     }
