@@ -68,10 +68,18 @@ public struct PurchaseServerResponder: Responder {
 
     static func bearer(_ request: Request) -> String? { bearer(request.header("authorization")) }
 
+    /// The token of `Authorization: Bearer TOKEN` (the scheme in any case, spaces and tabs around the token
+    /// dropped), or nil. Read on the header's bytes: it runs twice on every request.
     static func bearer(_ header: String?) -> String? {
-        guard let header, header.utf8.count <= 512, header.lowercased().hasPrefix("bearer ") else { return nil }
-        let token = String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
-        return token.isEmpty ? nil : token
+        guard let header, header.utf8.count <= 512 else { return nil }
+        var rest = header.utf8[...]
+        for expected in "bearer ".utf8 {
+            guard let byte = rest.popFirst(), byte == expected || (expected != UInt8(ascii: " ") && byte | 0x20 == expected) else { return nil }
+        }
+        func blank(_ byte: UInt8) -> Bool { byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
+        while let first = rest.first, blank(first) { rest.removeFirst() }
+        while let last = rest.last, blank(last) { rest.removeLast() }
+        return rest.isEmpty ? nil : String(Substring(rest))
     }
 
     /// The key of the request, or a 401: from the key ring in memory (the HTTP edge asked the

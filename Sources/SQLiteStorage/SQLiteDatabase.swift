@@ -35,6 +35,11 @@ public final class SQLiteDatabase: @unchecked Sendable {
             } ?? false
             try execute("PRAGMA synchronous=NORMAL")
             try execute("PRAGMA foreign_keys=ON")
+            // Statement journals and sorts in memory: a multi-row UPDATE inside a transaction otherwise creates,
+            // writes and unlinks a file in /var/tmp once its journal passes 64 KiB.
+            try execute("PRAGMA temp_store=MEMORY")
+            // 16 MiB of pages (the default is 2 MiB): the queue's and the ledger's hot index pages stay in memory.
+            try execute("PRAGMA cache_size=-16384")
         }
         checkpointer = walMode ? try Checkpointer(path: path) : nil
         if let checkpointer {

@@ -1,4 +1,5 @@
 import AppStoreCrypto
+import Clocks
 import Foundation
 @testable import PurchaseServer
 import StorekeeperTesting
@@ -160,5 +161,46 @@ struct ReceiptShapeTests {
         let claimed = try await world.server.store.claim(owner: "test", limit: 10, lease: 30, now: world.server.clock.now())
         #expect(!claimed.contains { $0.id == job.id })
         #expect(try await world.server.store.job(job.id)?.state == .rejected)
+    }
+}
+
+@Suite("Server-made identifiers and bearer tokens")
+struct ServerIdentifierTests {
+    @Test("Random ids are distinct version-4 UUIDs in lowercase")
+    func randomIDs() {
+        let ids = RandomIDs()
+        var seen = Set<String>()
+        for _ in 0..<10_000 {
+            let id = ids.nextString()
+            #expect(id.wholeMatch(of: /[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}/) != nil, "\(id)")
+            seen.insert(id)
+        }
+        #expect(seen.count == 10_000)
+        // Every bit outside version and variant varies: OR of all ids has them all set, AND none.
+        let words = (0..<2_000).map { _ in ids.next().uuid }
+        var any = [UInt8](repeating: 0, count: 16), all = [UInt8](repeating: 0xff, count: 16)
+        for uuid in words {
+            withUnsafeBytes(of: uuid) { bytes in
+                for index in 0..<16 { any[index] |= bytes[index]; all[index] &= bytes[index] }
+            }
+        }
+        #expect(any == [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x4f, 0xff, 0xbf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff])
+        #expect(all == [0, 0, 0, 0, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, 0, 0])
+    }
+
+    @Test("Bearer token read from the Authorization header", arguments: [
+        ("Bearer sk_live_1", "sk_live_1"), ("bearer sk_live_1", "sk_live_1"), ("BEARER sk_live_1", "sk_live_1"),
+        ("Bearer   sk_live_1 \t", "sk_live_1"), ("Bearer \tsk_live_1", "sk_live_1"),
+    ])
+    func bearer(header: String, token: String) {
+        #expect(PurchaseServerResponder.bearer(header) == token)
+    }
+
+    @Test("No bearer token", arguments: [
+        "", "Bearer", "Bearer ", "Bearer  \t ", "Basic dXNlcjpwYXNz", "Bearer\tsk_live_1", "Bearer\0sk_live_1", "Bearersk_live_1",
+        "Bearer " + String(repeating: "k", count: 506), "Béarer sk", "Bear",
+    ])
+    func noBearer(header: String) {
+        #expect(PurchaseServerResponder.bearer(header) == nil)
     }
 }
