@@ -35,4 +35,37 @@ struct CheckpointTests {
         guard case .integer(let rows)? = count.first?.first else { Issue.record("no count"); return }
         #expect(rows == 4000)
     }
+
+    @Test("Under constant writes and reads a checkpoint runs per thousand new pages of log, not after every commit")
+    func checkpointsPerThousandPages() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("checkpoint-\(UUID().uuidString).sqlite").path
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        let database = try SQLiteDatabase(path: path)
+        let reader = try SQLiteDatabase(path: path)
+        try await database.run { try $0.execute("CREATE TABLE blobs (id INTEGER PRIMARY KEY, body BLOB NOT NULL)") }
+        let body = Data(repeating: 0x5A, count: 3000)
+        // A reader that keeps taking fresh snapshots, as the server's reads do: the log is rarely idle enough to restart.
+        let reading = Task {
+            while !Task.isCancelled {
+                _ = try? await reader.run { db in
+                    try db.execute("BEGIN")
+                    defer { try? db.execute("COMMIT") }
+                    return try db.query("SELECT MAX(id) FROM blobs")
+                }
+            }
+        }
+        for index in 0..<4000 {
+            try await database.run { db in
+                try db.execute("BEGIN IMMEDIATE")
+                try db.query("INSERT INTO blobs (id, body) VALUES (?, ?)", [.integer(Int64(index)), .blob(body)])
+                try db.execute("COMMIT")
+            }
+        }
+        reading.cancel()
+        _ = await reading.result
+        // About 4,000 pages of log: four checkpoints, and a few more for the reader's timing; one per commit past
+        // the first thousand pages would be about 3,000.
+        #expect(database.checkpoints >= 1)
+        #expect(database.checkpoints <= 40, "\(database.checkpoints) checkpoints for 4,000 commits")
+    }
 }
