@@ -88,50 +88,111 @@ public struct VerificationEngine: Sendable {
         return nil
     }
 
+    /// The receipt path, split so that the async frames alive while Apple answers stay small: thousands of calls
+    /// wait at once, and each frame on the way down to the socket reserves room for every local of its function
+    /// (this one was 7.8 KB when it held the answer and the settlement too).
     func run(_ job: VerificationJob, owner: String) async throws -> JobState? {
         guard let app = try await store.cachedApp(job.appId) else {
-            try await store.reject(job, owner: owner, code: "app_not_found", reason: "the app is no longer registered", environment: nil, now: clock.now())
-            return .rejected
+            return try await reject(job, owner: owner, ReceiptRejection(code: "app_not_found", reason: "the app is no longer registered"), environment: nil)
         }
         if job.kind == .signedTransaction { return try await runSignedTransaction(job, app: app, owner: owner) }
         let inspected: InspectedReceipt
-        do throws(ReceiptRejection) {
-            inspected = try inspector.inspect(job.receiptData, bundleIds: app.bundleIds)
-            try Self.checkSandboxPolicy(app, environment: inspected.environment, user: job.appUserId, authenticated: job.userAuthenticated)
-        } catch {
-            try await store.reject(job, owner: owner, code: error.code, reason: error.reason, environment: nil, now: clock.now())
-            return .rejected
+        switch inspectLocally(job, app: app) {
+        case .success(let receipt): inspected = receipt
+        case .failure(let rejection): return try await reject(job, owner: owner, rejection, environment: nil)
         }
+        switch await askApple(job, app: app, first: inspected.environment) {
+        case .retryable(let retry):
+            try await reschedule(job, owner: owner, retry: retry)
+            return job.state
+        case .answered(let answer):
+            return try await settle(answer, of: job, app: app, inspected: inspected, owner: owner)
+        }
+    }
 
-        // seed 003: the receipt's own type says where it belongs; production receipts go to production first.
-        var environment = inspected.environment
+    /// The local checks: the receipt's form and signature, then the app's sandbox policy.
+    @inline(never)
+    func inspectLocally(_ job: VerificationJob, app: ServerApp) -> Result<InspectedReceipt, ReceiptRejection> {
+        do throws(ReceiptRejection) {
+            let inspected = try inspector.inspect(job.receiptData, bundleIds: app.bundleIds)
+            try Self.checkSandboxPolicy(app, environment: inspected.environment, user: job.appUserId, authenticated: job.userAuthenticated)
+            return .success(inspected)
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    /// Settles a job as rejected for `rejection`.
+    @inline(never)
+    func reject(_ job: VerificationJob, owner: String, _ rejection: ReceiptRejection, environment: AppStoreEnvironment?) async throws -> JobState {
+        try await store.reject(job, owner: owner, code: rejection.code, reason: rejection.reason, environment: environment, now: clock.now())
+        return .rejected
+    }
+
+    /// Apple's final answer and the environment that gave it (a class: frames hold a pointer).
+    final class FinalAnswer: Sendable {
+        let environment: AppStoreEnvironment
+        let response: VerifyReceiptResponse
+        let raw: Data
+
+        init(environment: AppStoreEnvironment, response: VerifyReceiptResponse, raw: Data) {
+            self.environment = environment
+            self.response = response
+            self.raw = raw
+        }
+    }
+
+    /// What asking Apple ended in.
+    enum AppleOutcome {
+        case answered(FinalAnswer)
+        case retryable(AppleAnswer.Retry)
+    }
+
+    /// seed 003: the receipt's own type says where it belongs; production receipts go to production first,
+    /// then 21007 → sandbox, 21008 → production, and 21002 → sandbox when the app asks for it.
+    func askApple(_ job: VerificationJob, app: ServerApp, first: AppStoreEnvironment) async -> AppleOutcome {
+        var environment = first
         var tried: Set<AppStoreEnvironment> = []
-        var answer: (VerifyReceiptResponse, Data)?
-        while answer == nil {
+        while true {
             tried.insert(environment)
             let started = ContinuousClock.now
             let reply = await client.verify(job.receiptData, password: app.sharedSecret, environment: environment)
-            metrics.appleCall(endpoint: "verifyReceipt", environment: environment.rawValue, outcome: reply.metricOutcome,
-                              seconds: (ContinuousClock.now - started).seconds)
-            switch reply {
-            case .retryable(let retry):
-                try await reschedule(job, owner: owner, retry: retry)
-                return job.state
-            case .answered(let response, let raw):
-                let status = response.status
-                if status == VerifyReceiptStatus.sandboxReceiptInProduction, !tried.contains(.sandbox) {
-                    environment = .sandbox
-                } else if status == VerifyReceiptStatus.productionReceiptInSandbox, !tried.contains(.production) {
-                    environment = .production
-                } else if status == VerifyReceiptStatus.malformedReceipt, environment == .production, !tried.contains(.sandbox),
-                          app.quirk21002Policy == .retrySandbox {
-                    environment = .sandbox
-                } else {
-                    answer = (response, raw)
-                }
+            switch next(after: reply, from: environment, tried: tried, app: app, took: ContinuousClock.now - started) {
+            case .ask(let other): environment = other
+            case .done(let outcome): return outcome
             }
         }
-        guard let (response, raw) = answer else { return nil }
+    }
+
+    /// After one call: ask another environment, or stop with what Apple said. Counts the call.
+    @inline(never)
+    func next(after reply: AppleAnswer, from environment: AppStoreEnvironment, tried: Set<AppStoreEnvironment>, app: ServerApp,
+              took: Duration) -> AppleStep {
+        metrics.appleCall(endpoint: "verifyReceipt", environment: environment.rawValue, outcome: reply.metricOutcome, seconds: took.seconds)
+        switch reply {
+        case .retryable(let retry):
+            return .done(.retryable(retry))
+        case .answered(let response, let raw):
+            let status = response.status
+            if status == VerifyReceiptStatus.sandboxReceiptInProduction, !tried.contains(.sandbox) { return .ask(.sandbox) }
+            if status == VerifyReceiptStatus.productionReceiptInSandbox, !tried.contains(.production) { return .ask(.production) }
+            if status == VerifyReceiptStatus.malformedReceipt, environment == .production, !tried.contains(.sandbox),
+               app.quirk21002Policy == .retrySandbox {
+                return .ask(.sandbox)
+            }
+            return .done(.answered(FinalAnswer(environment: environment, response: response, raw: raw)))
+        }
+    }
+
+    enum AppleStep {
+        case ask(AppStoreEnvironment)
+        case done(AppleOutcome)
+    }
+
+    /// Apple's final answer into the ledger, or a rejection.
+    @inline(never)
+    func settle(_ answer: FinalAnswer, of job: VerificationJob, app: ServerApp, inspected: InspectedReceipt, owner: String) async throws -> JobState? {
+        let (environment, response, raw) = (answer.environment, answer.response, answer.raw)
         guard response.status == VerifyReceiptStatus.valid || response.status == VerifyReceiptStatus.subscriptionExpired else {
             try await store.reject(job, owner: owner, code: "apple_status_\(response.status)", reason: Self.explain(response.status),
                                    environment: environment, now: clock.now())
@@ -150,6 +211,7 @@ public struct VerificationEngine: Sendable {
 
     /// A StoreKit 2 signed transaction: everything is checked locally (Apple signed it), then settled
     /// through the same ledger as receipts.
+    @inline(never)
     func runSignedTransaction(_ job: VerificationJob, app: ServerApp, owner: String) async throws -> JobState? {
         let transaction: JWSTransaction
         let environment: AppStoreEnvironment
@@ -184,6 +246,7 @@ public struct VerificationEngine: Sendable {
         }
     }
 
+    @inline(never)
     func reschedule(_ job: VerificationJob, owner: String, retry reason: AppleAnswer.Retry) async throws {
         let now = clock.now()
         let dead = now.timeIntervalSince(job.createdAt) >= retry.maxAge

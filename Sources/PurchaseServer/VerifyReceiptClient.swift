@@ -64,7 +64,9 @@ public final class ClientTransport: HTTPTransport {
 public enum AppleAnswer: Sendable {
     /// Apple answered with a JSON status that is final (0, 21002, 21003, 21004, 21006, 21007, 21008, 21010, 211xx not retryable),
     /// with the raw body (iOS 6 style answers have their own shape).
-    case answered(VerifyReceiptResponse, Data)
+    /// Boxed (`indirect`): the answer is 400 bytes, and every async frame that holds one while a call waits on
+    /// Apple reserves room for it; boxed, a frame holds a pointer.
+    indirect case answered(VerifyReceiptResponse, Data)
     /// A temporary failure worth retrying: timeout, connection error, HTTP 5xx, HTML with 200, 21005, 21009, retryable 211xx.
     case retryable(Retry)
 
@@ -111,27 +113,43 @@ public struct VerifyReceiptClient: Sendable {
     }
 
     /// One call to one environment.
+    ///
+    /// Thousands of these wait on Apple at once, each in an async frame that lives as long as the call: the frame
+    /// holds only the reply, and reading it (`answer(_:environment:)`) and naming a failure (`failure(_:)`) are
+    /// plain functions whose locals live on the thread's stack (the frame was 4.3 KB when they were inline).
     public func verify(_ receiptData: String, password: String?, environment: AppStoreEnvironment) async -> AppleAnswer {
-        let reply: (status: Int, contentType: String?, body: Data)
         do {
-            if transport.keepsTimeouts {
-                // The body is handed over (consumed): while the call waits on Apple, the request's bytes are the
-                // receipt's only copy besides the job's.
-                reply = try await transport.post(endpoints.url(for: environment), body: Self.requestBody(receiptData, password: password),
-                                                 timeout: timeout)
-            } else {
-                let body = Self.requestBody(receiptData, password: password)
-                reply = try await Self.deadline(timeout + 1) { [transport, endpoints, timeout] in
-                    try await transport.post(endpoints.url(for: environment), body: body, timeout: timeout)
-                }
-            }
-        } catch let error as URLError where error.code == .timedOut {
-            return .retryable(.timedOut())
-        } catch let error as HTTPClientError where error.code == .timedOut {
-            return .retryable(.timedOut())
+            return Self.answer(try await post(receiptData, password: password, environment: environment), environment: environment)
         } catch {
-            return .retryable(.init(kind: .connection, reason: "connection error: \(Self.describe(error))"))
+            return Self.failure(error)
         }
+    }
+
+    /// The call itself.
+    private func post(_ receiptData: String, password: String?, environment: AppStoreEnvironment) async throws
+        -> (status: Int, contentType: String?, body: Data) {
+        if transport.keepsTimeouts {
+            // The body is handed over (consumed): while the call waits on Apple, the request's bytes are the
+            // receipt's only copy besides the job's.
+            return try await transport.post(endpoints.url(for: environment), body: Self.requestBody(receiptData, password: password), timeout: timeout)
+        }
+        let body = Self.requestBody(receiptData, password: password)
+        return try await Self.deadline(timeout + 1) { [transport, endpoints, timeout] in
+            try await transport.post(endpoints.url(for: environment), body: body, timeout: timeout)
+        }
+    }
+
+    /// A call that failed before Apple answered: always worth retrying.
+    @inline(never)
+    static func failure(_ error: any Error) -> AppleAnswer {
+        if let error = error as? URLError, error.code == .timedOut { return .retryable(.timedOut()) }
+        if let error = error as? HTTPClientError, error.code == .timedOut { return .retryable(.timedOut()) }
+        return .retryable(.init(kind: .connection, reason: "connection error: \(describe(error))"))
+    }
+
+    /// Apple's reply sorted into a final answer or a retryable failure.
+    @inline(never)
+    static func answer(_ reply: (status: Int, contentType: String?, body: Data), environment: AppStoreEnvironment) -> AppleAnswer {
         guard reply.status == 200 else {
             return .retryable(.init(kind: .unavailable, reason: "HTTP \(reply.status) from \(environment.rawValue.lowercased()) verifyReceipt"))
         }
