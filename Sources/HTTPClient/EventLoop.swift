@@ -18,11 +18,21 @@ final class PendingRequest: @unchecked Sendable {  // handed to the loop thread,
     let id: UInt64
     let key: PoolKey
     let address: SocketAddress
-    let bytes: [UInt8]
+    /// The request on the wire; emptied once it has been sent for `keptAfterSending` without an answer.
+    private(set) var bytes: [UInt8]
     let deadline: UInt64
     private var continuation: CheckedContinuation<HTTPClientResponse, any Error>?
     /// A request that failed on a reused connection before any answer is tried once more on a new one.
     var retried = false
+    /// When the last byte went out (monotonic nanoseconds; 0 while sending).
+    var sentAt: UInt64 = 0
+    /// Whether `bytes` were let go: the request can no longer be sent again.
+    private(set) var released = false
+
+    /// How long a sent request's bytes are kept for one more try. A kept-alive connection the server had already
+    /// closed fails within a round trip of the send; later, the server had the request and the caller's own
+    /// retry decides. Thousands of calls wait seconds on Apple, and each would otherwise keep its receipt twice.
+    static let keptAfterSending: UInt64 = 1_000_000_000
 
     init(id: UInt64, key: PoolKey, address: SocketAddress, bytes: [UInt8], deadline: UInt64,
          continuation: CheckedContinuation<HTTPClientResponse, any Error>) {
@@ -35,6 +45,13 @@ final class PendingRequest: @unchecked Sendable {  // handed to the loop thread,
     }
 
     var isFinished: Bool { continuation == nil }
+
+    /// Lets the bytes go once they have been sent for `keptAfterSending`.
+    func release(now: UInt64) {
+        guard !released, sentAt != 0, now &- sentAt >= Self.keptAfterSending else { return }
+        bytes = []
+        released = true
+    }
 
     func finish(_ result: Result<HTTPClientResponse, HTTPClientError>) {
         guard let continuation else { return }
@@ -279,6 +296,7 @@ final class EventLoop: @unchecked Sendable {
     private func assign(_ request: PendingRequest, to connection: Connection) {
         connection.request = request
         connection.written = 0
+        request.sentAt = 0
         connection.parser = ResponseParser(maxBodyBytes: configuration.maxResponseBytes)
         if connection.phase == .idle { connection.phase = .writing }
         byRequest[request.id] = connection
@@ -318,7 +336,10 @@ final class EventLoop: @unchecked Sendable {
                 switch step {
                 case .done(let count):
                     connection.written += count
-                    if connection.written == request.bytes.count { connection.phase = .reading }
+                    if connection.written == request.bytes.count {
+                        connection.phase = .reading
+                        request.sentAt = Monotonic.now
+                    }
                 case .wouldBlock: return
                 case .closed: fail(connection, HTTPClientError(.connectionClosed, "connection closed while sending")); return
                 case .failed(let error): fail(connection, error); return
@@ -381,7 +402,7 @@ final class EventLoop: @unchecked Sendable {
     /// Ends `connection` with `error`; a request that never got an answer on a reused connection gets one more try.
     private func fail(_ connection: Connection, _ error: HTTPClientError) {
         let request = connection.request
-        let retry = connection.reused && !connection.parser.sawBytes && request?.retried == false
+        let retry = connection.reused && !connection.parser.sawBytes && request?.retried == false && request?.released == false
         connection.request = nil
         close(connection)
         guard let request else { return }
@@ -426,6 +447,8 @@ final class EventLoop: @unchecked Sendable {
                 request.finish(.failure(HTTPClientError(.timedOut, "no answer from \(connection.key.host) in time")))
             } else if connection.phase == .idle && now &- connection.idleSince > idleLimit {
                 close(connection)
+            } else if connection.phase == .reading {
+                connection.request?.release(now: now)
             }
         }
         for pool in pools.values {

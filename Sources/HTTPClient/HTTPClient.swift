@@ -94,16 +94,21 @@ public final class HTTPClient: Sendable {
         let deadline = Monotonic.now + UInt64(seconds * 1e9)
         let address = try await resolver.resolve(host, port: port)
         guard Monotonic.now < deadline else { throw HTTPClientError(.timedOut, "timed out resolving \(host)") }
-        let request = RequestBytes.make(method: method, url: url, host: host, port: port, secure: secure, headers: headers,
-                                        body: body, userAgent: configuration.userAgent)
+        // Handed over in a box the continuation's closure empties: a local array would be kept by this async frame
+        // until the answer, and the event loop could not let the bytes go once they are sent.
+        let request = Handover(RequestBytes.make(method: method, url: url, host: host, port: port, secure: secure, headers: headers,
+                                                 body: body, userAgent: configuration.userAgent))
         _ = consume body
         let key = PoolKey(host: host, port: port, secure: secure)
         let id = loop.nextID()
         do {
             return try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { continuation in
-                    loop.submit(PendingRequest(id: id, key: key, address: address, bytes: request, deadline: deadline,
-                                               continuation: continuation))
+                    guard let bytes = request.take() else {
+                        continuation.resume(throwing: HTTPClientError(.shutDown, "the request was already sent"))
+                        return
+                    }
+                    loop.submit(PendingRequest(id: id, key: key, address: address, bytes: bytes, deadline: deadline, continuation: continuation))
                 }
             } onCancel: {
                 loop.cancel(id)
@@ -113,6 +118,18 @@ public final class HTTPClient: Sendable {
         } catch {
             throw HTTPClientError(.connectFailed, String(describing: error))
         }
+    }
+}
+
+/// A value passed to exactly one taker, after which the box no longer holds it.
+final class Handover<Value>: @unchecked Sendable {  // taken once, by the closure that runs once
+    private var value: Value?
+
+    init(_ value: consuming Value) { self.value = value }
+
+    func take() -> Value? {
+        defer { value = nil }
+        return value
     }
 }
 

@@ -38,8 +38,8 @@ public final class SQLiteDatabase: @unchecked Sendable {
             // Statement journals and sorts in memory: a multi-row UPDATE inside a transaction otherwise creates,
             // writes and unlinks a file in /var/tmp once its journal passes 64 KiB.
             try execute("PRAGMA temp_store=MEMORY")
-            // 16 MiB of pages (the default is 2 MiB): the queue's and the ledger's hot index pages stay in memory.
-            try execute("PRAGMA cache_size=-16384")
+            // The page cache stays at SQLite's 2 MiB: 16 MiB made no difference to receipts at 2,400/s (2,212–2,306/s
+            // against 2,225–2,272/s) and grew the process by 14 MiB.
         }
         checkpointer = walMode ? try Checkpointer(path: path) : nil
         if let checkpointer {

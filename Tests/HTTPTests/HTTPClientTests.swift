@@ -96,6 +96,88 @@ struct HTTPClientTests {
         await server.shutdown()
     }
 
+    /// A raw HTTP/1.1 server on loopback for connection-level scripts: it answers every request `200 ok`, except the
+    /// second request of the first connection, after which it waits `closeAfter` and closes without answering.
+    /// Counts the requests it read.
+    final class ScriptedServer: @unchecked Sendable {
+        final class Count: Sendable { let value = Atomic<Int>(0) }
+        let port: UInt16
+        let count = Count()
+        var requests: Int { count.value.load(ordering: .relaxed) }
+        private let listener: Int32
+
+        init(closeAfter: Duration) throws {
+            let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            self.listener = listener
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let bound = withUnsafeMutablePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0 }
+            }
+            guard bound, listen(listener, 16) == 0 else { throw HTTPClientError(.connectFailed, "test server") }
+            port = UInt16(bigEndian: address.sin_port)
+            let requests = count
+            Thread.detachNewThread {
+                var connections = 0
+                while true {
+                    let fd = accept(listener, nil, nil)
+                    guard fd >= 0 else { return }
+                    connections += 1
+                    let first = connections == 1
+                    Thread.detachNewThread {
+                        var buffer = [UInt8](repeating: 0, count: 4096), pending: [UInt8] = [], served = 0
+                        while true {
+                            let count = recv(fd, &buffer, buffer.count, 0)
+                            guard count > 0 else { break }
+                            pending += buffer[0..<count]
+                            while let end = pending.firstRange(of: Array("\r\n\r\n".utf8)) {
+                                pending.removeSubrange(0..<end.upperBound)
+                                requests.value.add(1, ordering: .relaxed)
+                                served += 1
+                                if first && served == 2 {
+                                    Thread.sleep(forTimeInterval: Double(closeAfter.components.seconds) + Double(closeAfter.components.attoseconds) / 1e18)
+                                    close(fd)
+                                    return
+                                }
+                                let answer = Array("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".utf8)
+                                _ = send(fd, answer, answer.count, Int32(MSG_NOSIGNAL))
+                            }
+                        }
+                        close(fd)
+                    }
+                }
+            }
+        }
+
+        func stop() { shutdown(listener, Int32(SHUT_RDWR)); close(listener) }
+    }
+
+    @Test("A kept-alive connection closed right after the request is sent gets the request once more, on a new connection")
+    func closedAtOnce() async throws {
+        let server = try ScriptedServer(closeAfter: .zero)
+        defer { server.stop() }
+        let client = try HTTPClient(configuration: .init(maxConnectionsPerHost: 1))
+        let url = URL(string: "http://127.0.0.1:\(server.port)/")!
+        #expect(try await client.send("GET", url, timeout: 5).status == 200)
+        #expect(try await client.send("GET", url, timeout: 5).status == 200)
+        #expect(server.requests == 3)
+        client.shutdown()
+    }
+
+    @Test("A request the server held past a second and then dropped is not sent again (its bytes were let go): it fails, and the caller retries")
+    func closedLater() async throws {
+        let server = try ScriptedServer(closeAfter: .milliseconds(1500))
+        defer { server.stop() }
+        let client = try HTTPClient(configuration: .init(maxConnectionsPerHost: 1))
+        let url = URL(string: "http://127.0.0.1:\(server.port)/")!
+        #expect(try await client.send("GET", url, timeout: 5).status == 200)
+        await #expect(throws: HTTPClientError.self) { try await client.send("GET", url, timeout: 5) }
+        #expect(server.requests == 2)
+        client.shutdown()
+    }
+
     @Test("Cancelling the calling task ends the request")
     func cancellation() async throws {
         let (server, base) = try Self.makeServer()
