@@ -237,11 +237,12 @@ final class Checkpointer: @unchecked Sendable {
         }
     }
 
-    /// Runs a passive checkpoint on `db` (this connection's, or the writer's when it falls behind) and
-    /// remembers how far it got.
-    func checkpoint(_ db: OpaquePointer?, _ name: UnsafePointer<CChar>?) {
+    /// Runs a passive checkpoint on `db` (this connection's, or the writer's when it falls behind); false when
+    /// it could not run (`SQLITE_BUSY`: the other connection is checkpointing).
+    @discardableResult
+    func checkpoint(_ db: OpaquePointer?, _ name: UnsafePointer<CChar>?) -> Bool {
         count.add(1, ordering: .relaxed)
-        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+        return sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil) == SQLITE_OK
     }
 
     /// Called by the WAL hook after each commit with the log's length and the writer's connection.
@@ -250,9 +251,10 @@ final class Checkpointer: @unchecked Sendable {
         if pages < requestedAt { requestedAt = 0 }
         if pages < forcedAt { forcedAt = 0 }
         if pages - forcedAt >= Self.threshold * 8 {
-            forcedAt = pages
+            // Only the writer's checkpoint lets a constantly written log restart; one that found the other
+            // connection checkpointing is tried again after the next commit, not 8,000 pages later.
+            if checkpoint(db, name) { forcedAt = pages }
             requestedAt = pages
-            checkpoint(db, name)
         } else if pages - requestedAt >= Self.threshold {
             requestedAt = pages
             request()
