@@ -89,6 +89,7 @@ public final class HTTPServer: Sendable {
     /// Bodies up to this size are read and discarded before a refusal is sent; larger ones are answered at once.
     static let drainLimit = 16 << 20
     private let state = Locked<State>(State())
+    private let resumes = ResumeBatcher()
     /// The daemon as hand-offs see it: held while a socket is given to libmicrohttpd, so shutdown cannot stop the
     /// daemon under it. Its own lock, not `state`'s: libmicrohttpd may call back (notifications, requests) on the
     /// calling thread, and those callbacks take `state`.
@@ -259,8 +260,11 @@ public final class HTTPServer: Sendable {
         let task = Task { [weak self] in
             let response = await responder.respond(to: request)
             context.complete(with: response)
-            self?.state.withLock { _ = $0.inFlight.removeValue(forKey: taskID) }
-            MHD_resume_connection(connectionBox.pointer)
+            let suspended = self?.state.withLock { state -> Int in
+                state.inFlight.removeValue(forKey: taskID)
+                return state.suspended
+            } ?? 0
+            self?.resumes.resume(connectionBox, suspended: suspended) ?? MHD_resume_connection(connectionBox.pointer)
         }
         state.withLock { state in
             // The task may already have finished; only track it while it runs.
@@ -282,6 +286,37 @@ public final class HTTPServer: Sendable {
         }
         let line = "\(clean(request.method.rawValue)) \(clean(request.path)) \(status) \(bytes)B \(String(format: "%.1f", millis))ms\n"
         FileHandle.standardError.write(Data(line.utf8))
+    }
+}
+
+/// Hands answered connections back to libmicrohttpd. Each resume wakes the daemon's thread, which then walks its whole
+/// list of suspended connections to find those resuming: with thousands suspended (an App Store emulator holding
+/// calls for seconds of latency) that walk was 18% of the process. Past `batchedAbove` suspended connections, resumes
+/// are gathered for `delay` and handed back together, so one walk serves them all; below it, at once.
+final class ResumeBatcher: Sendable {
+    static let batchedAbove = 512
+    static let delay: DispatchTimeInterval = .milliseconds(2)
+    private let pending = Locked<(connections: [ConnectionHandle], scheduled: Bool)>(([], false))
+    private let queue = DispatchQueue(label: "storekeeper.http.resume")
+
+    func resume(_ connection: ConnectionHandle, suspended: Int) {
+        guard suspended > Self.batchedAbove else {
+            MHD_resume_connection(connection.pointer)
+            return
+        }
+        let schedule = pending.withLock { pending -> Bool in
+            pending.connections.append(connection)
+            defer { pending.scheduled = true }
+            return !pending.scheduled
+        }
+        guard schedule else { return }
+        queue.asyncAfter(deadline: .now() + Self.delay) { [self] in
+            let batch = pending.withLock { pending -> [ConnectionHandle] in
+                defer { pending = ([], false) }
+                return pending.connections
+            }
+            for connection in batch { MHD_resume_connection(connection.pointer) }
+        }
     }
 }
 

@@ -178,6 +178,33 @@ struct HTTPClientTests {
         client.shutdown()
     }
 
+    @Test("With more than 512 connections waiting on their handlers, every answer still arrives (resumes handed back in batches)")
+    func manySuspended() async throws {
+        var router = Router()
+        router.on(.get, "/sleep") { request in
+            try await Task.sleep(for: .milliseconds(Int(request.query["ms"] ?? "0") ?? 0))
+            return .text("slept \(request.query["n"] ?? "")")
+        }
+        let server = HTTPServer(configuration: .init(port: 0, connectionLimit: 2000, accessLog: false), responder: router)
+        let port = try server.start()
+        let client = try HTTPClient(configuration: .init(maxConnectionsPerHost: 1000))
+        let bodies = try await withThrowingTaskGroup(of: (Int, String).self) { group in
+            for index in 0..<800 {
+                group.addTask {
+                    // Spread over 300–700 ms, so answers come one after another while hundreds are still suspended.
+                    let url = URL(string: "http://127.0.0.1:\(port)/sleep?ms=\(300 + index % 400)&n=\(index)")!
+                    let response = try await client.send("GET", url, timeout: 20)
+                    return (index, String(decoding: response.body, as: UTF8.self))
+                }
+            }
+            return try await group.reduce(into: [Int: String]()) { $0[$1.0] = $1.1 }
+        }
+        #expect(bodies.count == 800)
+        #expect(bodies.allSatisfy { $0.value == "slept \($0.key)" })
+        client.shutdown()
+        await server.shutdown()
+    }
+
     @Test("Cancelling the calling task ends the request")
     func cancellation() async throws {
         let (server, base) = try Self.makeServer()
