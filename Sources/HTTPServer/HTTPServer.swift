@@ -89,7 +89,7 @@ public final class HTTPServer: Sendable {
     /// Bodies up to this size are read and discarded before a refusal is sent; larger ones are answered at once.
     static let drainLimit = 16 << 20
     private let state = Locked<State>(State())
-    private let resumes = ResumeBatcher()
+    let resumes = ResumeBatcher()
     /// The daemon as hand-offs see it: held while a socket is given to libmicrohttpd, so shutdown cannot stop the
     /// daemon under it. Its own lock, not `state`'s: libmicrohttpd may call back (notifications, requests) on the
     /// calling thread, and those callbacks take `state`.
@@ -298,6 +298,8 @@ final class ResumeBatcher: Sendable {
     static let delay: DispatchTimeInterval = .milliseconds(2)
     private let pending = Locked<(connections: [ConnectionHandle], scheduled: Bool)>(([], false))
     private let queue = DispatchQueue(label: "storekeeper.http.resume")
+    /// Connections handed back in a batch so far.
+    let batched = Atomic<Int>(0)
 
     func resume(_ connection: ConnectionHandle, suspended: Int) {
         guard suspended > Self.batchedAbove else {
@@ -315,6 +317,7 @@ final class ResumeBatcher: Sendable {
                 defer { pending = ([], false) }
                 return pending.connections
             }
+            batched.add(batch.count, ordering: .relaxed)
             for connection in batch { MHD_resume_connection(connection.pointer) }
         }
     }

@@ -4,7 +4,7 @@ import Glibc
 #endif
 import HTTP
 import HTTPClient
-import HTTPServer
+@testable import HTTPServer
 import Synchronization
 import Testing
 
@@ -191,8 +191,9 @@ struct HTTPClientTests {
         let bodies = try await withThrowingTaskGroup(of: (Int, String).self) { group in
             for index in 0..<800 {
                 group.addTask {
-                    // Spread over 300–700 ms, so answers come one after another while hundreds are still suspended.
-                    let url = URL(string: "http://127.0.0.1:\(port)/sleep?ms=\(300 + index % 400)&n=\(index)")!
+                    // Spread over 1.0–1.4 s, so answers come one after another while hundreds are still suspended
+                    // (every request is connected and waiting long before the first answer, even on a loaded machine).
+                    let url = URL(string: "http://127.0.0.1:\(port)/sleep?ms=\(1000 + index % 400)&n=\(index)")!
                     let response = try await client.send("GET", url, timeout: 20)
                     return (index, String(decoding: response.body, as: UTF8.self))
                 }
@@ -201,6 +202,7 @@ struct HTTPClientTests {
         }
         #expect(bodies.count == 800)
         #expect(bodies.allSatisfy { $0.value == "slept \($0.key)" })
+        #expect(server.resumes.batched.load(ordering: .relaxed) > 0, "no resume was batched: fewer than 512 were ever suspended")
         client.shutdown()
         await server.shutdown()
     }
