@@ -260,11 +260,15 @@ public final class HTTPServer: Sendable {
         let task = Task { [weak self] in
             let response = await responder.respond(to: request)
             context.complete(with: response)
-            let suspended = self?.state.withLock { state -> Int in
+            guard let self else {
+                MHD_resume_connection(connectionBox.pointer)
+                return
+            }
+            let suspended = state.withLock { state -> Int in
                 state.inFlight.removeValue(forKey: taskID)
                 return state.suspended
-            } ?? 0
-            self?.resumes.resume(connectionBox, suspended: suspended) ?? MHD_resume_connection(connectionBox.pointer)
+            }
+            resumes.resume(connectionBox, suspended: suspended)
         }
         state.withLock { state in
             // The task may already have finished; only track it while it runs.
@@ -296,7 +300,8 @@ public final class HTTPServer: Sendable {
 final class ResumeBatcher: Sendable {
     static let batchedAbove = 512
     static let delay: DispatchTimeInterval = .milliseconds(2)
-    private let pending = Locked<(connections: [ConnectionHandle], scheduled: Bool)>(([], false))
+    /// Waiting for the next batch; a batch is scheduled whenever this is not empty.
+    private let pending = Locked<[ConnectionHandle]>([])
     private let queue = DispatchQueue(label: "storekeeper.http.resume")
     /// Connections handed back in a batch so far.
     let batched = Atomic<Int>(0)
@@ -306,16 +311,15 @@ final class ResumeBatcher: Sendable {
             MHD_resume_connection(connection.pointer)
             return
         }
-        let schedule = pending.withLock { pending -> Bool in
-            pending.connections.append(connection)
-            defer { pending.scheduled = true }
-            return !pending.scheduled
+        let first = pending.withLock { pending -> Bool in
+            pending.append(connection)
+            return pending.count == 1
         }
-        guard schedule else { return }
+        guard first else { return }
         queue.asyncAfter(deadline: .now() + Self.delay) { [self] in
             let batch = pending.withLock { pending -> [ConnectionHandle] in
-                defer { pending = ([], false) }
-                return pending.connections
+                defer { pending = [] }
+                return pending
             }
             batched.add(batch.count, ordering: .relaxed)
             for connection in batch { MHD_resume_connection(connection.pointer) }

@@ -194,14 +194,13 @@ public struct VerificationEngine: Sendable {
     func settle(_ answer: FinalAnswer, of job: VerificationJob, app: ServerApp, inspected: InspectedReceipt, owner: String) async throws -> JobState? {
         let (environment, response, raw) = (answer.environment, answer.response, answer.raw)
         guard response.status == VerifyReceiptStatus.valid || response.status == VerifyReceiptStatus.subscriptionExpired else {
-            try await store.reject(job, owner: owner, code: "apple_status_\(response.status)", reason: Self.explain(response.status),
-                                   environment: environment, now: clock.now())
-            return .rejected
+            return try await reject(job, owner: owner, ReceiptRejection(code: "apple_status_\(response.status)", reason: Self.explain(response.status)),
+                                    environment: environment)
         }
         if environment == .sandbox, inspected.environment == .production {
-            try await store.reject(job, owner: owner, code: "environment_mismatch",
-                                   reason: "the App Store confirmed the receipt only in the sandbox", environment: environment, now: clock.now())
-            return .rejected
+            return try await reject(job, owner: owner, ReceiptRejection(code: "environment_mismatch",
+                                                                       reason: "the App Store confirmed the receipt only in the sandbox"),
+                                    environment: environment)
         }
         let confirmed = try Self.confirmed(response, raw: raw, legacy: inspected.isTransactionReceipt, bundleIds: app.bundleIds, answeredAt: clock.now())
         let settlement = Settlement(job: job, owner: owner, environment: environment, transactions: confirmed.transactions,
@@ -225,8 +224,7 @@ public struct VerificationEngine: Sendable {
                                        reason: "the transaction was bought for app account \(token), not for user \(job.appUserId)")
             }
         } catch {
-            try await store.reject(job, owner: owner, code: error.code, reason: error.reason, environment: nil, now: clock.now())
-            return .rejected
+            return try await reject(job, owner: owner, error, environment: nil)
         }
         let settlement = Settlement(job: job, owner: owner, environment: environment,
                                     transactions: [ConfirmedTransaction(transaction, source: "signed_transaction")], subscriptions: [], now: clock.now())
