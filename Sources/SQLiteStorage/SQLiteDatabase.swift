@@ -198,16 +198,12 @@ extension SQLiteDatabase {
 /// is seldom restarted, so its length stays past the threshold and every commit would ask again (measured:
 /// 417 checkpoints a second, each with two `fdatasync`, at 1,500 receipts/s).
 final class Checkpointer: @unchecked Sendable {
-    /// SQLite's own default threshold, in pages of log.
-    static let threshold: Int32 = 1000
     // Used only on `queue`.
     private let handle: OpaquePointer
     private let queue: DispatchQueue
     private let requested = Atomic<Bool>(false)
-    // The log's length when the hook last asked for a checkpoint, and when the writer last ran one itself.
     // Used only by the WAL hook, which runs on the writer's queue.
-    private var requestedAt: Int32 = 0
-    private var forcedAt: Int32 = 0
+    private var schedule = CheckpointSchedule()
     /// Checkpoints run so far, by either connection.
     let count = Atomic<Int>(0)
 
@@ -247,19 +243,51 @@ final class Checkpointer: @unchecked Sendable {
 
     /// Called by the WAL hook after each commit with the log's length and the writer's connection.
     func committed(pages: Int32, _ db: OpaquePointer?, _ name: UnsafePointer<CChar>?) {
-        // A log shorter than before has restarted from its first frame.
+        switch schedule.committed(pages: pages) {
+        case .force: if checkpoint(db, name) { schedule.forced(at: pages) }
+        case .request: request()
+        case .none: break
+        }
+    }
+}
+
+/// When to checkpoint, from the log's length after each commit: the rule the WAL hook applies.
+///
+/// A checkpoint is asked of the second connection once per `threshold` new pages since the last ask, and run by
+/// the writer itself once per eight times that since it last ran one. Only the writer's own checkpoint lets a
+/// constantly written log restart, so one that could not run (the other connection was checkpointing) is due
+/// again after the next commit. A log shorter than before has restarted from its first frame.
+struct CheckpointSchedule: Equatable {
+    /// SQLite's own default threshold, in pages of log.
+    static let threshold: Int32 = 1000
+
+    enum Step: Equatable {
+        case none
+        /// Ask the second connection for a passive checkpoint.
+        case request
+        /// Checkpoint on the writer's connection now; call `forced(at:)` if it ran.
+        case force
+    }
+
+    private(set) var requestedAt: Int32 = 0
+    private(set) var forcedAt: Int32 = 0
+
+    mutating func committed(pages: Int32) -> Step {
         if pages < requestedAt { requestedAt = 0 }
         if pages < forcedAt { forcedAt = 0 }
         if pages - forcedAt >= Self.threshold * 8 {
-            // Only the writer's checkpoint lets a constantly written log restart; one that found the other
-            // connection checkpointing is tried again after the next commit, not 8,000 pages later.
-            if checkpoint(db, name) { forcedAt = pages }
             requestedAt = pages
-        } else if pages - requestedAt >= Self.threshold {
-            requestedAt = pages
-            request()
+            return .force
         }
+        if pages - requestedAt >= Self.threshold {
+            requestedAt = pages
+            return .request
+        }
+        return .none
     }
+
+    /// The writer's checkpoint ran with the log `pages` long.
+    mutating func forced(at pages: Int32) { forcedAt = pages }
 }
 
 /// The WAL hook: `context` is the database's `Checkpointer`, `pages` the log's length after a commit.

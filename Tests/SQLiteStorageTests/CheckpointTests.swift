@@ -1,5 +1,5 @@
 import Foundation
-import SQLiteStorage
+@testable import SQLiteStorage
 import Testing
 
 @Suite("SQLite checkpoints")
@@ -67,5 +67,28 @@ struct CheckpointTests {
         // the first thousand pages would be about 3,000.
         #expect(database.checkpoints >= 1)
         #expect(database.checkpoints <= 40, "\(database.checkpoints) checkpoints for 4,000 commits")
+    }
+
+    @Test("The schedule: a request per thousand new pages, the writer's own checkpoint per eight thousand, again after a busy one, and from zero once the log restarts")
+    func schedule() {
+        var schedule = CheckpointSchedule()
+        #expect(schedule.committed(pages: 999) == .none)
+        #expect(schedule.committed(pages: 1000) == .request)
+        #expect(schedule.committed(pages: 1999) == .none)     // counted from the last request, not the log's start
+        #expect(schedule.committed(pages: 2000) == .request)
+        #expect(schedule.committed(pages: 5) == .none)        // the log restarted: counted from its first frame again
+        #expect(schedule.committed(pages: 999) == .none)
+        #expect(schedule.committed(pages: 1000) == .request)
+        // A log that never restarts: the writer's own checkpoint at 8,000 pages.
+        var steady = CheckpointSchedule()
+        for pages in stride(from: Int32(1000), through: 7000, by: 1000) { #expect(steady.committed(pages: pages) == .request) }
+        #expect(steady.committed(pages: 8000) == .force)
+        // It found the other connection checkpointing (not forced): due again after the next commit.
+        #expect(steady.committed(pages: 8001) == .force)
+        steady.forced(at: 8001)
+        #expect(steady.committed(pages: 8002) == .none)
+        #expect(steady.committed(pages: 9001) == .request)
+        #expect(steady.committed(pages: 16_000) == .request)
+        #expect(steady.committed(pages: 16_001) == .force)
     }
 }
