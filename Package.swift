@@ -22,17 +22,19 @@ let package = Package(
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CSystem"),
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
+        // OpenSSL initialised before main without its atexit cleanup (see no_atexit.c).
+        .target(name: "COpenSSLSetup", linkerSettings: [.linkedLibrary("crypto")]),
 
         .target(name: "Locking", swiftSettings: swiftSettings),
         .target(name: "Clocks", dependencies: ["Locking"], swiftSettings: swiftSettings),
         .target(name: "AppStoreModels", swiftSettings: swiftSettings),
         .target(name: "HTTP", swiftSettings: swiftSettings),
-        .target(name: "HTTPServer", dependencies: ["HTTP", "CMicroHTTPD", "COpenSSL", "CSystem", "Locking"], swiftSettings: swiftSettings),
-        .target(name: "HTTPClient", dependencies: ["COpenSSL", "CSystem", "Locking"], swiftSettings: swiftSettings),
-        .target(name: "AppStoreCrypto", dependencies: ["AppStoreModels", "COpenSSL"], swiftSettings: swiftSettings),
+        .target(name: "HTTPServer", dependencies: ["HTTP", "CMicroHTTPD", "COpenSSL", "COpenSSLSetup", "CSystem", "Locking"], swiftSettings: swiftSettings),
+        .target(name: "HTTPClient", dependencies: ["COpenSSL", "COpenSSLSetup", "CSystem", "Locking"], swiftSettings: swiftSettings),
+        .target(name: "AppStoreCrypto", dependencies: ["AppStoreModels", "COpenSSL", "COpenSSLSetup"], swiftSettings: swiftSettings),
         .target(name: "Storage", dependencies: ["Locking"], swiftSettings: swiftSettings),
         .target(name: "SQLiteStorage", dependencies: ["Storage", "CSQLite"], swiftSettings: swiftSettings),
-        .target(name: "PostgresStorage", dependencies: ["Storage", "CLibPQ", "Locking"], swiftSettings: swiftSettings),
+        .target(name: "PostgresStorage", dependencies: ["Storage", "CLibPQ", "COpenSSLSetup", "Locking"], swiftSettings: swiftSettings),
         .target(
             name: "AppStoreEmulator",
             dependencies: ["AppStoreModels", "AppStoreCrypto", "HTTP", "HTTPClient", "Storage", "Locking", "Clocks"],

@@ -1,4 +1,5 @@
 import AppStoreModels
+import Clocks
 import Foundation
 import Storage
 
@@ -109,6 +110,8 @@ public struct Settlement: Sendable {
     public var environment: AppStoreEnvironment
     public var transactions: [ConfirmedTransaction]
     public var subscriptions: [ConfirmedSubscription]
+    /// When it was settled: the ledger's `recorded_at` and the job's `settled_at`. `PurchaseStore.settle(_:clock:)`
+    /// sets it again when the settlement's transaction runs, so time to grant counts the wait for a batch.
     public var now: Date
 }
 
@@ -181,28 +184,34 @@ extension PurchaseStore {
     /// app's replay policy, balance credits for new consumables, claw-backs for refunds, subscription
     /// states, and the job's final state — all in one transaction, guarded by the worker's lease.
     /// Returns nil when the lease was lost (another worker settles the job).
-    public func settle(_ settlement: Settlement) async throws -> (JobState, SettlementResult)? {
-        let outcome = try await settlements.write(settlement) { [self] batch in await self.settle(batch: batch) }
+    /// Each settlement is stamped with `clock`'s time when its transaction runs.
+    public func settle(_ settlement: Settlement, clock: any WallClock) async throws -> (JobState, SettlementResult)? {
+        let outcome = try await settlements.write(settlement) { [self] batch in await self.settle(batch: batch, clock: clock) }
         webhookSignal.wake()  // cheap when no deliverer waits; events it wrote go out now rather than at the next poll
         return outcome
     }
 
     /// Settles a batch in one transaction (one commit for many jobs, applied in order, as if one by
     /// one); if that fails, each job in its own transaction, so one job's failure never holds back the others.
-    func settle(batch: [Settlement]) async -> [Result<(JobState, SettlementResult)?, any Error>] {
-        if batch.count > 1, let all = try? await settleTogether(batch) {
+    func settle(batch: [Settlement], clock: any WallClock) async -> [Result<(JobState, SettlementResult)?, any Error>] {
+        if batch.count > 1, let all = try? await settleTogether(batch, clock: clock) {
             return all.map { .success($0) }
         }
         var results: [Result<(JobState, SettlementResult)?, any Error>] = []
         for settlement in batch {
-            results.append(await Result { try await self.settleTogether([settlement])[0] })
+            results.append(await Result { try await self.settleTogether([settlement], clock: clock)[0] })
         }
         return results
     }
 
     /// Settles `batch` in one transaction, in order; the reads of all of them first, in one statement per kind.
-    func settleTogether(_ batch: [Settlement]) async throws -> [(JobState, SettlementResult)?] {
+    /// With a clock, every settlement of the batch is stamped with the moment its transaction began.
+    func settleTogether(_ batch: [Settlement], clock: (any WallClock)? = nil) async throws -> [(JobState, SettlementResult)?] {
         try await database.transaction { db in
+            var batch = batch
+            if let now = clock?.now() {
+                for index in batch.indices { batch[index].now = now }
+            }
             var catalog = SettlementCatalog()
             var reads = try SettlementReads.load(batch, jobs: self.jobs(db), db: db, audit: self.audit(db))
             return try batch.map { try self.apply($0, db, catalog: &catalog, reads: &reads) }

@@ -205,7 +205,7 @@ public struct VerificationEngine: Sendable {
         let confirmed = try Self.confirmed(response, raw: raw, legacy: inspected.isTransactionReceipt, bundleIds: app.bundleIds, answeredAt: clock.now())
         let settlement = Settlement(job: job, owner: owner, environment: environment, transactions: confirmed.transactions,
                                     subscriptions: confirmed.subscriptions, now: clock.now())
-        return try await store.settle(settlement)?.0
+        return try await store.settle(settlement, clock: clock)?.0
     }
 
     /// A StoreKit 2 signed transaction: everything is checked locally (Apple signed it), then settled
@@ -228,7 +228,7 @@ public struct VerificationEngine: Sendable {
         }
         let settlement = Settlement(job: job, owner: owner, environment: environment,
                                     transactions: [ConfirmedTransaction(transaction, source: "signed_transaction")], subscriptions: [], now: clock.now())
-        return try await store.settle(settlement)?.0
+        return try await store.settle(settlement, clock: clock)?.0
     }
 
     /// The app's sandbox policy (App Review buys in the sandbox; production apps may allow-list those accounts).

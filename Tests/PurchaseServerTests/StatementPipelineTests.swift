@@ -1,4 +1,5 @@
 import AppStoreModels
+import Clocks
 import Foundation
 @testable import PurchaseServer
 import Storage
@@ -150,5 +151,23 @@ struct StatementPipelineTests {
         #expect(outcomes[0][2] == "lease lost")
         #expect(balances[0]["alice coins"] == 120)  // 20 + 100, each once
         #expect(balances[0]["bob coins"] == 600)
+    }
+
+    @Test("A settlement is stamped when its transaction runs, not when Apple answered: time to grant counts the wait for a batch",
+          arguments: Engine.available)
+    func stampedWhenWritten(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine, startWorker: false)
+        defer { Task { await world.stop() } }
+        let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF01")
+        let answered = world.server.clock.now()
+        let job = try await world.server.store.enqueue(appId: "com.example.coins", appUserId: "alice", kind: .purchase, receiptData: receipt, now: answered)
+        let claimed = try #require(try await world.server.store.claim(owner: "worker", limit: 1, lease: 60, now: answered).first)
+        let written = ManualClock(answered.addingTimeInterval(7))  // the batch ran seven seconds after the answer
+        let transaction = ConfirmedTransaction(transactionId: "3000", productId: "Nada.JPYF01", purchaseDate: answered, source: "receipt")
+        let settlement = Settlement(job: claimed, owner: "worker", environment: .sandbox, transactions: [transaction], subscriptions: [], now: answered)
+        let outcome = try await world.server.store.settle(settlement, clock: written)
+        #expect(outcome?.0 == .verified)
+        let settled = try #require(try await world.server.store.job(job.id))
+        #expect(settled.settledAt?.milliseconds == written.now().milliseconds)
     }
 }
