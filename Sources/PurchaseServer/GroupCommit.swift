@@ -2,20 +2,25 @@ import Locking
 import Storage
 import Synchronization
 
-/// Collects items written concurrently and commits them in batches: while one batch commits, new
+/// Collects items written concurrently and commits them in batches: while a batch commits, new
 /// items queue up and go together in the next. Each writer returns only after its batch committed,
-/// with its own item's outcome.
+/// with its own item's outcome. With more than one lane, that many batches may commit at once (each
+/// on its own connection), so a database whose round trips, not its CPU, bound one batch at a time
+/// takes more; items of different lanes may then commit in either order.
 final class GroupCommit<Item: Sendable, Output: Sendable>: Sendable {
     private struct State {
         var pending: [(Item, CheckedContinuation<Output, any Error>)] = []
-        var flushing = false
+        /// Batches being flushed now (at most `lanes`).
+        var flushing = 0
     }
 
     private let state = Locked(State())
     private let maxBatch: Int
+    private let lanes: Int
 
-    init(maxBatch: Int = 512) {
+    init(maxBatch: Int = 512, lanes: Int = 1) {
         self.maxBatch = maxBatch
+        self.lanes = max(1, lanes)
     }
 
     /// Writes `item` durably, possibly together with others. `flush` writes one batch and returns one
@@ -24,8 +29,8 @@ final class GroupCommit<Item: Sendable, Output: Sendable>: Sendable {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Output, any Error>) in
             let lead = state.withLock { state -> Bool in
                 state.pending.append((item, continuation))
-                guard !state.flushing else { return false }
-                state.flushing = true
+                guard state.flushing < lanes else { return false }
+                state.flushing += 1
                 return true
             }
             if lead { Task { await self.drain(flush) } }
@@ -37,7 +42,7 @@ final class GroupCommit<Item: Sendable, Output: Sendable>: Sendable {
             let batch = state.withLock { state -> [(Item, CheckedContinuation<Output, any Error>)] in
                 let batch = Array(state.pending.prefix(maxBatch))
                 state.pending.removeFirst(batch.count)
-                if batch.isEmpty { state.flushing = false }
+                if batch.isEmpty { state.flushing -= 1 }
                 return batch
             }
             if batch.isEmpty { return }

@@ -25,7 +25,10 @@ public final class PurchaseStore: Sendable {
     private let productsCache = Locked<(entries: [String: (mappings: [String: ProductMapping], expires: ContinuousClock.Instant)],
                                         generation: Int)>(([:], 0))
     let uploads = GroupCommit<VerificationJob, Void>()
-    let settlements = GroupCommit<Settlement, (JobState, SettlementResult)?>(maxBatch: 256)
+    /// Settlement batches: on PostgreSQL two commit at once, each on its own connection (a batch waits on round trips
+    /// as much as it works, so one at a time left both the server and the database half idle: 1,126 receipts/s of
+    /// 1,500 offered, 1,468 with two); SQLite has one writer. Two uploads' lanes made no difference.
+    let settlements: GroupCommit<Settlement, (JobState, SettlementResult)?>
     /// Woken when webhook events are written (the deliverer sleeps on it between passes).
     let webhookSignal = WakeSignal()
     /// Console password hashing and checks (scrypt, ~32 MB and tens of ms each): two at a time off the shared threads, 8 in flight at most.
@@ -35,6 +38,7 @@ public final class PurchaseStore: Sendable {
         self.database = database
         self.secrets = secrets
         self.ids = ids
+        settlements = GroupCommit(maxBatch: 256, lanes: database.dialect == .postgres ? 2 : 1)
     }
 
     func apps(_ db: any SQLConnection) -> AppRepository { AppRepository(db: db, secrets: secrets) }

@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 @testable import PurchaseServer
 import Storage
 import Testing
@@ -6,13 +7,13 @@ import Testing
 @Suite("Group commit")
 struct GroupCommitTests {
     /// Writes `count` rows together, the one at `failing` throwing; answers each writer's outcome and the rows stored.
-    static func writeTogether(_ engine: Engine, count: Int, failing: Int?) async throws -> (outcomes: [Bool], stored: [Int64]) {
+    static func writeTogether(_ engine: Engine, count: Int, failing: Int?, lanes: Int = 1) async throws -> (outcomes: [Bool], stored: [Int64]) {
         let database = try await engine.makeDatabase()
         defer { Task { await database.close() } }
         let table = "group_commit_\(UUID().uuidString.prefix(8).lowercased())"
         try await database.transaction { db in try db.run("CREATE TABLE \(table) (n BIGINT PRIMARY KEY)") }
         struct Refused: Error {}
-        let commits = GroupCommit<Int, Int>(maxBatch: 64)
+        let commits = GroupCommit<Int, Int>(maxBatch: 64, lanes: lanes)
         let outcomes = await withTaskGroup(of: (Int, Bool).self) { group in
             for index in 0..<count {
                 group.addTask {
@@ -48,5 +49,32 @@ struct GroupCommitTests {
         let (outcomes, stored) = try await Self.writeTogether(engine, count: 200, failing: 57)
         #expect(outcomes.enumerated().allSatisfy { $0.offset == 57 ? !$0.element : $0.element })
         #expect(stored == (0..<200).filter { $0 != 57 }.map(Int64.init))
+    }
+
+    @Test("With two lanes, two batches commit at once and every writer still gets its own outcome", arguments: Engine.available)
+    func lanes(engine: Engine) async throws {
+        let (outcomes, stored) = try await Self.writeTogether(engine, count: 300, failing: 123, lanes: 2)
+        #expect(outcomes.enumerated().allSatisfy { $0.offset == 123 ? !$0.element : $0.element })
+        #expect(stored == (0..<300).filter { $0 != 123 }.map(Int64.init))
+    }
+
+    @Test("Batches at once never exceed the lanes, and a second lane is used when writers wait", arguments: [1, 2, 3])
+    func concurrency(lanes: Int) async throws {
+        let commits = GroupCommit<Int, Int>(maxBatch: 8, lanes: lanes)
+        final class Gauge: Sendable { let state = Locked((now: 0, most: 0)) }
+        let gauge = Gauge()
+        await withTaskGroup(of: Void.self) { group in
+            for index in 0..<200 {
+                group.addTask {
+                    _ = try? await commits.write(index) { items in
+                        gauge.state.withLock { $0.now += 1; $0.most = max($0.most, $0.now) }
+                        try? await Task.sleep(for: .milliseconds(5))
+                        gauge.state.withLock { $0.now -= 1 }
+                        return items.map { .success($0) }
+                    }
+                }
+            }
+        }
+        #expect(gauge.state.withLock { $0.most } == lanes)
     }
 }
