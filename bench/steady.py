@@ -17,6 +17,8 @@ servers, pids, key, bodies, rate, warmup, window, database, label = sys.argv[1:1
 servers, pids = servers.split(","), pids.split(",")
 rate, warmup, window = float(rate), float(warmup), float(window)
 BENCH = os.environ.get("STOREKEEPER_BENCH_BIN", ".build/release/storekeeper-bench")
+# Connections the load generator keeps open (uploads in progress at once, as devices would): BENCH_CONNECTIONS.
+CONNECTIONS = os.environ.get("BENCH_CONNECTIONS", "64")
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -72,7 +74,7 @@ sampler = threading.Thread(target=sample, daemon=True)
 started = time.time()
 sampler.start()
 load = subprocess.run([BENCH, "load", "--url", ",".join(servers), "--key", key, "--bodies", bodies, "--rate", str(rate),
-                       "--seconds", str(warmup + window), "--connections", "64"], capture_output=True, text=True)
+                       "--seconds", str(warmup + window), "--connections", CONNECTIONS], capture_output=True, text=True)
 if load.returncode != 0:
     raise SystemExit(load.stderr)
 offered = json.loads(load.stdout)
