@@ -24,7 +24,7 @@ final class GroupCommit<Item: Sendable, Output: Sendable>: Sendable {
     }
 
     /// Writes `item` durably, possibly together with others. `flush` writes one batch and returns one
-    /// result per item, in order (the caller that finds no batch in progress drives the flushing).
+    /// result per item, in order (a caller that finds fewer batches in progress than lanes drives a flushing of its own).
     func write(_ item: Item, flush: @escaping @Sendable ([Item]) async -> [Result<Output, any Error>]) async throws -> Output {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Output, any Error>) in
             let lead = state.withLock { state -> Bool in

@@ -113,6 +113,9 @@ public struct Settlement: Sendable {
     /// When it was settled: the ledger's `recorded_at` and the job's `settled_at`. `PurchaseStore.settle(_:clock:)`
     /// sets it again when the settlement's transaction runs, so time to grant counts the wait for a batch.
     public var now: Date
+    /// When Apple's answer was taken: the time of the subscription state it carries, which must not look newer than
+    /// a notification signed while the settlement waited for its batch. Nil: `now` as first given.
+    public var answeredAt: Date? = nil
 }
 
 /// What settlement did, stored with the job and returned to the app.
@@ -210,7 +213,10 @@ extension PurchaseStore {
         try await database.transaction { db in
             var batch = batch
             if let now = clock?.now() {
-                for index in batch.indices { batch[index].now = now }
+                for index in batch.indices {
+                    batch[index].answeredAt = batch[index].answeredAt ?? batch[index].now
+                    batch[index].now = now
+                }
             }
             var catalog = SettlementCatalog()
             var reads = try SettlementReads.load(batch, jobs: self.jobs(db), db: db, audit: self.audit(db))
@@ -280,14 +286,15 @@ extension PurchaseStore {
             let latest = settlement.transactions.filter { $0.originalTransactionId == subscription.originalTransactionId }
                 .max { $0.purchaseDate < $1.purchaseDate }
             let revoked = latest?.cancellationDate
-            // Apple's answer is the state at the time it answered.
+            // Apple's answer is the state at the time it answered (not when its batch was written).
             try subscriptions.record(SubscriptionState(originalTransactionId: subscription.originalTransactionId, productId: subscription.productId,
                                                        autoRenewProductId: subscription.autoRenewProductId, autoRenewStatus: subscription.autoRenewStatus,
                                                        expiresDate: expires?.milliseconds, expirationIntent: subscription.expirationIntent,
                                                        isInBillingRetry: subscription.isInBillingRetry,
                                                        gracePeriodExpiresDate: subscription.gracePeriodExpiresDate?.milliseconds,
                                                        revokedAt: revoked?.milliseconds, priceIncreaseStatus: subscription.priceIncreaseStatus,
-                                                       signedDate: now, periodPurchaseDate: latest?.purchaseDate.milliseconds))
+                                                       signedDate: (settlement.answeredAt ?? settlement.now).milliseconds,
+                                                       periodPurchaseDate: latest?.purchaseDate.milliseconds))
         }
         let state: JobState
         var reason: String?

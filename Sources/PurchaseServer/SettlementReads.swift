@@ -5,8 +5,10 @@ import Storage
 /// transactions, the owners of their chains), fetched with one statement of each kind for the whole batch rather
 /// than three per settlement. A settlement that names a job, transaction or chain an earlier one in the batch
 /// wrote reads its own again, after those writes: each is planned exactly as if it were settled alone, in order.
-/// On PostgreSQL the rows read stay locked until the batch commits, so another process cannot change what a plan
-/// was made from (a row or chain new to both is guarded by the insert's conflict, which makes the settlement retry).
+/// On PostgreSQL the rows read stay locked until the batch commits, so another batch (of this process or another)
+/// cannot change what a plan was made from: each chain is locked before its owners are read (`ChainLocks`: a chain
+/// nobody owns yet has no row to lock), and a ledger row new to both is guarded by the insert's conflict, which makes
+/// the settlement retry.
 struct SettlementReads {
     /// Job id → the owner of its lease, for jobs being verified.
     private var leases: [String: String] = [:]
@@ -33,6 +35,13 @@ struct SettlementReads {
     /// Reads what `batch` needs in one statement per kind (per environment and app for the ledger).
     static func load(_ batch: [Settlement], jobs: JobRepository, db: any SQLConnection, audit: AuditRepository) throws -> SettlementReads {
         var reads = SettlementReads()
+        if jobs.dialect == .postgres {
+            try ChainLocks(db: db).lock(Set(batch.flatMap { settlement in
+                settlement.transactions.map {
+                    ChainLocks.Chain(appId: settlement.job.appId, environment: settlement.environment.rawValue, originalTransactionId: $0.originalTransactionId)
+                }
+            }))
+        }
         reads.leases = try jobs.leases(batch.map(\.job.id))
         for (environment, settlements) in Dictionary(grouping: batch, by: { $0.environment.rawValue }) {
             let ledger = LedgerRepository(db: db, appId: "", environment: environment, audit: audit)

@@ -153,6 +153,60 @@ struct StatementPipelineTests {
         #expect(balances[0]["bob coins"] == 600)
     }
 
+    @Test("Two users settling different transactions of one new chain at once: the chain gets one owner (replay refused)",
+          arguments: Engine.available)
+    func oneOwnerPerChain(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine, startWorker: false)
+        defer { Task { await world.stop() } }
+        let app = "com.example.magazine", chains = 64
+        let now = world.server.clock.now()
+        for chain in 0..<chains {
+            for user in ["alice", "bob"] {
+                _ = try await world.server.store.enqueue(appId: app, appUserId: "\(user)-\(chain)", kind: .purchase, receiptData: "r-\(user)-\(chain)", now: now)
+            }
+        }
+        let claimed = try await world.server.store.claim(owner: "worker", limit: 2 * chains, lease: 60, now: now)
+        #expect(claimed.count == 2 * chains)
+        let store = world.server.store, clock = world.server.clock
+        await withTaskGroup(of: Void.self) { group in
+            for job in claimed {
+                let chain = job.appUserId.split(separator: "-")[1], user = job.appUserId.split(separator: "-")[0]
+                let transaction = ConfirmedTransaction(transactionId: "4\(chain)\(user == "alice" ? 1 : 2)", originalTransactionId: "4\(chain)0",
+                                                       productId: "com.example.magazine.monthly", purchaseDate: now,
+                                                       expiresDate: now.addingTimeInterval(30 * 86_400), source: "receipt")
+                let settlement = Settlement(job: job, owner: "worker", environment: .sandbox, transactions: [transaction], subscriptions: [], now: now)
+                group.addTask { _ = try? await store.settle(settlement, clock: clock) }
+            }
+        }
+        let owners = try await store.database.transaction { db in
+            try db.query("SELECT original_transaction_id, count(*) AS n FROM ownership WHERE app_id = ? GROUP BY original_transaction_id", [app])
+        }
+        #expect(owners.count == chains)
+        #expect(owners.allSatisfy { $0.int("n") == 1 })
+    }
+
+    @Test("A settlement's renewal state keeps the time Apple answered, though the settlement is written later", arguments: Engine.available)
+    func renewalStateAtAnswer(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine, startWorker: false)
+        defer { Task { await world.stop() } }
+        let answered = world.server.clock.now()
+        let job = try await world.server.store.enqueue(appId: "com.example.magazine", appUserId: "carol", kind: .purchase, receiptData: "r", now: answered)
+        let claimed = try #require(try await world.server.store.claim(owner: "worker", limit: 1, lease: 60, now: answered).first)
+        let transaction = ConfirmedTransaction(transactionId: "5001", productId: "com.example.magazine.monthly", purchaseDate: answered,
+                                               expiresDate: answered.addingTimeInterval(30 * 86_400), source: "receipt")
+        let renewal = ConfirmedSubscription(originalTransactionId: "5001", productId: "com.example.magazine.monthly", autoRenewStatus: true,
+                                            isInBillingRetry: false)
+        let settlement = Settlement(job: claimed, owner: "worker", environment: .sandbox, transactions: [transaction], subscriptions: [renewal], now: answered)
+        let written = ManualClock(answered.addingTimeInterval(9))
+        #expect(try await world.server.store.settle(settlement, clock: written)?.0 == .verified)
+        let stamped = try await world.server.store.database.transaction { db in
+            try db.query("SELECT updated_at FROM subscriptions WHERE original_transaction_id = '5001'", []).first?.int("updated_at")
+        }
+        // A notification signed in those nine seconds must stay newer than this answer.
+        #expect(stamped == answered.milliseconds)
+        #expect(try await world.server.store.job(job.id)?.settledAt?.milliseconds == written.now().milliseconds)
+    }
+
     @Test("A settlement is stamped when its transaction runs, not when Apple answered: time to grant counts the wait for a batch",
           arguments: Engine.available)
     func stampedWhenWritten(engine: Engine) async throws {
