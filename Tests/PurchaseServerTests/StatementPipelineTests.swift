@@ -185,6 +185,24 @@ struct StatementPipelineTests {
         #expect(owners.allSatisfy { $0.int("n") == 1 })
     }
 
+    @Test("Chain locks stay within PostgreSQL's lock table: a few chains one by one under a shared lock, many under one exclusive lock",
+          arguments: Engine.available.filter { $0 == .postgres })
+    func chainLocksBounded(engine: Engine) async throws {
+        let database = try await engine.makeDatabase()
+        defer { Task { await database.close() } }
+        func held(_ count: Int) async throws -> [String: Int64] {
+            try await database.transaction { db in
+                try ChainLocks(db: db).lock(Set((0..<count).map { ChainLocks.Chain(appId: "app", environment: "Sandbox", originalTransactionId: "\($0)") }))
+                let rows = try db.query("SELECT mode, count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() GROUP BY mode", [])
+                return Dictionary(uniqueKeysWithValues: rows.map { ($0.string("mode") ?? "", $0.int("n") ?? 0) })
+            }
+        }
+        #expect(try await held(3) == ["ShareLock": 1, "ExclusiveLock": 3])
+        #expect(try await held(ChainLocks.mostLocks) == ["ShareLock": 1, "ExclusiveLock": Int64(ChainLocks.mostLocks)])
+        #expect(try await held(ChainLocks.mostLocks + 1) == ["ExclusiveLock": 1])
+        #expect(try await held(5_000) == ["ExclusiveLock": 1])
+    }
+
     @Test("A settlement's renewal state keeps the time Apple answered, though the settlement is written later", arguments: Engine.available)
     func renewalStateAtAnswer(engine: Engine) async throws {
         let world = try await ServerWorld.make(engine, startWorker: false)

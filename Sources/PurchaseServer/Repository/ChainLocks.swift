@@ -15,10 +15,22 @@ struct ChainLocks {
         var originalTransactionId: String
     }
 
+    /// Most chains locked one by one in a transaction. PostgreSQL keeps advisory locks in its shared lock table
+    /// (`max_locks_per_transaction` × connections slots, 6,400 by default), so a transaction never takes more than
+    /// this many plus one: past it, one exclusive lock stands for every chain.
+    static let mostLocks = 512
+    /// Held shared by a transaction that locks chains one by one, exclusively by one with more than `mostLocks`.
+    static let everyChain = key(Chain(appId: "storekeeper", environment: "every", originalTransactionId: "chain"))
+
     /// Locks every chain, in the order of their keys, the same in every transaction, so that two transactions
-    /// locking overlapping chains never wait on each other in a cycle.
+    /// locking overlapping chains never wait on each other in a cycle (`everyChain` first in all of them).
     func lock(_ chains: Set<Chain>) throws {
         let keys = Set(chains.map(Self.key)).sorted()
+        guard keys.count <= Self.mostLocks else {
+            try db.run("SELECT pg_advisory_xact_lock(?::bigint)", [Self.everyChain])
+            return
+        }
+        try db.run("SELECT pg_advisory_xact_lock_shared(?::bigint)", [Self.everyChain])
         for start in stride(from: 0, to: keys.count, by: 400) {
             let chunk = Array(keys[start..<min(start + 400, keys.count)])
             // VALUES rows are read in the order written, so the locks are taken in key order.
