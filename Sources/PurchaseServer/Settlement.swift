@@ -208,15 +208,14 @@ extension PurchaseStore {
     }
 
     /// Settles `batch` in one transaction, in order; the reads of all of them first, in one statement per kind.
-    /// With a clock, every settlement of the batch is stamped with the moment its transaction began.
-    func settleTogether(_ batch: [Settlement], clock: (any WallClock)? = nil) async throws -> [(JobState, SettlementResult)?] {
+    /// Every settlement of the batch is stamped with `clock`'s time when its transaction began.
+    func settleTogether(_ batch: [Settlement], clock: any WallClock) async throws -> [(JobState, SettlementResult)?] {
         try await database.transaction { db in
+            let now = clock.now()
             var batch = batch
-            if let now = clock?.now() {
-                for index in batch.indices {
-                    batch[index].answeredAt = batch[index].answeredAt ?? batch[index].now
-                    batch[index].now = now
-                }
+            for index in batch.indices {
+                batch[index].answeredAt = batch[index].answeredAt ?? batch[index].now
+                batch[index].now = now
             }
             var catalog = SettlementCatalog()
             var reads = try SettlementReads.load(batch, jobs: self.jobs(db), db: db, audit: self.audit(db))

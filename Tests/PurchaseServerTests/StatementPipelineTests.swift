@@ -135,9 +135,9 @@ struct StatementPipelineTests {
             ]
             var results: [(JobState, SettlementResult)?] = []
             if together {
-                results = try await world.server.store.settleTogether(batch)
+                results = try await world.server.store.settleTogether(batch, clock: world.server.clock)
             } else {
-                for item in batch { results += try await world.server.store.settleTogether([item]) }
+                for item in batch { results += try await world.server.store.settleTogether([item], clock: world.server.clock) }
             }
             outcomes.append(results.map { result in result.map { "\($0.0.rawValue) \($0.1.jsonText)" } ?? "lease lost" })
             var seen: [String: Int] = [:]
