@@ -97,6 +97,11 @@ public final class HTTPServer: Sendable {
     /// Sockets of terminated TLS connections handed to libmicrohttpd and not yet started there, with the host
     /// name each asked for; the connection-start notification moves the name onto the connection.
     private let pendingTunnels = Locked<[Int32: String]>([:])
+    /// Connections the front has handed to libmicrohttpd that it has not closed yet. The front keeps these under
+    /// `connectionLimit` itself and closes the rest: libmicrohttpd 0.9.75 leaves a polling thread holding its own
+    /// lock when a handed-over connection finds that thread's limit reached, and that thread never serves again.
+    /// (A connection libmicrohttpd drops before starting it, out of memory, is never counted back: a slot lost.)
+    private let handedOff = Atomic<Int>(0)
 
     private struct State {
         // The daemon pointer is only touched under this lock.
@@ -161,9 +166,13 @@ public final class HTTPServer: Sendable {
         let flags = UInt32(MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue | MHD_ALLOW_SUSPEND_RESUME.rawValue
                            | MHD_USE_NO_LISTEN_SOCKET.rawValue | MHD_USE_ITC.rawValue)
         let context = Unmanaged.passUnretained(self).toOpaque()
+        // libmicrohttpd splits its limit between its threads; each gets the whole of it here, so that no thread
+        // reaches its own share while the front admits no more than `connectionLimit` (see `handedOff`).
+        let threads = max(configuration.threads, 1)
+        let (perThreadLimit, overflow) = configuration.connectionLimit.multipliedReportingOverflow(by: threads)
         guard let daemon = shim_mhd_start(flags, 0, configuration.host, accessHandler, context, completedHandler, context,
-                                          connectionNotifier, context, configuration.connectionTimeout, configuration.connectionLimit, configuration.threads,
-                                          configuration.connectionsPerIP) else {
+                                          connectionNotifier, context, configuration.connectionTimeout, overflow ? .max : perThreadLimit,
+                                          threads, configuration.connectionsPerIP) else {
             throw StartError(description: "cannot start the HTTP daemon")
         }
         let front: ConnectionFront
@@ -198,13 +207,26 @@ public final class HTTPServer: Sendable {
                 close(socket)
                 return
             }
+            guard handedOff.wrappingAdd(1, ordering: .relaxed).newValue <= Int(configuration.connectionLimit) else {
+                handedOff.wrappingSubtract(1, ordering: .relaxed)
+                close(socket)
+                return
+            }
             if let tunnel { pendingTunnels.withLock { $0[socket] = tunnel } }
             // libmicrohttpd closes the socket itself when it cannot take it.
             let added = withUnsafePointer(to: &peer) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { MHD_add_connection(daemon, socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
             }
-            if added != .YES { _ = pendingTunnels.withLock { $0.removeValue(forKey: socket) } }
+            if added != .YES {
+                _ = pendingTunnels.withLock { $0.removeValue(forKey: socket) }
+                handedOff.wrappingSubtract(1, ordering: .relaxed)
+            }
         }
+    }
+
+    /// libmicrohttpd closed a connection it had started.
+    func noteClosed() {
+        if configuration.interception != nil { handedOff.wrappingSubtract(1, ordering: .relaxed) }
     }
 
     /// The tunnel host recorded for a socket libmicrohttpd starts serving, taken once.
@@ -379,6 +401,7 @@ private let connectionNotifier: MHD_NotifyConnectionCallback = { cls, connection
             socketContext.pointee = Unmanaged.passRetained(TunnelMark(host: host)).toOpaque()
         }
     case .CONNECTION_NOTIFY_CLOSED:
+        Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue().noteClosed()
         if let mark = socketContext.pointee {
             Unmanaged<TunnelMark>.fromOpaque(mark).release()
             socketContext.pointee = nil

@@ -53,6 +53,15 @@ public final class SQLiteDatabase: @unchecked Sendable {
         sqlite3_close_v2(handle)  // before the checkpointer goes: no hook call after this
     }
 
+    /// Pages this connection has looked up in its cache since it was opened, found there or read from the file: the
+    /// work a statement did, whatever its plan. Call on the database's queue.
+    public var pagesTouched: Int {
+        var hits: Int32 = 0, misses: Int32 = 0, highwater: Int32 = 0
+        sqlite3_db_status(handle, SQLITE_DBSTATUS_CACHE_HIT, &hits, &highwater, 0)
+        sqlite3_db_status(handle, SQLITE_DBSTATUS_CACHE_MISS, &misses, &highwater, 0)
+        return Int(hits) + Int(misses)
+    }
+
     /// Checkpoints run since the database was opened (0 when it is not in WAL mode).
     public var checkpoints: Int { checkpointer?.count.load(ordering: .relaxed) ?? 0 }
 

@@ -26,6 +26,11 @@ public final class SQLiteSQLDatabase: SQLDatabase {
         }
     }
 
+    /// Pages the connection has looked up since it was opened (see `SQLiteDatabase.pagesTouched`).
+    public func pagesTouched() throws -> Int {
+        try database.runSync { $0.pagesTouched }
+    }
+
     public func notify(_ channel: String) async {}
     /// One process owns an SQLite file, so nobody else notifies: just wait out the timeout.
     public func wait(for channel: String, timeout: Duration) async {

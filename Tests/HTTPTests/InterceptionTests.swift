@@ -8,7 +8,7 @@ import Testing
 @Suite("Interception", .serialized)
 struct InterceptionTests {
     /// A server intercepting `localhost` (resolvable without DNS), with a certificate made by openssl.
-    static func makeServer() throws -> (HTTPServer, port: UInt16, caFile: String, directory: URL) {
+    static func makeServer(connectionLimit: UInt32 = 1024) throws -> (HTTPServer, port: UInt16, caFile: String, directory: URL) {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("intercept-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let cert = directory.appendingPathComponent("cert.pem").path
@@ -18,7 +18,7 @@ struct InterceptionTests {
         var router = Router()
         router.on(.get, "/where") { request in .json(["host": request.host ?? "", "path": request.path, "tunnel": request.tunnel ?? "none"]) }
         router.on(.post, "/echo") { request in Response(status: .ok, headers: ["Content-Type": "application/octet-stream"], body: request.body) }
-        var configuration = HTTPServer.Configuration(port: 0, accessLog: false)
+        var configuration = HTTPServer.Configuration(port: 0, connectionLimit: connectionLimit, accessLog: false)
         configuration.interception = .init(hosts: ["localhost"], certificateChainPEM: try String(contentsOfFile: cert, encoding: .utf8),
                                            privateKeyPEM: try String(contentsOfFile: key, encoding: .utf8))
         let server = HTTPServer(configuration: configuration, responder: router)
@@ -40,18 +40,8 @@ struct InterceptionTests {
     }
 
     static func blockingExchange(_ port: UInt16, _ bytes: [UInt8]) throws -> String {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = try connected(port)
         defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = port.bigEndian
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
-        }
-        guard connected else { throw HTTPClientError(.connectFailed, "cannot connect") }
-        var timeout = timeval(tv_sec: 10, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
         var received: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
@@ -62,6 +52,25 @@ struct InterceptionTests {
             if String(decoding: received, as: UTF8.self).contains("Connection: close\r\n\r\n") && received.count > 200 { break }
         }
         return String(decoding: received, as: UTF8.self)
+    }
+
+    /// A blocking socket connected to the port on 127.0.0.1, whose reads give up after 10 s.
+    static func connected(_ port: UInt16) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = port.bigEndian
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+        guard connected else {
+            close(fd)
+            throw HTTPClientError(.connectFailed, "cannot connect")
+        }
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        return fd
     }
 
     @Test("Plain HTTP, direct TLS and a CONNECT tunnel all reach the same responder on one port")
@@ -121,6 +130,48 @@ struct InterceptionTests {
         let plain = try HTTPClient()
         #expect(try await plain.send("GET", URL(string: "http://127.0.0.1:\(port)/where")!, timeout: 10).status == 200)
         plain.shutdown()
+        await server.shutdown()
+    }
+
+    @Test("More connections than the limit at once: the extra ones are closed and the server still answers afterwards",
+          arguments: [true, false])
+    func pastTheConnectionLimit(intercepting: Bool) async throws {
+        // libmicrohttpd 0.9.75 leaves a polling thread holding its own lock when a connection handed to it (the way
+        // the front hands every connection over) finds the connection limit reached: that thread never serves again.
+        let limit: UInt32 = 16
+        let server: HTTPServer, port: UInt16
+        var directory: URL?
+        defer { if let directory { try? FileManager.default.removeItem(at: directory) } }
+        if intercepting {
+            (server, port, _, directory) = try Self.makeServer(connectionLimit: limit)
+        } else {
+            var router = Router()
+            router.on(.get, "/where") { _ in .json(["tunnel": "none"]) }
+            server = HTTPServer(configuration: .init(port: 0, connectionLimit: limit, accessLog: false), responder: router)
+            port = try server.start()
+        }
+        let answered = try await Self.offPool { () -> Int in
+            var sockets: [Int32] = []
+            defer { for socket in sockets { close(socket) } }
+            for _ in 0..<(Int(limit) * 4) {
+                let fd = try Self.connected(port)
+                sockets.append(fd)
+                _ = Array("GET /where HTTP/1.1\r\nHost: localhost\r\n\r\n".utf8).withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            }
+            Thread.sleep(forTimeInterval: 1)
+            var answered = 0
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            for fd in sockets where recv(fd, &buffer, buffer.count, Int32(MSG_DONTWAIT)) > 0 && buffer.starts(with: Array("HTTP/1.1 200".utf8)) {
+                answered += 1
+            }
+            return answered
+        }
+        #expect(answered >= 1 && answered <= Int(limit), "\(answered) answered at once")
+        try await Task.sleep(for: .milliseconds(200))
+        for _ in 0..<4 {
+            let answer = try await Self.exchange(port, Array("GET /where HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".utf8))
+            #expect(answer.hasPrefix("HTTP/1.1 200"), "after the burst: \(answer.prefix(40))")
+        }
         await server.shutdown()
     }
 

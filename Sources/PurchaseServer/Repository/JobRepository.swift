@@ -91,13 +91,17 @@ struct JobRepository {
 
     /// The lease owners of these jobs while they are being verified (job id → owner); on PostgreSQL the rows stay
     /// locked until the transaction ends, taken in id order so that two batches never wait on each other in a cycle.
+    ///
+    /// The state is checked here, not in SQL: with `state = ?` beside `id IN (…)`, SQLite (without statistics) may
+    /// choose the index on the state and read every job being verified, thousands while Apple is slow, each row
+    /// with its receipt, for every batch.
     func leases(_ ids: [String]) throws -> [String: String] {
         var owners: [String: String] = [:]
         for chunk in Array(Set(ids)).sorted().chunked(400) {
             for row in try db.query("""
-                SELECT id, lease_owner FROM verification_jobs WHERE id IN (\(Array(repeating: "?", count: chunk.count).joined(separator: ", ")))
-                AND state = 'verifying' ORDER BY id
-                """ + (dialect == .postgres ? " FOR UPDATE" : ""), chunk) {
+                SELECT id, state, lease_owner FROM verification_jobs WHERE id IN (\(Array(repeating: "?", count: chunk.count).joined(separator: ", ")))
+                ORDER BY id
+                """ + (dialect == .postgres ? " FOR UPDATE" : ""), chunk) where row.string("state") == JobState.verifying.rawValue {
                 if let id = row.string("id"), let owner = row.string("lease_owner") { owners[id] = owner }
             }
         }

@@ -1,0 +1,37 @@
+import Foundation
+@testable import PurchaseServer
+import SQLiteStorage
+import Storage
+import Testing
+
+/// Work that must not grow with what else the database holds.
+@Suite("Query cost")
+struct QueryCostTests {
+    @Test("Checking the leases of a settlement batch reads those jobs only, not every job being verified")
+    func leasesReadTheirJobsOnly() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("cost-\(UUID().uuidString).sqlite").path
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        let database = try SQLiteSQLDatabase(path: path)
+        let configuration = PurchaseServer.Configuration(trust: TrustStore(certificates: []), endpoints: .apple,
+                                                         transport: RefusingTransport(), adminKey: "sk_admin_test_key_0000")
+        let server = try await PurchaseServer.open(database: database, configuration: configuration)
+        let store = server.store
+        // Thousands of jobs being verified, each with a receipt of a real one's size, as while Apple is slow.
+        let receipt = String(repeating: "MIIQTgYJKoZIhvcNAQcCoIIQPzCCEDsCAQExDzAN", count: 140)
+        let now = Date()
+        let jobs = (0..<3_000).map { store.newJob(appId: "com.example.app", appUserId: "user-\($0)", kind: .purchase, receiptData: receipt, now: now) }
+        try await store.insert(jobs)
+        let claimed = try await store.database.transaction { db in
+            try store.jobs(db).claim(owner: "worker", limit: 3_000, leaseUntil: now.milliseconds + 60_000, now: now.milliseconds + 1).count
+        }
+        #expect(claimed == 3_000)
+        // A batch of 64 (about 320 pages): with `state = 'verifying'` in the statement, SQLite (without statistics)
+        // chose the index on the state and read all 3,000 jobs with their receipts to find them (about 1,600 pages).
+        let batch = Array(jobs.shuffled().prefix(64).map(\.id))
+        let before = try database.pagesTouched()
+        let leases = try await store.database.transaction { db in try store.jobs(db).leases(batch) }
+        let touched = try database.pagesTouched() - before
+        #expect(leases.count == 64 && leases.values.allSatisfy { $0 == "worker" })
+        #expect(touched < 64 * 8, "\(touched) pages for 64 jobs")
+    }
+}
