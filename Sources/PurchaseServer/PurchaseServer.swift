@@ -127,7 +127,7 @@ public final class PurchaseServer: Sendable {
                     // The metrics rollup follows settlements within a second, in batches.
                     while !Task.isCancelled {
                         try? await Task.sleep(for: .seconds(1))
-                        try? await store.refreshMetrics()
+                        _ = try? await store.refreshMetrics()
                     }
                 }
             }
