@@ -50,7 +50,7 @@ struct RecordReplayTests {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let existing = directory.appendingPathComponent("open.jsonl").path
-        FileManager.default.createFile(atPath: existing, contents: Data(), attributes: [.posixPermissions: 0o644])
+        #expect(FileManager.default.createFile(atPath: existing, contents: Data(), attributes: [.posixPermissions: 0o644]))
         _ = try AppleTrafficRecorder(path: existing)
         #expect(try FileManager.default.attributesOfItem(atPath: existing)[.posixPermissions] as? Int == 0o600)
         let link = directory.appendingPathComponent("link.jsonl").path

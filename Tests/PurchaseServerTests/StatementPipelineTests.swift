@@ -12,7 +12,7 @@ import Testing
 struct StatementPipelineTests {
     private func table(_ engine: Engine) async throws -> any SQLDatabase {
         let database = try await engine.makeDatabase()
-        try await database.transaction { db in try db.query("CREATE TABLE items (id TEXT PRIMARY KEY, n BIGINT NOT NULL)") }
+        _ = try await database.transaction { db in try db.query("CREATE TABLE items (id TEXT PRIMARY KEY, n BIGINT NOT NULL)") }
         return database
     }
 
