@@ -27,8 +27,8 @@ public final class SQLiteSQLDatabase: SQLDatabase {
     }
 
     /// Pages the connection has looked up since it was opened (see `SQLiteDatabase.pagesTouched`).
-    public func pagesTouched() throws -> Int {
-        try database.runSync { $0.pagesTouched }
+    public func pagesTouched() async throws -> Int {
+        try await database.run { $0.pagesTouched }
     }
 
     public func notify(_ channel: String) async {}

@@ -28,9 +28,9 @@ struct QueryCostTests {
         // A batch of 64 (about 320 pages): with `state = 'verifying'` in the statement, SQLite (without statistics)
         // chose the index on the state and read all 3,000 jobs with their receipts to find them (about 1,600 pages).
         let batch = Array(jobs.shuffled().prefix(64).map(\.id))
-        let before = try database.pagesTouched()
+        let before = try await database.pagesTouched()
         let leases = try await store.database.transaction { db in try store.jobs(db).leases(batch) }
-        let touched = try database.pagesTouched() - before
+        let touched = try await database.pagesTouched() - before
         #expect(leases.count == 64 && leases.values.allSatisfy { $0 == "worker" })
         #expect(touched < 64 * 8, "\(touched) pages for 64 jobs")
     }
