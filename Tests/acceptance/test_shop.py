@@ -1,5 +1,6 @@
 """`storekeeper shop` against `storekeeper up`: a device buying through the order journal."""
 import json
+import os
 import signal
 import subprocess
 import tempfile
@@ -85,11 +86,14 @@ class Tmux:
             pytest.skip("tmux is not installed")
         data, summary = up
         self.name = "shop-" + uuid.uuid4().hex[:8]
+        # A tmux server of its own: on the shared default socket, a session started just after another
+        # one ended can reach the server while it is exiting ("server exited unexpectedly").
+        self.tmux = ["tmux", "-f", "/dev/null", "-S", os.path.join(data, self.name + ".tmux")]
         command = " ".join([BIN, "shop", *args, "--data", data, "--appstore", summary["appstore"], "--server", summary["server"]])
-        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "110", "-y", "30", "-c", str(ROOT), command], check=True)
+        subprocess.run([*self.tmux, "new-session", "-d", "-s", self.name, "-x", "110", "-y", "30", "-c", str(ROOT), command], check=True)
 
     def screen(self):
-        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True).stdout
+        return subprocess.run([*self.tmux, "capture-pane", "-p", "-t", self.name], capture_output=True, text=True).stdout
 
     def wait_for(self, text, timeout=20):
         import time
@@ -102,10 +106,10 @@ class Tmux:
         raise AssertionError(f"{text!r} never appeared:\n{self.screen()}")
 
     def press(self, key):
-        subprocess.run(["tmux", "send-keys", "-t", self.name, key], check=True)
+        subprocess.run([*self.tmux, "send-keys", "-t", self.name, key], check=True)
 
     def close(self):
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+        subprocess.run([*self.tmux, "kill-server"], capture_output=True)
 
 
 def row(screen, title):
