@@ -57,6 +57,8 @@ public struct JSONBuffer {
             switch byte {
             case UInt8(ascii: "\""): bytes.append(contentsOf: [92, 34])
             case UInt8(ascii: "\\"): bytes.append(contentsOf: [92, 92])
+            case 0x08: bytes.append(contentsOf: [92, 98])
+            case 0x0c: bytes.append(contentsOf: [92, 102])
             case 0x0a: bytes.append(contentsOf: [92, 110])
             case 0x0d: bytes.append(contentsOf: [92, 114])
             case 0x09: bytes.append(contentsOf: [92, 116])
@@ -92,10 +94,25 @@ public struct JSONBuffer {
         bytes.append(contentsOf: String(value).utf8)
     }
 
+    /// `"key":123` when the value is present.
+    public mutating func field(_ name: String, _ value: Int64?) {
+        if let value { field(name, value) }
+    }
+
     /// `"key":true`
     public mutating func field(_ name: String, _ value: Bool) {
         key(name)
         bytes.append(contentsOf: (value ? "true" : "false").utf8)
+    }
+
+    /// `"key":true` when the value is present.
+    public mutating func field(_ name: String, _ value: Bool?) {
+        if let value { field(name, value) }
+    }
+
+    /// `"key":123`, or `"key":null` when the value is absent.
+    public mutating func field(_ name: String, orNull value: Int64?) {
+        if let value { field(name, value) } else { field(name, rawJSON: "null") }
     }
 
     /// The three forms of a date: `name`, `name_ms`, `name_pst`.

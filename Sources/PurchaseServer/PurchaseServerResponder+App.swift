@@ -199,7 +199,7 @@ extension PurchaseServerResponder {
                 let key = try authenticate(request, server)
                 let (user, _) = try await authorize(request, server, key: key, naming: request.parameters["user"])
                 let view = try await server.store.user(appId: key.appId, appUserId: user, now: server.clock.now())
-                return .json(view)
+                return .rawJSON(Data(view.json()))
             }
         }
         router.on(.post, "/v1/users/:user/balances/:currency/spend") { request in

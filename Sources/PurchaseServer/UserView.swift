@@ -139,3 +139,63 @@ extension PurchaseStore {
         try await database.transaction { db in try self.audit(db).events(appId: appId, appUserId: appUserId, limit: limit) }
     }
 }
+
+extension UserView {
+    /// The view as `GET /v1/users/{appUserId}` answers it: the bytes `Response.encoder` (sorted keys) writes for it,
+    /// written directly, since that encoder was a tenth of the server's CPU per read. Keys in each object are in
+    /// byte order, as the encoder sorts them; a test holds the two equal.
+    public func json() -> [UInt8] {
+        var json = JSONBuffer(capacity: 128 + 96 * balances.count + 192 * entitlements.count + 320 * (subscriptions.count + transactions.count))
+        json.object { json in
+            json.field("appUserId", appUserId)
+            json.key("balances")
+            json.object { json in
+                for (currency, amount) in balances.sorted(by: { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }) {
+                    json.field(currency, amount)
+                }
+            }
+            json.key("entitlements")
+            json.array(entitlements) { json, entitlement in
+                json.object { json in
+                    json.field("active", entitlement.active)
+                    json.field("environment", entitlement.environment)
+                    json.field("expiresDate", orNull: entitlement.expiresDate)
+                    json.field("id", entitlement.id)
+                    json.field("productId", entitlement.productId)
+                    json.field("source", entitlement.source)
+                }
+            }
+            json.field("flagReason", flagReason)
+            json.field("flagged", flagged)
+            json.key("subscriptions")
+            json.array(subscriptions) { json, subscription in
+                json.object { json in
+                    json.field("autoRenewProductId", subscription.autoRenewProductId)
+                    json.field("autoRenewStatus", subscription.autoRenewStatus)
+                    json.field("environment", subscription.environment)
+                    json.field("expiresDate", subscription.expiresDate)
+                    json.field("originalTransactionId", subscription.originalTransactionId)
+                    json.field("priceIncreaseStatus", subscription.priceIncreaseStatus)
+                    json.field("productId", subscription.productId)
+                    json.field("state", subscription.state)
+                }
+            }
+            json.key("transactions")
+            json.array(transactions) { json, transaction in
+                json.object { json in
+                    json.field("cancellationDate", transaction.cancellationDate)
+                    json.field("environment", transaction.environment)
+                    json.field("expiresDate", transaction.expiresDate)
+                    json.field("originalTransactionId", transaction.originalTransactionId)
+                    json.field("productId", transaction.productId)
+                    json.field("productType", transaction.productType)
+                    json.field("purchaseDate", transaction.purchaseDate)
+                    json.field("quantity", transaction.quantity)
+                    json.field("transactionId", transaction.transactionId)
+                    json.field("verificationId", transaction.verificationId)
+                }
+            }
+        }
+        return json.bytes
+    }
+}
