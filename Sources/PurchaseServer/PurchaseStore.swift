@@ -154,6 +154,7 @@ public final class PurchaseStore: Sendable {
 
     /// Creates or replaces what a product grants.
     public func setProduct(appId: String, _ product: ProductMapping) async throws {
+        var product = product
         guard CatalogProduct.isValidIdentifier(product.productId) else {
             throw ServerError(.invalidProductId, "Product identifier '\(product.productId)' may contain only letters, digits, periods and underscores.")
         }
@@ -162,7 +163,9 @@ public final class PurchaseStore: Sendable {
             guard product.currency != nil, ProductMapping.acceptedAmounts.contains(product.amount ?? 0) else {
                 throw ServerError(.invalidProduct, "A consumable credits a currency by an amount of 1…\(ProductMapping.acceptedAmounts.upperBound).")
             }
-            if let currency = product.currency { _ = try ClientIdentifier(currency, .currency) }
+            // Stored normalised (NFC), as spends and adjustments name it: the database compares bytes, so a decomposed
+            // spelling would credit a balance that no spend could reach.
+            if let currency = product.currency { product.currency = try ClientIdentifier(currency, .currency).value }
         case .nonRenewing:
             guard product.entitlement != nil, ProductMapping.acceptedDurationDays.contains(product.durationDays ?? 0) else {
                 throw ServerError(.invalidProduct,
@@ -175,10 +178,11 @@ public final class PurchaseStore: Sendable {
             throw ServerError(.invalidPrice, "Price '\(price)' is not a decimal number.")
         }
         forgetProducts(appId)
+        let normalised = product
         try await database.transaction { db in
             let apps = self.apps(db)
             guard try apps.exists(appId) else { throw ServerError(.appNotFound, "App \(appId) is not registered.") }
-            try apps.setProduct(appId: appId, product)
+            try apps.setProduct(appId: appId, normalised)
         }
         forgetProducts(appId)
     }

@@ -91,6 +91,26 @@ struct ArithmeticBoundsTests {
         #expect(status == 400, "\(answer)")
     }
 
+    @Test("A product's currency spelled decomposed credits the balance spends reach (NFC), whichever way they spell it",
+          arguments: Engine.available)
+    func currencyNormalised(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        let (status, _) = try await world.client.json(.put, "/admin/v1/apps/com.example.coins/products/Nada.JPYF01",
+                                                      json: ["type": "consumable", "currency": "e\u{301}cus", "amount": 5],
+                                                      headers: ["Authorization": "Bearer \(ServerWorld.adminKey)"])
+        #expect(status == 200)
+        let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF01")
+        _ = try await world.upload("com.example.coins", user: "alice", receipt: receipt)
+        #expect(try await world.user("com.example.coins", "alice").balances == ["\u{e9}cus": 5])
+        let key = world.keys["com.example.coins"]!
+        for (index, spelling) in ["%C3%A9cus", "e%CC%81cus"].enumerated() {
+            let (spent, answer) = try await world.client.json(.post, "/v1/users/alice/balances/\(spelling)/spend", json: ["amount": 2],
+                                                              headers: ["Authorization": "Bearer \(key)", "Idempotency-Key": "spend-\(index)"])
+            #expect(spent == 200 && answer["balance"] as? Int == 3 - 2 * index, "\(answer)")
+        }
+    }
+
     @Test("Pass windows and credits saturate instead of overflowing")
     func saturation() {
         let pass = ProductMapping(productId: "p", type: .nonRenewing, entitlement: "e", durationDays: 200_000_000_000)
