@@ -166,5 +166,4 @@ def test_up_runs_from_anywhere_and_shop_finds_it_by_its_data_directory(tmp_path)
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=20)
     # Once it has stopped, the address file is gone (a later `shop` does not talk to a dead port by mistake).
-    import os
     assert not os.path.exists(os.path.join(data, "up.json"))
