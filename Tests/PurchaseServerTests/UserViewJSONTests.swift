@@ -5,8 +5,8 @@ import Testing
 
 @Suite("The user view written directly is what the JSON encoder writes")
 struct UserViewJSONTests {
-    /// Text with what JSON must escape (quotes, backslashes, every control character), what it need not (slashes,
-    /// DEL, accents, emoji, U+2028), and plain ids.
+    /// Text with what JSON must escape (quotes, backslashes, a control character for each escape: NUL, \b, \t, \n, \f,
+    /// \r, 0x1F), what it need not (slashes, DEL, accents, emoji, U+2028), and plain ids.
     static func text(_ random: inout SplitMix64) -> String {
         let pieces = ["", "a", "Z", "coins", "gold_coins", "com.example.monthly", "\"", "\\", "/", "\u{7f}", "é", "e\u{301}", "Ω", "🪙", "\u{2028}",
                       " ", "%", "\u{0}", "\u{8}", "\u{c}", "\n", "\r", "\t", "\u{1f}", "10", "9", "B", "b"]
