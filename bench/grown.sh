@@ -91,7 +91,7 @@ users() {  # server, key, user, label: GET /v1/users/{id} with wrk, three runs o
 plans() {  # engine, database: the plans of the hot statements
   local user=user-00000042
   local statements=(
-    "SELECT * FROM ledger WHERE app_id = '$APP' AND (environment, original_transaction_id) IN (SELECT environment, original_transaction_id FROM ownership WHERE app_id = '$APP' AND app_user_id = '$user') UNION SELECT * FROM ledger WHERE app_id = '$APP' AND app_user_id = '$user' AND product_type = 'consumable'"
+    "SELECT transaction_id, purchase_date FROM ledger WHERE app_id = '$APP' AND (environment, original_transaction_id) IN (SELECT environment, original_transaction_id FROM ownership WHERE app_id = '$APP' AND app_user_id = '$user') UNION ALL SELECT transaction_id, purchase_date FROM ledger WHERE app_id = '$APP' AND app_user_id = '$user' AND product_type = 'consumable'"
     "SELECT transaction_id FROM ledger WHERE environment = 'Sandbox' AND transaction_id IN ('2000000000000001', '2000000000000002')"
     "SELECT original_transaction_id, app_user_id FROM ownership WHERE app_id = '$APP' AND environment = 'Sandbox' AND original_transaction_id IN ('2000000000000001', '2000000000000002') ORDER BY granted_at, app_user_id"
     "SELECT currency, amount FROM balances WHERE app_id = '$APP' AND app_user_id = '$user'")

@@ -21,9 +21,13 @@ struct PurchaseFlowTests {
         let second = try await world.upload("com.example.coins", user: "alice", receipt: receipt)
         #expect(second.state == "verified")
         #expect(second.granted.isEmpty)
-        let (_, receipt2) = try await world.buy("com.example.coins", "Nada.JPYF01", quantity: 2)
+        let (bought2, receipt2) = try await world.buy("com.example.coins", "Nada.JPYF01", quantity: 2)
         _ = try await world.upload("com.example.coins", user: "alice", receipt: receipt2)
-        #expect(try await world.user("com.example.coins", "alice").balances == ["coins": 140])
+        let alice = try await world.user("com.example.coins", "alice")
+        #expect(alice.balances == ["coins": 140])
+        // Each purchase listed once, though the user both owns its chain and was credited it (two ways the read finds it).
+        let listed = (alice["transactions"] as? [[String: Any]])?.compactMap { $0["transactionId"] as? String }
+        #expect(listed == [bought.id, bought2.id])
     }
 
     @Test("Verification ids and audit ids come from the injected id source, not from UUID()")

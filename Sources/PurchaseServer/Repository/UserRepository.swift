@@ -60,23 +60,35 @@ struct UserRepository {
         Self.transactions(try db.query(together: [transactionsStatement(appUserId)])[0])
     }
 
+    /// The columns a user view shows of a ledger row.
+    private static let transactionColumns = """
+        environment, transaction_id, original_transaction_id, product_id, product_type, quantity, purchase_date, expires_date,
+        cancellation_date, verification_id
+        """
+
     private func transactionsStatement(_ appUserId: String) -> SQLStatement {
-        // Written as IN (subquery) so both engines walk the user's ownership first (see migration 2).
+        // Written as IN (subquery) so both engines walk the user's ownership first (see migration 2). UNION ALL, not
+        // UNION: a consumable the user also owns through its chain comes twice and is dropped in Swift by its key, where
+        // UNION would sort every row, all its columns, to find it.
         SQLStatement("""
-            SELECT * FROM ledger WHERE app_id = ? AND (environment, original_transaction_id) IN
+            SELECT \(Self.transactionColumns) FROM ledger WHERE app_id = ? AND (environment, original_transaction_id) IN
                 (SELECT environment, original_transaction_id FROM ownership WHERE app_id = ? AND app_user_id = ?)
-            UNION
-            SELECT * FROM ledger WHERE app_id = ? AND app_user_id = ? AND product_type = 'consumable'
+            UNION ALL
+            SELECT \(Self.transactionColumns) FROM ledger WHERE app_id = ? AND app_user_id = ? AND product_type = 'consumable'
             """, [appId, appId, appUserId, appId, appUserId])
     }
 
+    /// The rows as transactions, oldest first, each ledger row once (its key: the environment and the transaction id).
     private static func transactions(_ rows: [SQLRow]) -> [UserView.Transaction] {
-        rows.map { row in
-            UserView.Transaction(transactionId: row.string("transaction_id") ?? "", originalTransactionId: row.string("original_transaction_id") ?? "",
-                                 productId: row.string("product_id") ?? "", productType: row.string("product_type") ?? "",
-                                 quantity: row.int("quantity") ?? 1, purchaseDate: row.int("purchase_date") ?? 0,
-                                 expiresDate: row.int("expires_date"), cancellationDate: row.int("cancellation_date"),
-                                 environment: row.string("environment") ?? "", verificationId: row.string("verification_id") ?? "")
+        var seen = Set<[String]>()
+        return rows.compactMap { row -> UserView.Transaction? in
+            let transactionId = row.string("transaction_id") ?? "", environment = row.string("environment") ?? ""
+            guard seen.insert([environment, transactionId]).inserted else { return nil }
+            return UserView.Transaction(transactionId: transactionId, originalTransactionId: row.string("original_transaction_id") ?? "",
+                                        productId: row.string("product_id") ?? "", productType: row.string("product_type") ?? "",
+                                        quantity: row.int("quantity") ?? 1, purchaseDate: row.int("purchase_date") ?? 0,
+                                        expiresDate: row.int("expires_date"), cancellationDate: row.int("cancellation_date"),
+                                        environment: environment, verificationId: row.string("verification_id") ?? "")
         }.sorted { ($0.purchaseDate, $0.transactionId) < ($1.purchaseDate, $1.transactionId) }
     }
 
@@ -87,7 +99,9 @@ struct UserRepository {
 
     private func subscriptionsStatement(_ appUserId: String) -> SQLStatement {
         SQLStatement("""
-            SELECT * FROM subscriptions WHERE app_id = ? AND (environment, original_transaction_id) IN
+            SELECT original_transaction_id, product_id, environment, expires_date, grace_period_expires_date, is_in_billing_retry,
+                revoked_at, auto_renew_status, auto_renew_product_id, price_increase_status
+            FROM subscriptions WHERE app_id = ? AND (environment, original_transaction_id) IN
                 (SELECT environment, original_transaction_id FROM ownership WHERE app_id = ? AND app_user_id = ?)
             """, [appId, appId, appUserId])
     }
