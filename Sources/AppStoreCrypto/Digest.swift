@@ -35,25 +35,36 @@ public enum Digest: Sendable {
 
     /// Hashes bytes.
     public func hash<Bytes: Collection>(_ bytes: Bytes) -> [UInt8] where Bytes.Element == UInt8 {
-        let input = Array(bytes)
-        var output = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
-        var length: UInt32 = 0
-        _ = input.withUnsafeBytes { buffer in
-            EVP_Digest(buffer.baseAddress, buffer.count, &output, &length, md, nil)
+        if let digest = bytes.withContiguousStorageIfAvailable({ hash(UnsafeRawBufferPointer($0)) }) { return digest }
+        return Array(bytes).withUnsafeBytes { hash($0) }
+    }
+
+    private func hash(_ input: UnsafeRawBufferPointer) -> [UInt8] {
+        // A failed digest leaves the length at 0: an empty result.
+        [UInt8](unsafeUninitializedCapacity: Int(EVP_MAX_MD_SIZE)) { buffer, count in
+            var length: UInt32 = 0
+            _ = EVP_Digest(input.baseAddress, input.count, buffer.baseAddress, &length, md, nil)
+            count = Int(length)
         }
-        return Array(output.prefix(Int(length)))
     }
 }
 
 extension Sequence where Element == UInt8 {
     /// Lower-case hexadecimal, two digits per byte (without String(format:), which is slow on hot paths).
     public var hexString: String {
-        let digits = Array("0123456789abcdef".utf8)
-        var bytes: [UInt8] = []
-        for byte in self {
-            bytes.append(digits[Int(byte >> 4)])
-            bytes.append(digits[Int(byte & 0x0f)])
+        if let text = withContiguousStorageIfAvailable({ hexDigits($0) }) { return text }
+        return Array(self).withUnsafeBufferPointer { hexDigits($0) }
+    }
+}
+
+private func hexDigits(_ bytes: UnsafeBufferPointer<UInt8>) -> String {
+    String(unsafeUninitializedCapacity: bytes.count * 2) { text in
+        let digits: StaticString = "0123456789abcdef"
+        let table = digits.utf8Start
+        for (index, byte) in bytes.enumerated() {
+            text[2 * index] = table[Int(byte >> 4)]
+            text[2 * index + 1] = table[Int(byte & 0x0f)]
         }
-        return String(decoding: bytes, as: UTF8.self)
+        return bytes.count * 2
     }
 }

@@ -39,7 +39,7 @@ public struct Request: Sendable {
     public init(method: HTTPMethod, target: String, headers: [String: String] = [:], body: Data = Data()) {
         self.method = method
         var lowered: [String: String] = [:]
-        for (name, value) in headers { lowered[name.lowercased()] = value }
+        for (name, value) in headers { lowered[HTTPText.lowercasedName(name)] = value }
         self.headers = lowered
         self.body = body
         if let mark = target.firstIndex(of: "?") {
@@ -53,12 +53,12 @@ public struct Request: Sendable {
     }
 
     /// The header value for a case-insensitive name.
-    public func header(_ name: String) -> String? { headers[name.lowercased()] }
+    public func header(_ name: String) -> String? { headers[HTTPText.lowercasedName(name)] }
 
     /// The one spelling of a path that admission and routing both see: empty segments dropped
     /// (`//admin/v1/x/` is `/admin/v1/x`), so no check keyed on a prefix can be sidestepped by slashes.
     public static func canonical(_ path: String) -> String {
-        guard path.contains("//") || (path.count > 1 && path.hasSuffix("/")) || !path.hasPrefix("/") else { return path }
+        guard !HTTPText.isCanonicalPath(path) else { return path }
         return "/" + path.split(separator: "/").joined(separator: "/")
     }
 
@@ -92,10 +92,9 @@ public struct Request: Sendable {
         query.split(separator: "&").map { pair in
             // Split at the first "=" by hand: "=" alone, "=x" and "x=" are all pairs (an empty name or value).
             let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            let rawName = parts.first.map(String.init) ?? ""
-            let rawValue = parts.count > 1 ? String(parts[1]) : ""
-            func decode(_ text: String) -> String { text.replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? text }
-            return (decode(rawName), decode(rawValue))
+            let name = parts.first.map { HTTPText.percentDecoded($0, plusIsSpace: true) } ?? ""
+            let value = parts.count > 1 ? HTTPText.percentDecoded(parts[1], plusIsSpace: true) : ""
+            return (name, value)
         }
     }
 

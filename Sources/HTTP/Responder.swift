@@ -30,13 +30,13 @@ public struct RequestHead: Sendable {
         self.method = method
         self.path = path
         var lowered: [String: String] = [:]
-        for (name, value) in headers { lowered[name.lowercased()] = value }
+        for (name, value) in headers { lowered[HTTPText.lowercasedName(name)] = value }
         self.headers = lowered
         self.contentLength = contentLength
     }
 
     /// The header value for a case-insensitive name.
-    public func header(_ name: String) -> String? { headers[name.lowercased()] }
+    public func header(_ name: String) -> String? { headers[HTTPText.lowercasedName(name)] }
 }
 
 /// A responder's answer to a request head.

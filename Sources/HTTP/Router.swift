@@ -5,7 +5,19 @@ public struct Router: Responder {
     private struct Route: Sendable {
         let method: HTTPMethod
         let segments: [Substring]
+        /// Per segment: the parameter's name for a `:name` segment, nil for a literal one.
+        let parameterNames: [String?]
+        /// The pattern as metrics and logs name the route.
+        let label: String
         let handler: Handler
+
+        init(method: HTTPMethod, pattern: String, handler: @escaping Handler) {
+            self.method = method
+            segments = pattern.split(separator: "/")
+            parameterNames = segments.map { $0.first == ":" ? String($0.dropFirst()) : nil }
+            label = "/" + segments.joined(separator: "/")
+            self.handler = handler
+        }
     }
 
     private var routes: [Route] = []
@@ -17,7 +29,7 @@ public struct Router: Responder {
 
     /// Adds a route.
     public mutating func on(_ method: HTTPMethod, _ pattern: String, _ handler: @escaping Handler) {
-        routes.append(Route(method: method, segments: pattern.split(separator: "/"), handler: handler))
+        routes.append(Route(method: method, pattern: pattern, handler: handler))
     }
 
     /// Adds every route of another router.
@@ -29,10 +41,10 @@ public struct Router: Responder {
         for route in routes where route.segments.count == segments.count {
             var parameters: [String: String] = [:]
             var matched = true
-            for (pattern, segment) in zip(route.segments, segments) {
-                if pattern.first == ":" {
-                    parameters[String(pattern.dropFirst())] = String(segment).removingPercentEncoding ?? String(segment)
-                } else if pattern != segment {
+            for (index, segment) in segments.enumerated() {
+                if let name = route.parameterNames[index] {
+                    parameters[name] = HTTPText.percentDecoded(segment)
+                } else if route.segments[index] != segment {
                     matched = false
                     break
                 }
@@ -43,7 +55,7 @@ public struct Router: Responder {
             var routed = request
             routed.parameters = parameters
             var response = await ClosureResponder(route.handler).respond(to: routed)
-            response.route = "/" + route.segments.joined(separator: "/")
+            response.route = route.label
             return response
         }
         if pathMatched {

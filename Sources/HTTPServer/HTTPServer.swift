@@ -425,8 +425,8 @@ private let collectPair: MHD_KeyValueIterator = { cls, _, key, value in
     var name = String(cString: key), text = value.map { String(cString: $0) } ?? ""
     if collector.finishesDecoding {
         // The escapes libmicrohttpd left (see shim_unescape_keeping_structure) are decoded here, once.
-        name = name.removingPercentEncoding ?? name
-        text = text.removingPercentEncoding ?? text
+        name = HTTPText.percentDecoded(name[...])
+        text = HTTPText.percentDecoded(text[...])
     }
     collector.pairs[name] = text
     collector.items.append((name, text))

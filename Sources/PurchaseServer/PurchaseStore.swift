@@ -203,7 +203,7 @@ public enum APIKey {
 
     /// The stored form of a key.
     public static func hash(_ key: String) -> String {
-        Digest.sha256.hash(Array(key.utf8)).hexString
+        Digest.sha256.hash(key.utf8).hexString
     }
 }
 

@@ -80,10 +80,11 @@ struct UserRepository {
 
     /// The rows as transactions, oldest first, each ledger row once (its key: the environment and the transaction id).
     private static func transactions(_ rows: [SQLRow]) -> [UserView.Transaction] {
-        var seen = Set<[String]>()
+        struct LedgerKey: Hashable { let environment: String, transactionId: String }
+        var seen = Set<LedgerKey>(minimumCapacity: rows.count)
         return rows.compactMap { row -> UserView.Transaction? in
             let transactionId = row.string("transaction_id") ?? "", environment = row.string("environment") ?? ""
-            guard seen.insert([environment, transactionId]).inserted else { return nil }
+            guard seen.insert(LedgerKey(environment: environment, transactionId: transactionId)).inserted else { return nil }
             return UserView.Transaction(transactionId: transactionId, originalTransactionId: row.string("original_transaction_id") ?? "",
                                         productId: row.string("product_id") ?? "", productType: row.string("product_type") ?? "",
                                         quantity: row.int("quantity") ?? 1, purchaseDate: row.int("purchase_date") ?? 0,
