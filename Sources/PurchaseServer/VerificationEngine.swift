@@ -47,9 +47,16 @@ public struct VerificationEngine: Sendable {
     }
 
     /// Processes a job claimed by `owner`; returns the state it was left in (nil if the lease was lost).
+    ///
+    /// The job is taken over (`consuming`) and its receipt's text split from it: the text goes into the request to
+    /// Apple and is let go there, so the thousands of calls waiting on Apple do not each hold a copy. The job keeps
+    /// the text's SHA-256, which its settlement records.
     @discardableResult
-    public func process(_ job: VerificationJob, owner: String) async -> JobState? {
-        switch await outcome(job, owner: owner) {
+    public func process(_ job: consuming VerificationJob, owner: String) async -> JobState? {
+        let receipt = job.receiptData
+        job.receiptDigest = job.receiptSHA256
+        job.receiptData = ""
+        switch await outcome(job, receipt: receipt, owner: owner) {
         case .settled(let state): return state
         case .leaseLost, .infrastructure: return nil
         }
@@ -65,9 +72,9 @@ public struct VerificationEngine: Sendable {
         case infrastructure
     }
 
-    func outcome(_ job: VerificationJob, owner: String) async -> Outcome {
+    func outcome(_ job: VerificationJob, receipt: consuming String, owner: String) async -> Outcome {
         do {
-            guard let state = try await run(job, owner: owner) else { return .leaseLost }
+            guard let state = try await run(job, receipt: receipt, owner: owner) else { return .leaseLost }
             return .settled(state)
         } catch let rejection as ReceiptRejection {
             // Apple's answer does not fit the receipt (another bundle id): final, not a database failure.
@@ -91,17 +98,17 @@ public struct VerificationEngine: Sendable {
     /// The receipt path, split so that the async frames alive while Apple answers stay small: thousands of calls
     /// wait at once, and each frame on the way down to the socket reserves room for every local of its function
     /// (this one was 7.8 KB when it held the answer and the settlement too).
-    func run(_ job: VerificationJob, owner: String) async throws -> JobState? {
+    func run(_ job: VerificationJob, receipt: consuming String, owner: String) async throws -> JobState? {
         guard let app = try await store.cachedApp(job.appId) else {
             return try await reject(job, owner: owner, ReceiptRejection(code: "app_not_found", reason: "the app is no longer registered"), environment: nil)
         }
-        if job.kind == .signedTransaction { return try await runSignedTransaction(job, app: app, owner: owner) }
+        if job.kind == .signedTransaction { return try await runSignedTransaction(job, jws: receipt, app: app, owner: owner) }
         let inspected: InspectedReceipt
-        switch inspectLocally(job, app: app) {
+        switch inspectLocally(job, receipt: receipt, app: app) {
         case .success(let receipt): inspected = receipt
         case .failure(let rejection): return try await reject(job, owner: owner, rejection, environment: nil)
         }
-        switch await askApple(job, app: app, first: inspected.environment) {
+        switch await askApple(job, receipt: consume receipt, app: app, first: inspected.environment) {
         case .retryable(let retry):
             try await reschedule(job, owner: owner, retry: retry)
             return job.state
@@ -112,9 +119,9 @@ public struct VerificationEngine: Sendable {
 
     /// The local checks: the receipt's form and signature, then the app's sandbox policy.
     @inline(never)
-    func inspectLocally(_ job: VerificationJob, app: ServerApp) -> Result<InspectedReceipt, ReceiptRejection> {
+    func inspectLocally(_ job: VerificationJob, receipt: String, app: ServerApp) -> Result<InspectedReceipt, ReceiptRejection> {
         do throws(ReceiptRejection) {
-            let inspected = try inspector.inspect(job.receiptData, bundleIds: app.bundleIds)
+            let inspected = try inspector.inspect(receipt, bundleIds: app.bundleIds)
             try Self.checkSandboxPolicy(app, environment: inspected.environment, user: job.appUserId, authenticated: job.userAuthenticated)
             return .success(inspected)
         } catch {
@@ -150,13 +157,24 @@ public struct VerificationEngine: Sendable {
 
     /// seed 003: the receipt's own type says where it belongs; production receipts go to production first,
     /// then 21007 → sandbox, 21008 → production, and 21002 → sandbox when the app asks for it.
-    func askApple(_ job: VerificationJob, app: ServerApp, first: AppStoreEnvironment) async -> AppleOutcome {
+    /// The receipt's text goes into the first request and is let go with it; asking another environment (rare: a
+    /// sandbox receipt sent to production first) reads it again from the job's row.
+    func askApple(_ job: VerificationJob, receipt: consuming String, app: ServerApp, first: AppStoreEnvironment) async -> AppleOutcome {
         var environment = first
         var tried: Set<AppStoreEnvironment> = []
+        var unsent: String? = consume receipt
         while true {
             tried.insert(environment)
+            let text: String
+            if let first = unsent.take() {
+                text = first
+            } else if let again = await receiptAgain(of: job) {
+                text = again
+            } else {
+                return .retryable(AppleAnswer.Retry(kind: .unavailable, reason: "the receipt could not be read again to ask \(environment.rawValue)"))
+            }
             let started = ContinuousClock.now
-            let reply = await client.verify(job.receiptData, password: app.sharedSecret, environment: environment)
+            let reply = await client.verify(consume text, password: app.sharedSecret, environment: environment)
             switch next(after: reply, from: environment, tried: tried, app: app, took: ContinuousClock.now - started) {
             case .ask(let other): environment = other
             case .done(let outcome): return outcome
@@ -182,6 +200,13 @@ public struct VerificationEngine: Sendable {
             }
             return .done(.answered(FinalAnswer(environment: environment, response: response, raw: raw)))
         }
+    }
+
+    /// The receipt's text read again from the job's row, for a call to the other environment.
+    @inline(never)
+    private func receiptAgain(of job: VerificationJob) async -> String? {
+        guard let text = try? await store.job(job.id)?.receiptData, !text.isEmpty else { return nil }
+        return text
     }
 
     enum AppleStep {
@@ -211,11 +236,11 @@ public struct VerificationEngine: Sendable {
     /// A StoreKit 2 signed transaction: everything is checked locally (Apple signed it), then settled
     /// through the same ledger as receipts.
     @inline(never)
-    func runSignedTransaction(_ job: VerificationJob, app: ServerApp, owner: String) async throws -> JobState? {
+    func runSignedTransaction(_ job: VerificationJob, jws: String, app: ServerApp, owner: String) async throws -> JobState? {
         let transaction: JWSTransaction
         let environment: AppStoreEnvironment
         do throws(ReceiptRejection) {
-            (transaction, environment) = try transactionInspector.inspect(job.receiptData, bundleIds: app.bundleIds)
+            (transaction, environment) = try transactionInspector.inspect(jws, bundleIds: app.bundleIds)
             try Self.checkSandboxPolicy(app, environment: environment, user: job.appUserId, authenticated: job.userAuthenticated)
             // An appAccountToken binds the purchase to the app's user it was made for: the user's own UUID,
             // or the version-5 token of any other user id (AppAccountToken). Present and not this user's: refused.

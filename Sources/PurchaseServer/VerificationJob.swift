@@ -32,6 +32,8 @@ public struct VerificationJob: Sendable, Codable, Equatable {
     public var userAuthenticated: Bool = true
     /// What the upload says it delivers (`transactionId`, `productId`): see `DeliveryHint`.
     public var deliver: DeliveryHint?
+    /// The SHA-256 of `receiptData`, kept when the verification engine lets the text go while Apple answers.
+    var receiptDigest: String?
 }
 
 /// What a receipt upload says it is delivering: the StoreKit 1 transaction the device just
@@ -60,5 +62,5 @@ public struct DeliveryHint: Sendable, Equatable, Codable {
 
 extension VerificationJob {
     /// The SHA-256 of the uploaded text, kept when the bytes are dropped.
-    var receiptSHA256: String { Digest.sha256.hash(Array(receiptData.utf8)).hexString }
+    var receiptSHA256: String { receiptDigest ?? Digest.sha256.hash(receiptData.utf8).hexString }
 }

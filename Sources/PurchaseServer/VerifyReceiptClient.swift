@@ -117,23 +117,24 @@ public struct VerifyReceiptClient: Sendable {
     /// Thousands of these wait on Apple at once, each in an async frame that lives as long as the call: the frame
     /// holds only the reply, and reading it (`answer(_:environment:)`) and naming a failure (`failure(_:)`) are
     /// plain functions whose locals live on the thread's stack (the frame was 4.3 KB when they were inline).
-    public func verify(_ receiptData: String, password: String?, environment: AppStoreEnvironment) async -> AppleAnswer {
+    public func verify(_ receiptData: consuming String, password: String?, environment: AppStoreEnvironment) async -> AppleAnswer {
         do {
-            return Self.answer(try await post(receiptData, password: password, environment: environment), environment: environment)
+            return Self.answer(try await post(consume receiptData, password: password, environment: environment), environment: environment)
         } catch {
             return Self.failure(error)
         }
     }
 
     /// The call itself.
-    private func post(_ receiptData: String, password: String?, environment: AppStoreEnvironment) async throws
+    private func post(_ receiptData: consuming String, password: String?, environment: AppStoreEnvironment) async throws
         -> (status: Int, contentType: String?, body: Data) {
-        if transport.keepsTimeouts {
-            // The body is handed over (consumed): while the call waits on Apple, the request's bytes are the
-            // receipt's only copy besides the job's.
-            return try await transport.post(endpoints.url(for: environment), body: Self.requestBody(receiptData, password: password), timeout: timeout)
-        }
         let body = Self.requestBody(receiptData, password: password)
+        // The text is let go here and the body handed over (consumed): while the call waits on Apple, the request's
+        // bytes are the receipt's only copy.
+        _ = consume receiptData
+        if transport.keepsTimeouts {
+            return try await transport.post(endpoints.url(for: environment), body: consume body, timeout: timeout)
+        }
         return try await Self.deadline(timeout + 1) { [transport, endpoints, timeout] in
             try await transport.post(endpoints.url(for: environment), body: body, timeout: timeout)
         }

@@ -4,6 +4,7 @@ import AppStoreModels
 import Foundation
 import HTTP
 @testable import PurchaseServer
+import Storage
 import StorekeeperTesting
 import Testing
 
@@ -34,6 +35,36 @@ struct ReliabilityTests {
         #expect(answer.state == "rejected")
         #expect(answer["reason"] as? String == "the App Store's answer is for another bundle id")
         #expect(try await world.user("com.example.coins", "alice").balances.isEmpty)
+    }
+
+    @Test("The receipt's text is let go once sent to Apple: asking the other environment reads it again from the job, and settling records its SHA-256",
+          arguments: Engine.available)
+    func receiptReadAgainForTheOtherEnvironment(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        // The sandbox says "a production receipt" once: the engine asks production with the text read again. The real
+        // emulator's production answer (21007, a sandbox receipt) shows the whole receipt arrived (an empty or cut one is 21002).
+        world.transport.failures.withLock { $0 = [.rewrite("\"status\":0", "\"status\":21008")] }
+        let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF02")
+        let redirected = try await world.upload("com.example.coins", user: "alice", receipt: receipt)
+        #expect(redirected.state == "rejected")
+        #expect((redirected["reason"] as? String ?? "").contains("21007"))
+        #expect(world.transport.calls.withLock { $0 } == 2)
+        // A verified receipt's row keeps the whole text (the engine let go only its own copy); a rejected one its hash.
+        let (bought, again) = try await world.buy("com.example.coins", "Nada.JPYF01")
+        let verified = try await world.upload("com.example.coins", user: "bob", receipt: again)
+        #expect(verified.state == "verified")
+        #expect(verified.granted.contains(bought.id))
+        func row(_ answer: [String: Any]) async throws -> SQLRow? {
+            let id = answer["verificationId"] as? String ?? ""
+            return try await world.server.store.database.transaction { db in
+                try db.query("SELECT receipt_data, receipt_sha256 FROM verification_jobs WHERE id = ?", [id]).first
+            }
+        }
+        let rejectedRow = try await row(redirected), verifiedRow = try await row(verified)
+        #expect(rejectedRow?.string("receipt_sha256") == Digest.sha256.hash(Array(receipt.utf8)).hexString)
+        #expect(rejectedRow?.string("receipt_data") == "")
+        #expect(verifiedRow?.string("receipt_data") == again)
     }
 
     @Test("A retry's kind decides timed_out, never its text", arguments: [(ServerWorldFailure.timeout, "timed_out"), (.connection, "pending"), (.http(503), "pending")])
