@@ -2,6 +2,7 @@ import Clocks
 import AppStoreCrypto
 import AppStoreModels
 import Foundation
+import Synchronization
 
 /// Verifies one claimed job end to end: local checks, Apple (production first, 21007 → sandbox,
 /// 21008 → production, the 21002 quirk), then settlement. Retryable failures are rescheduled with
@@ -47,19 +48,45 @@ public struct VerificationEngine: Sendable {
     }
 
     /// Processes a job claimed by `owner`; returns the state it was left in (nil if the lease was lost).
-    ///
-    /// The job is taken over (`consuming`) and its receipt's text split from it: the text goes into the request to
-    /// Apple and is let go there, so the thousands of calls waiting on Apple do not each hold a copy. The job keeps
-    /// the text's SHA-256, which its settlement records.
     @discardableResult
-    public func process(_ job: consuming VerificationJob, owner: String) async -> JobState? {
-        let receipt = job.receiptData
-        job.receiptDigest = job.receiptSHA256
-        job.receiptData = ""
-        switch await outcome(job, receipt: receipt, owner: owner) {
+    public func process(_ job: VerificationJob, owner: String) async -> JobState? {
+        await process(ClaimedJob(job), owner: owner)
+    }
+
+    /// Processes a claimed job handed over by reference (see `ClaimedJob`).
+    @discardableResult
+    public func process(_ claimed: ClaimedJob, owner: String) async -> JobState? {
+        switch await outcome(claimed, owner: owner) {
         case .settled(let state): return state
         case .leaseLost, .infrastructure: return nil
         }
+    }
+
+    /// A claimed job as the engine holds it while Apple answers, with its receipt's text split from it.
+    ///
+    /// Thousands of calls wait on Apple at once. Each async frame on the way down to the socket keeps room for what
+    /// its function holds across the wait, so the frames hold this reference (8 bytes) rather than the job by value
+    /// (about 240), and the text goes into the request to Apple and is let go there, not kept by every call. The job
+    /// keeps the text's SHA-256, which its settlement records.
+    public final class ClaimedJob: Sendable {
+        let job: VerificationJob
+        private let unsent: Mutex<String?>
+
+        public init(_ claimed: consuming VerificationJob) {
+            let text = claimed.receiptData
+            claimed.receiptDigest = claimed.receiptSHA256
+            claimed.receiptData = ""
+            job = claimed
+            unsent = Mutex(text)
+        }
+
+        /// The receipt's text, for the checks before it is sent.
+        var receipt: String { unsent.withLock { $0 ?? "" } }
+
+        /// The text for the first call to Apple, given up by the job (nil once taken).
+        func takeReceipt() -> String? { unsent.withLock { $0.take() } }
+
+        public var id: String { job.id }
     }
 
     /// How processing a job ended, by the type of what happened (never by an error's text).
@@ -72,19 +99,33 @@ public struct VerificationEngine: Sendable {
         case infrastructure
     }
 
-    func outcome(_ job: VerificationJob, receipt: consuming String, owner: String) async -> Outcome {
+    // The functions on the way down to the socket (`outcome`, `run`, `askApple`) are kept apart (`@inline(never)`)
+    // and hold only references across the wait: an async frame keeps room for everything its function holds across
+    // any of its waits, for as long as the call lasts, and thousands of calls wait on Apple at once.
+
+    @inline(never)
+    func outcome(_ claimed: ClaimedJob, owner: String) async -> Outcome {
         do {
-            guard let state = try await run(job, receipt: receipt, owner: owner) else { return .leaseLost }
+            guard let state = try await run(claimed, owner: owner) else { return .leaseLost }
             return .settled(state)
-        } catch let rejection as ReceiptRejection {
+        } catch {
+            return await outcome(of: error, claimed, owner: owner)
+        }
+    }
+
+    /// What an error thrown on the receipt's way ends in.
+    @inline(never)
+    private func outcome(of error: any Error, _ claimed: ClaimedJob, owner: String) async -> Outcome {
+        switch error {
+        case let rejection as ReceiptRejection:
             // Apple's answer does not fit the receipt (another bundle id): final, not a database failure.
-            return await settleOrLeave { try await self.store.reject(job, owner: owner, code: rejection.code, reason: rejection.reason,
+            return await settleOrLeave { try await self.store.reject(claimed.job, owner: owner, code: rejection.code, reason: rejection.reason,
                                                                       environment: nil, now: self.clock.now()) } ?? .settled(.rejected)
-        } catch let conflict as LedgerRepository.Conflict {
+        case let conflict as LedgerRepository.Conflict:
             // Another process recorded the same transaction at the same moment: settle again soon, seeing its row.
             let retry = AppleAnswer.Retry(kind: .unavailable, reason: "transaction \(conflict.transactionId) was being recorded by another process")
-            return await settleOrLeave { try await self.reschedule(job, owner: owner, retry: retry) } ?? .settled(.pending)
-        } catch {
+            return await settleOrLeave { try await self.reschedule(claimed, owner: owner, retry: retry) } ?? .settled(.pending)
+        default:
             return .infrastructure
         }
     }
@@ -95,25 +136,51 @@ public struct VerificationEngine: Sendable {
         return nil
     }
 
-    /// The receipt path, split so that the async frames alive while Apple answers stay small: thousands of calls
-    /// wait at once, and each frame on the way down to the socket reserves room for every local of its function
-    /// (this one was 7.8 KB when it held the answer and the settlement too).
-    func run(_ job: VerificationJob, receipt: consuming String, owner: String) async throws -> JobState? {
-        guard let app = try await store.cachedApp(job.appId) else {
-            return try await reject(job, owner: owner, ReceiptRejection(code: "app_not_found", reason: "the app is no longer registered"), environment: nil)
+    /// The receipt path: the local checks, Apple, the settlement.
+    @inline(never)
+    func run(_ claimed: ClaimedJob, owner: String) async throws -> JobState? {
+        let checked: ReceiptInFlight
+        switch try await check(claimed, owner: owner) {
+        case .done(let state): return state
+        case .ask(let inFlight): checked = inFlight
         }
-        if job.kind == .signedTransaction { return try await runSignedTransaction(job, jws: receipt, app: app, owner: owner) }
-        let inspected: InspectedReceipt
-        switch inspectLocally(job, receipt: receipt, app: app) {
-        case .success(let receipt): inspected = receipt
-        case .failure(let rejection): return try await reject(job, owner: owner, rejection, environment: nil)
-        }
-        switch await askApple(job, receipt: consume receipt, app: app, first: inspected.environment) {
+        switch await askApple(claimed, checked) {
         case .retryable(let retry):
-            try await reschedule(job, owner: owner, retry: retry)
-            return job.state
+            try await reschedule(claimed, owner: owner, retry: retry)
+            return claimed.job.state
         case .answered(let answer):
-            return try await settle(answer, of: job, app: app, inspected: inspected, owner: owner)
+            return try await settle(answer, of: claimed, checked, owner: owner)
+        }
+    }
+
+    /// The app and the locally inspected receipt, held by reference while Apple answers.
+    final class ReceiptInFlight: Sendable {
+        let app: ServerApp
+        let inspected: InspectedReceipt
+
+        init(app: ServerApp, inspected: InspectedReceipt) {
+            self.app = app
+            self.inspected = inspected
+        }
+    }
+
+    /// What the checks before Apple decided: an outcome already (rejected, or a signed transaction settled), or a receipt to ask about.
+    enum Checked {
+        case done(JobState?)
+        case ask(ReceiptInFlight)
+    }
+
+    @inline(never)
+    func check(_ claimed: ClaimedJob, owner: String) async throws -> Checked {
+        let job = claimed.job
+        guard let app = try await store.cachedApp(job.appId) else {
+            return .done(try await reject(job, owner: owner, ReceiptRejection(code: "app_not_found", reason: "the app is no longer registered"),
+                                          environment: nil))
+        }
+        if job.kind == .signedTransaction { return .done(try await runSignedTransaction(job, jws: claimed.receipt, app: app, owner: owner)) }
+        switch inspectLocally(job, receipt: claimed.receipt, app: app) {
+        case .success(let inspected): return .ask(ReceiptInFlight(app: app, inspected: inspected))
+        case .failure(let rejection): return .done(try await reject(job, owner: owner, rejection, environment: nil))
         }
     }
 
@@ -159,23 +226,23 @@ public struct VerificationEngine: Sendable {
     /// then 21007 → sandbox, 21008 → production, and 21002 → sandbox when the app asks for it.
     /// The receipt's text goes into the first request and is let go with it; asking another environment (rare: a
     /// sandbox receipt sent to production first) reads it again from the job's row.
-    func askApple(_ job: VerificationJob, receipt: consuming String, app: ServerApp, first: AppStoreEnvironment) async -> AppleOutcome {
-        var environment = first
+    @inline(never)
+    func askApple(_ claimed: ClaimedJob, _ checked: ReceiptInFlight) async -> AppleOutcome {
+        var environment = checked.inspected.environment
         var tried: Set<AppStoreEnvironment> = []
-        var unsent: String? = consume receipt
         while true {
             tried.insert(environment)
             let text: String
-            if let first = unsent.take() {
+            if let first = claimed.takeReceipt() {
                 text = first
-            } else if let again = await receiptAgain(of: job) {
+            } else if let again = await receiptAgain(of: claimed.id) {
                 text = again
             } else {
                 return .retryable(AppleAnswer.Retry(kind: .unavailable, reason: "the receipt could not be read again to ask \(environment.rawValue)"))
             }
             let started = ContinuousClock.now
-            let reply = await client.verify(consume text, password: app.sharedSecret, environment: environment)
-            switch next(after: reply, from: environment, tried: tried, app: app, took: ContinuousClock.now - started) {
+            let reply = await client.verify(consume text, password: checked.app.sharedSecret, environment: environment)
+            switch next(after: reply, from: environment, tried: tried, app: checked.app, took: ContinuousClock.now - started) {
             case .ask(let other): environment = other
             case .done(let outcome): return outcome
             }
@@ -204,8 +271,8 @@ public struct VerificationEngine: Sendable {
 
     /// The receipt's text read again from the job's row, for a call to the other environment.
     @inline(never)
-    private func receiptAgain(of job: VerificationJob) async -> String? {
-        guard let text = try? await store.job(job.id)?.receiptData, !text.isEmpty else { return nil }
+    private func receiptAgain(of id: String) async -> String? {
+        guard let text = try? await store.job(id)?.receiptData, !text.isEmpty else { return nil }
         return text
     }
 
@@ -216,7 +283,8 @@ public struct VerificationEngine: Sendable {
 
     /// Apple's final answer into the ledger, or a rejection.
     @inline(never)
-    func settle(_ answer: FinalAnswer, of job: VerificationJob, app: ServerApp, inspected: InspectedReceipt, owner: String) async throws -> JobState? {
+    func settle(_ answer: FinalAnswer, of claimed: ClaimedJob, _ checked: ReceiptInFlight, owner: String) async throws -> JobState? {
+        let (job, app, inspected) = (claimed.job, checked.app, checked.inspected)
         let (environment, response, raw) = (answer.environment, answer.response, answer.raw)
         guard response.status == VerifyReceiptStatus.valid || response.status == VerifyReceiptStatus.subscriptionExpired else {
             return try await reject(job, owner: owner, ReceiptRejection(code: "apple_status_\(response.status)", reason: Self.explain(response.status)),
@@ -270,8 +338,8 @@ public struct VerificationEngine: Sendable {
     }
 
     @inline(never)
-    func reschedule(_ job: VerificationJob, owner: String, retry reason: AppleAnswer.Retry) async throws {
-        let now = clock.now()
+    func reschedule(_ claimed: ClaimedJob, owner: String, retry reason: AppleAnswer.Retry) async throws {
+        let (job, now) = (claimed.job, clock.now())
         let dead = now.timeIntervalSince(job.createdAt) >= retry.maxAge
         try await store.reschedule(job, owner: owner,
                                    reason: dead ? "verification timed out: gave up after \(job.attempts) attempts (\(reason.reason))" : reason.reason,

@@ -72,17 +72,15 @@ public final class VerificationWorker: Sendable {
                 claimed = jobs.count
                 for job in jobs {
                     state.withLock { $0.inFlight += 1 }
-                    // Handed to the task, not captured by it: a captured job would keep its receipt's text for the
-                    // whole call, where the engine lets it go once it is in the request to Apple.
-                    let id = job.id, handover = Locked<VerificationJob?>(job)
+                    // By reference, the receipt's text split off (see `ClaimedJob`): the task holds 8 bytes while Apple answers.
+                    let claimed = VerificationEngine.ClaimedJob(job)
                     Task {
-                        guard let job = handover.withLock({ $0.take() }) else { return }
-                        let outcome = await self.engine.process(consume job, owner: self.owner)
+                        let outcome = await self.engine.process(claimed, owner: self.owner)
                         let wasFull = self.state.withLock { state -> Bool in
                             defer { state.inFlight -= 1 }
                             return state.inFlight >= self.configuration.concurrency
                         }
-                        if outcome?.isSettled == true { self.settled(id) }
+                        if outcome?.isSettled == true { self.settled(claimed.id) }
                         // A free place matters only to a worker that stopped claiming for want of one; waking it
                         // after every job would run a claim per job.
                         if wasFull { self.signal.wake() }
