@@ -22,6 +22,14 @@ struct HTTPTextTests {
             let spaced = text.replacingOccurrences(of: "+", with: " ")
             #expect(HTTPText.percentDecoded(text[...], plusIsSpace: true) == (spaced.removingPercentEncoding ?? text), "\(text.debugDescription)")
         }
+        // Slices that do not start at the string's start (a query's values are).
+        for _ in 0..<1_000 {
+            let text = Self.randomText(&generator), prefix = Self.randomText(&generator)
+            let whole = prefix + "#" + text
+            let mark = whole.utf8.firstIndex(of: UInt8(ascii: "#"))!
+            let slice = whole[whole.utf8.index(after: mark)...]
+            #expect(HTTPText.percentDecoded(slice, plusIsSpace: true) == HTTPText.percentDecoded(text[...], plusIsSpace: true), "\(whole.debugDescription)")
+        }
         #expect(HTTPText.percentDecoded("a%20b+c", plusIsSpace: true) == "a b c")
         #expect(HTTPText.percentDecoded("a%20b+c") == "a b+c")
         #expect(HTTPText.percentDecoded("100%") == "100%")
