@@ -6,20 +6,52 @@ import Synchronization
 
 /// PostgreSQL through libpq: a pool of connections, each owned by its own serial queue, and one
 /// listening connection for LISTEN/NOTIFY wake-ups between server processes.
+///
+/// Work waits for a connection in the pool, not in a task: a connection that finishes a piece of work takes the
+/// next waiting one on its own queue. Under load (more requests than connections) a read then costs one hand-off to
+/// the connection and one back, where handing the freed connection to a waiting task first cost two more wake-ups.
 public final class PostgresDatabase: SQLDatabase {
     public let dialect = SQLDialect.postgres
     let url: String
     private let pool: Locked<Pool>
     private let listener: PostgresListener
 
+    /// A piece of work for a connection, run on the connection's queue.
+    private typealias Work = @Sendable (PostgresConnection) -> Void
+
     private struct Pool {
         var idle: [PostgresConnection]
-        var waiters: [CheckedContinuation<PostgresConnection, Never>] = []
+        /// Work waiting for a connection, oldest first from `head` (taken slots are emptied at once).
+        private var waiting: [Work?] = []
+        private var head = 0
+
+        init(idle: [PostgresConnection]) { self.idle = idle }
+
+        var waitingCount: Int { waiting.count - head }
+
+        mutating func wait(_ work: @escaping Work) { waiting.append(work) }
+
+        /// The oldest waiting work, if any.
+        mutating func next() -> Work? {
+            guard head < waiting.count else { return nil }
+            defer {
+                waiting[head] = nil
+                head += 1
+                if head == waiting.count {
+                    waiting.removeAll(keepingCapacity: true)
+                    head = 0
+                } else if head >= 1024 {
+                    waiting.removeFirst(head)
+                    head = 0
+                }
+            }
+            return waiting[head]
+        }
     }
     private let size: Int
 
     public var poolStatistics: (inUse: Int, idle: Int, waiting: Int)? {
-        pool.withLock { pool in (size - pool.idle.count, pool.idle.count, pool.waiters.count) }
+        pool.withLock { pool in (size - pool.idle.count, pool.idle.count, pool.waitingCount) }
     }
 
     /// Connects `size` connections to `url` (a `postgres://` URL or libpq keyword string) and
@@ -35,28 +67,6 @@ public final class PostgresDatabase: SQLDatabase {
         listener = try PostgresListener(url: url, channels: channels)
     }
 
-    private func acquire() async -> PostgresConnection {
-        if let connection = pool.withLock({ $0.idle.popLast() }) { return connection }
-        return await withCheckedContinuation { continuation in
-            let ready: PostgresConnection? = pool.withLock { pool in
-                if let connection = pool.idle.popLast() { return connection }
-                pool.waiters.append(continuation)
-                return nil
-            }
-            if let ready { continuation.resume(returning: ready) }
-        }
-    }
-
-    private func release(_ connection: PostgresConnection) {
-        let waiter: CheckedContinuation<PostgresConnection, Never>? = pool.withLock { pool in
-            if pool.waiters.isEmpty {
-                pool.idle.append(connection)
-                return nil
-            }
-            return pool.waiters.removeFirst()
-        }
-        waiter?.resume(returning: connection)
-    }
 
     public func transaction<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
         try await onConnection { connection in
@@ -89,13 +99,33 @@ public final class PostgresDatabase: SQLDatabase {
     /// Runs `work` on a pooled connection's queue, the connection made ready first (reset if a failure left it in a
     /// pipeline or a transaction; plans refreshed when stale).
     private func onConnection<T: Sendable>(_ work: @escaping @Sendable (PostgresConnection) throws -> T) async throws -> T {
-        let connection = await acquire()
-        defer { release(connection) }
-        return try await withCheckedThrowingContinuation { continuation in
-            connection.queue.async {
+        try await withCheckedThrowingContinuation { continuation in
+            let item: Work = { connection in
                 if !connection.isHealthy { connection.reset() }
                 connection.refreshPlansIfStale()
                 continuation.resume(with: Result { try work(connection) })
+            }
+            let idle: PostgresConnection? = pool.withLock { pool in
+                if let connection = pool.idle.popLast() { return connection }
+                pool.wait(item)
+                return nil
+            }
+            if let idle { drain(idle, first: item) }
+        }
+    }
+
+    /// Runs `first` on the connection's queue, then the work that waits for a connection, until none does and the
+    /// connection goes back to the idle ones.
+    private func drain(_ connection: PostgresConnection, first: @escaping Work) {
+        connection.queue.async { [self] in
+            var next: Work? = first
+            while let work = next {
+                work(connection)
+                next = pool.withLock { pool in
+                    if let waiting = pool.next() { return waiting }
+                    pool.idle.append(connection)
+                    return nil
+                }
             }
         }
     }
