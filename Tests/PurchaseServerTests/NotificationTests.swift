@@ -256,6 +256,40 @@ struct NotificationTests {
         #expect((body["error"] as? [String: Any])?["code"] as? String == "invalid_notification")
     }
 
+    @Test("A nested transaction signed by someone else or for another bundle is answered 503 (Apple sends it again); the genuine one is queued and granted once",
+          arguments: Engine.available)
+    func nestedJudgedAlike(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        try await Self.prepare(world, ["com.example.coins"])
+        let (bought, receipt) = try await world.buy("com.example.coins", "Nada.JPYF01")
+        #expect(try await world.upload("com.example.coins", user: "alice", receipt: receipt).state == "verified")
+        let genuine = try #require(try await Self.notifications(world, "com.example.coins", type: "ONE_TIME_CHARGE").first).signedPayload
+        let transaction = try Self.nestedTransaction(genuine)
+        let stranger = try CertificateAuthority.generate(algorithm: .ecP256)
+        let forged = try JWS.sign(payload: try JWS(compact: transaction).payload, key: stranger.leafKey, chain: stranger.chain)
+        let otherBundle = try JWS.sign(payload: Array(String(decoding: try JWS(compact: transaction).payload, as: UTF8.self)
+                                                          .replacingOccurrences(of: "com.example.coins", with: "com.example.comics").utf8),
+                                       key: TestSupport.jwsAuthority.leafKey, chain: TestSupport.jwsAuthority.chain)
+        func notification(_ nested: String) throws -> String {
+            try Self.signed(["notificationType": "ONE_TIME_CHARGE", "notificationUUID": UUID().uuidString, "version": "2.0",
+                             "signedDate": Int64(Date().timeIntervalSince1970 * 1000),
+                             "data": ["bundleId": "com.example.coins", "environment": "Sandbox", "signedTransactionInfo": nested]])
+        }
+        // Twice each: the server's verdicts are remembered (chains, headers, transactions); the second round meets them.
+        for _ in 0..<2 {
+            for nested in [forged, otherBundle] {
+                let (status, body) = try await Self.post(world, try notification(nested))
+                #expect(status == 503)
+                #expect((body["error"] as? [String: Any])?["code"] as? String == "nested_unverifiable")
+            }
+            let (status, answer) = try await Self.post(world, try notification(transaction))
+            #expect(status == 200 && answer["outcome"] as? String == "queued")
+        }
+        let listed = try await world.user("com.example.coins", "alice")["transactions"] as? [[String: Any]] ?? []
+        #expect(listed.compactMap { $0["transactionId"] as? String } == [bought.id])
+    }
+
     /// A notification signed like Apple's, with `payload` as its decoded body.
     static func signed(_ payload: [String: Any]) throws -> String {
         try JWS.sign(payload: Array(try JSONSerialization.data(withJSONObject: payload, options: [.sortedKeys])),
