@@ -256,7 +256,7 @@ struct NotificationTests {
         #expect((body["error"] as? [String: Any])?["code"] as? String == "invalid_notification")
     }
 
-    @Test("A nested transaction signed by someone else or for another bundle is answered 503 (Apple sends it again); the genuine one is queued and granted once",
+    @Test("A nested transaction signed by someone else or for another bundle is answered 503 (Apple sends it again); the genuine one is queued, and once settled the purchase is still listed once",
           arguments: Engine.available)
     func nestedJudgedAlike(engine: Engine) async throws {
         let world = try await ServerWorld.make(engine)
@@ -285,6 +285,7 @@ struct NotificationTests {
             }
             let (status, answer) = try await Self.post(world, try notification(transaction))
             #expect(status == 200 && answer["outcome"] as? String == "queued")
+            try await Self.settle(world, answer, bundle: "com.example.coins")
         }
         let listed = try await world.user("com.example.coins", "alice")["transactions"] as? [[String: Any]] ?? []
         #expect(listed.compactMap { $0["transactionId"] as? String } == [bought.id])
