@@ -121,14 +121,22 @@ struct ModelTests {
         var missed = false
         var now: Date { world.server.clock.now() }
 
-        init(_ world: ServerWorld, devices: [String], emails: [String]) {
+        init(_ world: ServerWorld, devices: [String], emails: [String], time: PausableTime) {
             self.world = world
+            self.time = time
             self.devices = devices
             self.emails = emails
         }
 
+        /// Real time, held still while the server is compared with the truth.
+        let time: PausableTime
+
         static func start(shared: Bool) async throws -> Run {
-            let world = try await ServerWorld.make(.sqlite)
+            // Time runs (the worker's retries and leases need it), but a comparison reads the App Store and the
+            // server at one instant: otherwise an expiry falling between the two reads is a disagreement of the test's.
+            let time = PausableTime()
+            let clock = AdjustableClock(offset: TestSupport.referenceDate.timeIntervalSinceNow, base: time.now)
+            let world = try await ServerWorld.make(.sqlite, clock: clock)
             for bundle in ModelTests.bundles {
                 try await world.emulator.setNotificationURLs(bundleId: bundle, NotificationURLs(sandbox: "http://127.0.0.1:9/unused"))
             }
@@ -142,7 +150,7 @@ struct ModelTests {
                 devices.append(try await world.emulator.signIn(deviceId: nil, email: "second@example.com").id)
                 emails.append("second@example.com")
             }
-            return Run(world, devices: devices, emails: emails)
+            return Run(world, devices: devices, emails: emails, time: time)
         }
 
         func user(_ index: Int) -> String { "u\(index + 1)" }
@@ -341,6 +349,8 @@ struct ModelTests {
                 try await run.apply(step)
                 try await run.deliver(delivery)
                 tally.withLock { $0.steps += 1 }
+                run.time.pause()
+                defer { run.time.resume() }
                 // The rollup follows the ledger at every step, whatever has arrived.
                 if let disagreement = try await run.metricsDisagreement() {
                     problem = "after step \(number + 1) (\(step)): \(disagreement)"
@@ -397,4 +407,13 @@ struct ModelTests {
         let (steps, comparisons, expiries) = Self.tally.withLock { ($0.steps, $0.comparisons, $0.expiries) }
         print("model: \(count) scripts, \(steps) steps, \(comparisons) comparisons with the App Store's truth (\(expiries) of an active subscription's expiry), all equal (STOREKEEPER_MODEL_SEED=\(seed))")
     }
+}
+
+/// The system's time, which a test can hold still for a while and let run again (it then jumps to the system's
+/// time: it never goes back).
+final class PausableTime: Sendable {
+    private let held = Locked<Date?>(nil)
+    func now() -> Date { held.withLock { $0 } ?? Date() }
+    func pause() { held.withLock { $0 = Date() } }
+    func resume() { held.withLock { $0 = nil } }
 }

@@ -86,8 +86,7 @@ struct ServerWorld {
 
     static func make(_ engine: Engine, retry: VerificationEngine.RetryPolicy = .init(baseDelay: 0.01, maxDelay: 0.05, maxAge: 3600),
                      policies: (inout ServerApp) -> Void = { _ in }, startWorker: Bool = true,
-                     ids: any IDGenerator = RandomIDs()) async throws -> ServerWorld {
-        let clock = TestSupport.runningClock()
+                     ids: any IDGenerator = RandomIDs(), clock: AdjustableClock = TestSupport.runningClock()) async throws -> ServerWorld {
         let emulator = try await TestSupport.emulator(clock: clock)
         let examples = TestSupport.repositoryRoot().appendingPathComponent("examples")
         for (bundle, file) in [("com.example.coins", "coins"), ("com.example.football", "football"), ("com.example.comics", "comics"), ("com.example.magazine", "magazine")] {
