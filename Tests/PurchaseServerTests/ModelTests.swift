@@ -1,6 +1,7 @@
 @testable import AppStoreEmulator
 import AppStoreCrypto
 import AppStoreModels
+import Clocks
 import Foundation
 import Locking
 @testable import PurchaseServer
