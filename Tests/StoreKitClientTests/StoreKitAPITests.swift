@@ -118,7 +118,8 @@ struct StoreKitAPITests {
             }
             return seen
         }
-        try await Task.sleep(for: .milliseconds(300))
+        // The stream's first look only learns what exists (nothing is yielded): the purchase must come after it.
+        try await Task.sleep(for: .seconds(1))
         let other = try StoreKit2(connection: try await Self.connection(world), rootsPEM: root)
         guard case .success(let bought) = try await other.purchase("ProtectiveGloves") else { Issue.record("no purchase"); return }
         try await Task.sleep(for: .milliseconds(1200))  // the refund lands in a later second than the purchase

@@ -242,7 +242,8 @@ def test_metrics_and_transactions_show_the_ledger(console, browser):
     table = page.get_by_role("table").filter(has_text="Active subscriptions").first
     assert table.count() == 1
     status, figures = console.request("GET", f"/admin/v1/apps/{APP}/metrics?interval=day", key=console.admin_key)
-    assert status == 200 and figures[-1]["activeSubscriptions"] + figures[-1]["activeTrials"] >= 1
+    # Subscriptions started, not active now: the sandbox's trials last three minutes of real time, fewer than a slow run may take.
+    assert status == 200 and sum(figure["trialsStarted"] + figure["newSubscriptions"] for figure in figures) >= 1, figures
     page.goto(console.url + "/console/transactions")
     assert page.get_by_role("cell", name="com.example.magazine.monthly").count() >= 1
     with page.expect_download() as download:

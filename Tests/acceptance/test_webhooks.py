@@ -85,11 +85,18 @@ def test_killed_between_settlement_and_delivery_loses_nothing(emulator, engine):
             bought = emulator_buy(emulator, "com.example.coins", "Nada.JPYF02", tester)
             # The receiver is down: the purchase settles, its events wait in the outbox, and the server dies.
             assert server.upload(key, "carol", bought["receipt"])["state"] == "verified"
-            time.sleep(0.5)
+            # Killed once both deliveries have met the closed port (not after a guess of how long that takes).
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                logged = server.cli("server", "webhook", "deliveries", "com.example.coins", added["id"])
+                if len(logged) == 2 and all(delivery["log"] for delivery in logged):
+                    break
+                time.sleep(0.1)
             server.kill()
             receiver.up()
             server.start()
-            events = receiver.wait_for(2)
+            # A kill in the middle of a retry leaves that delivery claimed until its lease (2 x timeout + 30 s) lapses.
+            events = receiver.wait_for(2, timeout=90)
             assert sorted(event["type"] for event in events.values()) == ["BALANCE_CHANGED", "CONSUMABLE_PURCHASE"], events
             purchase = next(event for event in events.values() if event["type"] == "CONSUMABLE_PURCHASE")
             assert purchase["appUserId"] == "carol" and purchase["transactionId"] == bought["transaction_id"]
