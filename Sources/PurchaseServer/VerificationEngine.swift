@@ -144,7 +144,7 @@ public struct VerificationEngine: Sendable {
         case .done(let state): return state
         case .ask(let inFlight): checked = inFlight
         }
-        switch await askApple(claimed, checked) {
+        switch try await askApple(claimed, checked) {
         case .retryable(let retry):
             try await reschedule(claimed, owner: owner, retry: retry)
             return claimed.job.state
@@ -227,7 +227,7 @@ public struct VerificationEngine: Sendable {
     /// The receipt's text goes into the first request and is let go with it; asking another environment (rare: a
     /// sandbox receipt sent to production first) reads it again from the job's row.
     @inline(never)
-    func askApple(_ claimed: ClaimedJob, _ checked: ReceiptInFlight) async -> AppleOutcome {
+    func askApple(_ claimed: ClaimedJob, _ checked: ReceiptInFlight) async throws -> AppleOutcome {
         var environment = checked.inspected.environment
         var tried: Set<AppStoreEnvironment> = []
         while true {
@@ -235,7 +235,7 @@ public struct VerificationEngine: Sendable {
             let text: String
             if let first = claimed.takeReceipt() {
                 text = first
-            } else if let again = await receiptAgain(of: claimed.id) {
+            } else if let again = try await receiptAgain(of: claimed.id) {
                 text = again
             } else {
                 return .retryable(AppleAnswer.Retry(kind: .unavailable, reason: "the receipt could not be read again to ask \(environment.rawValue)"))
@@ -271,8 +271,10 @@ public struct VerificationEngine: Sendable {
 
     /// The receipt's text read again from the job's row, for a call to the other environment.
     @inline(never)
-    private func receiptAgain(of id: String) async -> String? {
-        guard let text = try? await store.job(id)?.receiptData, !text.isEmpty else { return nil }
+    /// The job's receipt read again from its row; nil when it is gone (the customer was erased meanwhile). A database
+    /// error is thrown: it is this server's failure, not Apple's, and the job's claim ends without an outcome.
+    private func receiptAgain(of id: String) async throws -> String? {
+        guard let text = try await store.job(id)?.receiptData, !text.isEmpty else { return nil }
         return text
     }
 
