@@ -49,9 +49,14 @@ extension PurchaseStore {
         if database.dialect == .postgres { try repository.notify(Self.jobsChannel) }
     }
 
-    /// One job (of one app when `appId` is given).
+    /// One job (of one app when `appId` is given), without its receipt.
     public func job(_ id: String, appId: String? = nil) async throws -> VerificationJob? {
         try await database.read { db in try self.jobs(db).job(id) }.flatMap { appId == nil || $0.appId == appId ? $0 : nil }
+    }
+
+    /// A job's receipt as uploaded; nil once dropped (rejected, or its customer erased).
+    func receipt(of id: String) async throws -> String? {
+        try await database.read { db in try self.jobs(db).receipt(of: id) }
     }
 
     /// How many claims may end without an outcome (the process died holding the lease) before a

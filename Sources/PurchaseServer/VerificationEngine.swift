@@ -274,7 +274,7 @@ public struct VerificationEngine: Sendable {
     /// The job's receipt read again from its row; nil when it is gone (the customer was erased meanwhile). A database
     /// error is thrown: it is this server's failure, not Apple's, and the job's claim ends without an outcome.
     private func receiptAgain(of id: String) async throws -> String? {
-        guard let text = try await store.job(id)?.receiptData, !text.isEmpty else { return nil }
+        guard let text = try await store.receipt(of: id), !text.isEmpty else { return nil }
         return text
     }
 

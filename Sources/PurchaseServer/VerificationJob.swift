@@ -17,6 +17,8 @@ public struct VerificationJob: Sendable, Codable, Equatable {
     public var appId: String
     public var appUserId: String
     public var kind: Kind
+    /// The receipt as uploaded (Base64, or a JWS): present on a new job and a claimed one; a job read for its
+    /// state or listed has it empty (`PurchaseStore.receipt(of:)` reads it).
     public var receiptData: String
     public var state: JobState
     public var reason: String?

@@ -134,9 +134,9 @@ struct JunkStorageTests {
         #expect(job.state == "rejected")
         let id = job["verificationId"] as? String ?? ""
         let row = try await world.server.store.database.transaction { db in
-            try db.query("SELECT receipt_data, receipt_sha256, receipt_size, reason FROM verification_jobs WHERE id = ?", [id]).first
+            try db.query("SELECT r.receipt_data AS receipt_data, receipt_sha256, receipt_size, reason FROM verification_jobs j LEFT JOIN verification_receipts r ON r.job_id = j.id WHERE j.id = ?", [id]).first
         }
-        #expect(row?.string("receipt_data") == "")
+        #expect(row != nil && row?.string("receipt_data") == nil)
         #expect(row?.string("receipt_sha256") == Digest.sha256.hash(Array(junk.utf8)).hexString)
         #expect(row?.int("receipt_size") == Int64(junk.utf8.count))
         #expect(row?.string("reason")?.isEmpty == false)

@@ -2,7 +2,8 @@ import AppStoreModels
 import Foundation
 import Storage
 
-/// The SQL of the `verification_jobs` table: the durable queue of uploads, their leases and outcomes.
+/// The SQL of the `verification_jobs` table, the durable queue of uploads, their leases and outcomes, and of
+/// `verification_receipts`, each job's receipt (written once, read by the claim, dropped when the job is rejected).
 struct JobRepository {
     let db: any SQLConnection
     let dialect: SQLDialect
@@ -11,17 +12,18 @@ struct JobRepository {
     func insert(_ job: VerificationJob) throws {
         let now = job.createdAt.milliseconds
         // New rows only, each its own: uploads committed together are written with one statement where the database can.
-        let columns = ["id", "app_id", "app_user_id", "kind", "receipt_data", "state", "attempts", "next_attempt_at", "created_at", "updated_at",
+        let columns = ["id", "app_id", "app_user_id", "kind", "state", "attempts", "next_attempt_at", "created_at", "updated_at",
                        "user_authenticated", "receipt_size"]
         if job.state == .rejected {
             try db.append(into: "verification_jobs", columns: columns + ["receipt_sha256", "reason", "settled_at"],
-                          values: [job.id, job.appId, job.appUserId, job.kind.rawValue, "", "rejected", 0, now, now, now, job.userAuthenticated,
+                          values: [job.id, job.appId, job.appUserId, job.kind.rawValue, "rejected", 0, now, now, now, job.userAuthenticated,
                                    Int64(job.receiptData.utf8.count), job.receiptSHA256, job.reason, now])
             return
         }
         try db.append(into: "verification_jobs", columns: columns + ["deliver_transaction_id", "deliver_product_id"],
-                      values: [job.id, job.appId, job.appUserId, job.kind.rawValue, job.receiptData, "pending", 0, now, now, now, job.userAuthenticated,
+                      values: [job.id, job.appId, job.appUserId, job.kind.rawValue, "pending", 0, now, now, now, job.userAuthenticated,
                                Int64(job.receiptData.utf8.count), job.deliver?.transactionId, job.deliver?.productId])
+        try db.append(into: "verification_receipts", columns: ["job_id", "receipt_data"], values: [job.id, job.receiptData])
     }
 
     /// Wakes the workers of other processes listening on `channel` when this transaction commits (PostgreSQL).
@@ -29,8 +31,19 @@ struct JobRepository {
         try db.run("SELECT pg_notify(?, '')", [channel])
     }
 
+    /// The job, without its receipt (`receiptData` is empty): what its state and outcome are.
     func job(_ id: String) throws -> VerificationJob? {
         try db.query("SELECT * FROM verification_jobs WHERE id = ?", [id]).first.map(Self.job)
+    }
+
+    /// The job's receipt as uploaded; nil once dropped (a rejected job, an erased customer's).
+    func receipt(of id: String) throws -> String? {
+        try db.query("SELECT receipt_data FROM verification_receipts WHERE job_id = ?", [id]).first?.string("receipt_data")
+    }
+
+    /// Drops a job's receipt (its SHA-256 stays on the job).
+    func dropReceipt(of id: String) throws {
+        try db.run("DELETE FROM verification_receipts WHERE job_id = ?", [id])
     }
 
     /// Takes up to `limit` due jobs (and jobs whose lease expired) for `owner`, counting the claim;
@@ -54,7 +67,7 @@ struct JobRepository {
                     SELECT id, next_attempt_at FROM (SELECT id, next_attempt_at FROM verification_jobs
                         WHERE state = 'verifying' AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?\(lock)) AS lapsed
                 ) AS candidates ORDER BY next_attempt_at LIMIT ?)
-            RETURNING *
+            RETURNING *, (SELECT receipt_data FROM verification_receipts WHERE job_id = verification_jobs.id) AS receipt_data
             """, [owner, leaseUntil, now, now, limit, now, limit, now, limit, limit]).map { (Self.job($0), $0.int("open_claims") ?? 0) }
     }
 
@@ -76,11 +89,13 @@ struct JobRepository {
 
     /// Settles a job `owner` holds as rejected, dropping its bytes and keeping their hash; false when the lease was lost.
     func reject(_ id: String, owner: String, reason: String, environment: String?, receiptSHA256: String, now: Int64) throws -> Bool {
-        try !db.query("""
+        guard try !db.query("""
             UPDATE verification_jobs SET state = 'rejected', reason = ?, environment = ?, lease_owner = NULL, lease_expires_at = NULL,
-            open_claims = 0, receipt_data = '', receipt_sha256 = ?, updated_at = ?, settled_at = ?
+            open_claims = 0, receipt_sha256 = ?, updated_at = ?, settled_at = ?
             WHERE id = ? AND lease_owner = ? AND state = 'verifying' RETURNING id
-            """, [reason, environment, receiptSHA256, now, now, id, owner]).isEmpty
+            """, [reason, environment, receiptSHA256, now, now, id, owner]).isEmpty else { return false }
+        try dropReceipt(of: id)
+        return true
     }
 
     /// Whether `owner` still holds the job's lease; on PostgreSQL the row stays locked until the transaction ends.
@@ -112,9 +127,10 @@ struct JobRepository {
     func settle(_ id: String, state: JobState, reason: String?, environment: String, result: String, receiptSHA256: String?, now: Int64) throws {
         try db.run("""
             UPDATE verification_jobs SET state = ?, reason = ?, environment = ?, result = ?, lease_owner = NULL, lease_expires_at = NULL,
-            open_claims = 0, updated_at = ?, settled_at = ?, receipt_sha256 = COALESCE(?, receipt_sha256)\(state == .rejected ? ", receipt_data = ''" : "")
+            open_claims = 0, updated_at = ?, settled_at = ?, receipt_sha256 = COALESCE(?, receipt_sha256)
             WHERE id = ?
             """, [state.rawValue, reason, environment, result, now, now, state == .rejected ? receiptSHA256 : nil, id])
+        if state == .rejected { try dropReceipt(of: id) }
     }
 
     /// Jobs of an app (all apps when nil) in a state (all when nil), newest first.
