@@ -272,14 +272,23 @@ enum Schema {
         ], dialect: .postgres),
         // A job's receipt in a table of its own, written once and read when the job is claimed: a claim and a settlement
         // change a small row, where rewriting the job's row rewrote its receipt too (on SQLite the whole record, its
-        // overflow pages included: about a third of the log written per upload).
+        // overflow pages included). On PostgreSQL the jobs table is locked against writes first: another process still
+        // inserting jobs between the copy and the drop would lose their receipts with the column. Its receipts are
+        // stored uncompressed before any is copied (as migration 19 did for the column).
         SQLMigration(version: 20, statements: [
+            "LOCK TABLE verification_jobs IN SHARE MODE",
             "CREATE TABLE verification_receipts (job_id TEXT PRIMARY KEY, receipt_data TEXT NOT NULL)",
-            "INSERT INTO verification_receipts (job_id, receipt_data) SELECT id, receipt_data FROM verification_jobs WHERE receipt_data <> ''",
-            "ALTER TABLE verification_jobs DROP COLUMN receipt_data",
-        ]),
-        SQLMigration(version: 21, statements: [
             "ALTER TABLE verification_receipts ALTER COLUMN receipt_data SET STORAGE EXTERNAL",
-        ], dialect: .postgres),
+        ] + Self.receiptsMoved, dialect: .postgres),
+        // SQLite: the migration's transaction already holds the only write lock.
+        SQLMigration(version: 21, statements: [
+            "CREATE TABLE verification_receipts (job_id TEXT PRIMARY KEY, receipt_data TEXT NOT NULL)",
+        ] + Self.receiptsMoved, dialect: .sqlite),
+    ]
+
+    /// Every stored receipt copied to `verification_receipts`, then the jobs' column dropped.
+    private static let receiptsMoved = [
+        "INSERT INTO verification_receipts (job_id, receipt_data) SELECT id, receipt_data FROM verification_jobs WHERE receipt_data <> ''",
+        "ALTER TABLE verification_jobs DROP COLUMN receipt_data",
     ]
 }

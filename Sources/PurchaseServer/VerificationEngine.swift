@@ -269,10 +269,9 @@ public struct VerificationEngine: Sendable {
         }
     }
 
-    /// The receipt's text read again from the job's row, for a call to the other environment.
+    /// The job's receipt read again, for a call to the other environment; nil when it is gone (the customer was erased
+    /// meanwhile). A database error is thrown: it is this server's failure, not Apple's, and the claim ends without an outcome.
     @inline(never)
-    /// The job's receipt read again from its row; nil when it is gone (the customer was erased meanwhile). A database
-    /// error is thrown: it is this server's failure, not Apple's, and the job's claim ends without an outcome.
     private func receiptAgain(of id: String) async throws -> String? {
         guard let text = try await store.receipt(of: id), !text.isEmpty else { return nil }
         return text

@@ -101,11 +101,13 @@ extension CustomerRepository {
             try db.query("UPDATE \(table) SET app_user_id = ? WHERE app_id = ? AND app_user_id = ?", [tombstone, appId, user])
         }
         try db.query("UPDATE users SET flag_reason = NULL WHERE app_id = ? AND app_user_id = ?", [appId, tombstone])
-        try db.query("""
-            DELETE FROM verification_receipts WHERE job_id IN (SELECT id FROM verification_jobs WHERE app_id = ? AND app_user_id = ?)
-            """, [appId, user])
         try db.query("UPDATE verification_jobs SET app_user_id = ?, result = NULL WHERE app_id = ? AND app_user_id = ?",
                      [tombstone, appId, user])
+        // After the jobs are the tombstone's (unique to this erase): an upload committed meanwhile was either renamed, and
+        // its receipt goes here, or comes after, under the user's id.
+        try db.query("""
+            DELETE FROM verification_receipts WHERE job_id IN (SELECT id FROM verification_jobs WHERE app_id = ? AND app_user_id = ?)
+            """, [appId, tombstone])
         try db.query("UPDATE audit_events SET app_user_id = ?, detail = '{\"redacted\":\"customer deleted\"}' WHERE app_id = ? AND app_user_id = ?",
                      [tombstone, appId, user])
         try db.query("""

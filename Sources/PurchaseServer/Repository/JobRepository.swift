@@ -108,8 +108,7 @@ struct JobRepository {
     /// locked until the transaction ends, taken in id order so that two batches never wait on each other in a cycle.
     ///
     /// The state is checked here, not in SQL: with `state = ?` beside `id IN (…)`, SQLite (without statistics) may
-    /// choose the index on the state and read every job being verified, thousands while Apple is slow, each row
-    /// with its receipt, for every batch.
+    /// choose the index on the state and read every job being verified, thousands while Apple is slow, for every batch.
     func leases(_ ids: [String]) throws -> [String: String] {
         var owners: [String: String] = [:]
         for chunk in Array(Set(ids)).sorted().chunked(400) {
