@@ -11,7 +11,7 @@ final class PostgresConnection: @unchecked Sendable {
     /// Statements prepared on this connection (SQL → name): parsed and planned once, not per call.
     private var prepared: [String: String] = [:]
     private static let maxPrepared = 256
-    /// Statements with more parameters are `IN` lists and multi-row inserts whose size varies: each is planned for
+    /// Statements with more parameters are `IN` lists and multi-row inserts and updates whose size varies: each is planned for
     /// its values (PostgreSQL's unnamed statement), and none fills the cache.
     static let maxPreparedParameters = 32
     /// How long prepared statements are kept before they are prepared again. PostgreSQL keeps a statement's generic
@@ -39,19 +39,43 @@ final class PostgresConnection: @unchecked Sendable {
     private struct Pending {
         let sql: String
         let texts: [String?]
-        let orElse: (any Error)?
+        var expectation: Expectation? = nil
     }
-    /// Rows appended to log-like tables (`append`), per table and statement shape, in the order first seen.
-    private var appends: [AppendGroup] = []
-    private struct AppendGroup {
-        let table: String
-        let columns: [String]
-        let conflict: String
-        var rows: [[String?]] = []
-        var seen: Set<[String?]> = []
+    /// What only this side can check of a statement's rows.
+    private enum Expectation {
+        /// At least one row, else this error.
+        case someRow(any Error)
+        /// Each of these keys among the rows' first column, else the error of the first one missing.
+        case everyKey([(key: String?, error: any Error)])
+
+        /// The error of a statement that returned no rows at all.
+        var withoutRows: (any Error)? {
+            switch self {
+            case .someRow(let error): return error
+            case .everyKey(let expected): return expected.first?.error
+            }
+        }
+
+        func failure(_ result: OpaquePointer) -> (any Error)? {
+            switch self {
+            case .someRow(let error):
+                return PQntuples(result) == 0 ? error : nil
+            case .everyKey(let expected):
+                // Counted, so that two rows with one key are both accounted for only if both came back.
+                var returned: [String: Int] = [:]
+                for row in 0..<PQntuples(result) where PQgetisnull(result, row, 0) == 0 {
+                    returned[String(cString: PQgetvalue(result, row, 0)), default: 0] += 1
+                }
+                for (key, error) in expected {
+                    guard let key, let count = returned[key], count > 0 else { return error }
+                    returned[key] = count - 1
+                }
+                return nil
+            }
+        }
     }
-    /// Rows per multi-row insert (PostgreSQL takes at most 65,535 parameters per statement).
-    static let maxRowsPerInsert = 500
+    /// Rows inserted (`append`) and changed (`update`) one at a time, written a table at a time.
+    private var gathered = GatheredWrites()
 
     /// Statements sent per pipeline sync: their results are small, so neither side's socket buffer fills while
     /// the other is still writing.
@@ -65,14 +89,14 @@ final class PostgresConnection: @unchecked Sendable {
 
     /// Holds a statement whose rows are not read, to send with others in one round trip (`flush`).
     func enqueue(_ sql: String, _ parameters: [SQLValue], orElse: (any Error)? = nil) throws {
-        holdAppends(namedIn: sql)
-        pending.append(Pending(sql: sql, texts: parameters.map(Self.text), orElse: orElse))
+        holdGathered(namedIn: sql)
+        pending.append(Pending(sql: sql, texts: parameters.map(Self.text), expectation: orElse.map(Expectation.someRow)))
         if pending.count >= Self.maxPipeline { try flush() }
     }
 
     /// Sends the held statements in one pipeline and reads their results: one round trip for all of them. The
-    /// first failure is thrown (PostgreSQL skips the statements after it); a statement held with `orElse` that
-    /// returned no row throws that.
+    /// first failure is thrown (PostgreSQL skips the statements after it); a statement held with an expectation on
+    /// its rows (`orElse`, a row that must be written) that it did not meet throws that expectation's error.
     func flush() throws {
         guard !pending.isEmpty else { return }
         let batch = pending
@@ -82,9 +106,9 @@ final class PostgresConnection: @unchecked Sendable {
 
     /// Runs independent statements in one round trip (after the held ones) and returns each one's rows.
     func execute(together statements: [(sql: String, parameters: [SQLValue])]) throws -> [[SQLRow]] {
-        for statement in statements { holdAppends(namedIn: statement.sql) }
+        for statement in statements { holdGathered(namedIn: statement.sql) }
         // The held statements and these in one round trip.
-        let batch = pending + statements.map { Pending(sql: $0.sql, texts: $0.parameters.map(Self.text), orElse: nil) }
+        let batch = pending + statements.map { Pending(sql: $0.sql, texts: $0.parameters.map(Self.text)) }
         pending = []
         let rows = try pipeline(batch, keepRows: true)
         guard rows.count >= statements.count else { throw connectionError() }
@@ -129,10 +153,10 @@ final class PostgresConnection: @unchecked Sendable {
                 guard failure == nil else { continue }
                 switch PQresultStatus(result) {
                 case PGRES_COMMAND_OK, PGRES_EMPTY_QUERY:
-                    if let orElse = item.orElse { failure = orElse }
+                    if let expectation = item.expectation { failure = expectation.withoutRows }
                     if keepRows { rows.append([]) }
                 case PGRES_TUPLES_OK:
-                    if PQntuples(result) == 0, let orElse = item.orElse { failure = orElse }
+                    if let expectation = item.expectation { failure = expectation.failure(result) }
                     if keepRows { rows.append(Self.rows(of: result)) }
                 case PGRES_PIPELINE_ABORTED:
                     break
@@ -174,50 +198,38 @@ final class PostgresConnection: @unchecked Sendable {
 
     /// Sends whatever a body run without BEGIN left held (`read`: nothing, as it only reads).
     func finishWithoutCommit() throws {
-        holdAppends(namedIn: nil)
+        holdGathered(namedIn: nil)
         try flush()
     }
 
     /// Commits the transaction. COMMIT travels with the held statements, unless one of them carries an expectation
-    /// that only this side can check (`orElse`): those are sent and checked first, so a failed one is rolled back.
+    /// that only this side can check (`orElse`, rows that must be written): those are sent and checked first, so a
+    /// failed one is rolled back.
     func commit() throws {
-        holdAppends(namedIn: nil)
-        if pending.contains(where: { $0.orElse != nil }) { try flush() }
+        holdGathered(namedIn: nil)
+        if pending.contains(where: { $0.expectation != nil }) { try flush() }
         try enqueue("COMMIT", [])
         try flush()
     }
 
-    /// Gathers a row for a multi-row insert into a log-like table (identical rows once).
-    func append(into table: String, columns: [String], values: [SQLValue], conflict: String) throws {
-        let row = values.map(Self.text)
-        let index: Int
-        if let found = appends.firstIndex(where: { $0.table == table && $0.columns == columns && $0.conflict == conflict }) {
-            index = found
-        } else {
-            appends.append(AppendGroup(table: table, columns: columns, conflict: conflict))
-            index = appends.count - 1
-        }
-        // Under a conflict clause a repeated row changes nothing, and in one statement it would be an error.
-        if !conflict.isEmpty, !appends[index].seen.insert(row).inserted { return }
-        appends[index].rows.append(row)
+    /// Gathers a row for a multi-row insert (identical rows once); with `mustWrite`, a row that must be written: the
+    /// insert returns its key column, and a row whose key does not come back fails with its `orElse`.
+    func append(into table: String, columns: [String], values: [SQLValue], conflict: String,
+                mustWrite: (key: String, orElse: any Error)? = nil) throws {
+        try gathered.insert(into: table, columns: columns, row: values.map(Self.text), conflict: conflict, mustWrite: mustWrite)
     }
 
-    /// Turns the gathered rows of the tables `sql` names (all of them for nil) into held multi-row inserts.
-    private func holdAppends(namedIn sql: String?) {
-        guard !appends.isEmpty else { return }
-        var kept: [AppendGroup] = []
-        for group in appends {
-            guard sql.map({ $0.contains(group.table) }) ?? true else {
-                kept.append(group)
-                continue
-            }
-            for start in stride(from: 0, to: group.rows.count, by: Self.maxRowsPerInsert) {
-                let rows = group.rows[start..<min(start + Self.maxRowsPerInsert, group.rows.count)]
-                pending.append(Pending(sql: SQLStatement.insert(into: group.table, columns: group.columns, rows: rows.count, conflict: group.conflict),
-                                       texts: Array(rows.joined()), orElse: nil))
-            }
+    /// Gathers a change of one row, found by its key, for a multi-row `UPDATE`.
+    func update(_ table: String, set assignments: [String], values: [SQLValue], keyColumn: String, key: SQLValue) throws {
+        try gathered.update(table, set: assignments, values: values.map(Self.text), keyColumn: keyColumn, key: Self.text(key))
+    }
+
+    /// Turns the gathered rows of the tables `sql` names (all of them for nil) into held statements.
+    private func holdGathered(namedIn sql: String?) {
+        guard !gathered.isEmpty else { return }
+        for statement in gathered.take(namedIn: sql) {
+            pending.append(Pending(sql: statement.sql, texts: statement.texts, expectation: statement.mustWrite.map(Expectation.everyKey)))
         }
-        appends = kept
     }
 
     /// Drops held statements after the transaction's body failed; false when none of the transaction reached the
@@ -225,7 +237,7 @@ final class PostgresConnection: @unchecked Sendable {
     func discardPending() -> Bool {
         let started = pending.first?.sql != "BEGIN"
         pending = []
-        appends = []
+        gathered = GatheredWrites()
         return started
     }
 
@@ -287,7 +299,7 @@ final class PostgresConnection: @unchecked Sendable {
         prepared = [:]  // a new session has none
         preparedSince = ContinuousClock.now
         pending = []
-        appends = []
+        gathered = GatheredWrites()
     }
 
     /// `?` → `$1, $2, …` outside quoted strings.
@@ -341,5 +353,14 @@ struct PostgresTransactionConnection: SQLConnection {
 
     func append(into table: String, columns: [String], values: [any SQLBindable], conflict: String) throws {
         try connection.append(into: table, columns: columns, values: values.map(\.sqlValue), conflict: conflict)
+    }
+
+    func append(into table: String, columns: [String], values: [any SQLBindable], conflict: String, returning key: String,
+                orElse: any Error) throws {
+        try connection.append(into: table, columns: columns, values: values.map(\.sqlValue), conflict: conflict, mustWrite: (key, orElse))
+    }
+
+    func update(_ table: String, set assignments: [String], values: [any SQLBindable], keyColumn: String, key: any SQLBindable) throws {
+        try connection.update(table, set: assignments, values: values.map(\.sqlValue), keyColumn: keyColumn, key: key.sqlValue)
     }
 }

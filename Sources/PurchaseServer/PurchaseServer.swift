@@ -110,8 +110,9 @@ public final class PurchaseServer: Sendable {
         recorder = configuration.recorder
     }
 
-    /// Starts the verification worker, webhook delivery, and the key ring's refresh (every second, so a key revoked by
-    /// any process sharing the database is refused here within a second); cancel the task to stop both.
+    /// Starts the verification worker, webhook delivery, the key ring's refresh (every second, so a key revoked by
+    /// any process sharing the database is refused here within a second), the metrics rollup and young tables'
+    /// planner statistics (PostgreSQL); cancel the task to stop them all.
     public func runWorker() -> Task<Void, Never> {
         Task { [worker, webhooks, store, clock] in
             await withDiscardingTaskGroup { group in
@@ -121,6 +122,13 @@ public final class PurchaseServer: Sendable {
                     while !Task.isCancelled {
                         try? await Task.sleep(for: .seconds(1))
                         try? await store.refreshKeys(now: clock.now())
+                    }
+                }
+                group.addTask {
+                    // Young tables' planner statistics, which autovacuum leaves missing for their first minutes.
+                    while !Task.isCancelled {
+                        try? await Task.sleep(for: .seconds(5))
+                        _ = try? await store.refreshPlannerStatistics()
                     }
                 }
                 group.addTask {

@@ -2,6 +2,25 @@ import Foundation
 import Storage
 
 extension PurchaseStore {
+    /// Analyzes the watched tables whose planner statistics are missing or stale (PostgreSQL; `PlannerStatistics`);
+    /// returns the names of those analyzed. One that fails (its lock held past a second) is left for the next round.
+    /// Nothing on SQLite, whose plans are checked without statistics.
+    @discardableResult
+    public func refreshPlannerStatistics() async throws -> [String] {
+        guard database.dialect == .postgres else { return [] }
+        let stale = try await database.read { db in try PlannerStatistics(db: db).staleTables() }
+        var analyzed: [String] = []
+        for (table, qualified) in stale {
+            do {
+                try await database.transaction { db in try PlannerStatistics(db: db).analyze(table: table, qualified: qualified) }
+                analyzed.append(table)
+            } catch {
+                continue
+            }
+        }
+        return analyzed
+    }
+
     /// Brings the metrics rollup up to date with chains marked since, `batch` chains per transaction, at most
     /// `limit` in all. Returns how many chains are still marked (0: up to date).
     @discardableResult

@@ -101,6 +101,19 @@ public protocol SQLConnection {
     /// other, and whose `conflict` clause (if any) makes a repeated identical row change nothing: identical rows
     /// may be written once.
     func append(into table: String, columns: [String], values: [any SQLBindable], conflict: String) throws
+
+    /// Adds one row that must be written, gathered like `append`: the insert returns the `key` column (one of
+    /// `columns`), and a row whose key does not come back (its `conflict` clause skipped it) fails the transaction
+    /// with `orElse`, no later than the commit. Identical rows may be written once.
+    func append(into table: String, columns: [String], values: [any SQLBindable], conflict: String, returning key: String,
+                orElse: any Error) throws
+
+    /// Changes the row of `table` whose `keyColumn` is `key`: `UPDATE table SET assignments WHERE keyColumn = key`, each
+    /// assignment `column = expression` with `?` placeholders that `values` fill in order. The database may gather the
+    /// changes of one table and write them with one statement, later, but always in order, before the next statement
+    /// that names the table and before the transaction commits. Values may arrive as text: an assignment to a column
+    /// of another type casts its placeholder (`updated_at = CAST(? AS BIGINT)`).
+    func update(_ table: String, set assignments: [String], values: [any SQLBindable], keyColumn: String, key: any SQLBindable) throws
 }
 
 /// One statement with its parameters, for `SQLConnection.query(together:)`.
@@ -130,6 +143,17 @@ extension SQLConnection {
     /// Inserts the row now (databases without pipelining).
     public func append(into table: String, columns: [String], values: [any SQLBindable], conflict: String) throws {
         try run(SQLStatement.insert(into: table, columns: columns, rows: 1, conflict: conflict), values)
+    }
+
+    /// Inserts the row now and fails with `orElse` when it was not written (databases without pipelining).
+    public func append(into table: String, columns: [String], values: [any SQLBindable], conflict: String, returning key: String,
+                       orElse: any Error) throws {
+        try run(SQLStatement.insert(into: table, columns: columns, rows: 1, conflict: conflict) + " RETURNING \(key)", values, orElse: orElse)
+    }
+
+    /// Changes the row now (databases without pipelining).
+    public func update(_ table: String, set assignments: [String], values: [any SQLBindable], keyColumn: String, key: any SQLBindable) throws {
+        try run("UPDATE \(table) SET \(assignments.joined(separator: ", ")) WHERE \(keyColumn) = ?", values + [key])
     }
 
     /// Adds one row to a log-like table, with no conflict clause.

@@ -35,3 +35,37 @@ struct QueryCostTests {
         #expect(touched < 64 * 8, "\(touched) pages for 64 jobs")
     }
 }
+
+/// PostgreSQL's planner statistics of young tables (`PlannerStatistics`).
+@Suite("Planner statistics", .enabled(if: Engine.available.contains(.postgres)))
+struct PlannerStatisticsTests {
+    @Test("A watched table that grew from empty is analyzed, and not again while its statistics are fresh; small and unwatched tables never")
+    func youngTablesAreAnalyzed() async throws {
+        let database = try await Engine.postgres.makeDatabase()
+        defer { Task { await database.close() } }
+        let configuration = PurchaseServer.Configuration(trust: TrustStore(certificates: []), endpoints: .apple,
+                                                         transport: RefusingTransport(), adminKey: "sk_admin_test_key_0000")
+        let store = try await PurchaseServer.open(database: database, configuration: configuration).store
+        func analyzed() async throws -> Set<String> {
+            Set(try await database.read { db in
+                try db.query("SELECT relname FROM pg_stat_user_tables WHERE schemaname = current_schema() AND last_analyze IS NOT NULL")
+                    .compactMap { $0.string("relname") }
+            })
+        }
+        let now = Date()
+        try await store.insert((0..<3_000).map { store.newJob(appId: "com.example.app", appUserId: "user-\($0)", kind: .purchase, receiptData: "r\($0)", now: now) })
+        // The counts reach PostgreSQL's statistics views within about a second of the commit (at most ten).
+        var refreshed: [String] = []
+        for _ in 0..<40 where !refreshed.contains("verification_jobs") {
+            refreshed = try await store.refreshPlannerStatistics()
+            if !refreshed.contains("verification_jobs") { try await Task.sleep(for: .milliseconds(500)) }
+        }
+        #expect(refreshed.contains("verification_jobs"))
+        let after = try await analyzed()
+        #expect(after.contains("verification_jobs"))
+        // Unwatched tables, however large (the receipts), and watched ones under the minimum (the ledger, empty), are not.
+        #expect(!after.contains("verification_receipts") && !after.contains("ledger"), "analyzed: \(after.sorted())")
+        // Fresh now: not analyzed again.
+        #expect(!(try await store.refreshPlannerStatistics()).contains("verification_jobs"))
+    }
+}

@@ -91,6 +91,74 @@ struct StatementPipelineTests {
         #expect(try await count(database) == 2)
     }
 
+    @Test("Rows that must be written: one that a conflict skips fails its transaction with its own error, and nothing stays",
+          arguments: Engine.available)
+    func rowsThatMustBeWritten(engine: Engine) async throws {
+        let database = try await table(engine)
+        defer { Task { await database.close() } }
+        try await database.transaction { db in try db.run("INSERT INTO items (id, n) VALUES (?, ?)", ["taken", 1]) }
+        @Sendable func insert(_ db: any SQLConnection, _ id: String, _ n: Int) throws {
+            try db.append(into: "items", columns: ["id", "n"], values: [id, n], conflict: "ON CONFLICT DO NOTHING", returning: "id",
+                          orElse: Missing(id: id))
+        }
+        await #expect(throws: Missing(id: "taken")) {
+            try await database.transaction { db in
+                for index in 0..<40 { try insert(db, "new-\(index)", index) }
+                try insert(db, "taken", 2)
+                for index in 40..<80 { try insert(db, "new-\(index)", index) }
+            }
+        }
+        #expect(try await count(database) == 1)
+        // All new: every row is written, and a read in the same transaction sees them.
+        let seen = try await database.transaction { db -> Int64 in
+            for index in 0..<1_200 { try insert(db, "new-\(index)", index) }
+            return try db.query("SELECT SUM(n) AS total FROM items WHERE id LIKE 'new-%'").first?.int("total") ?? -1
+        }
+        #expect(seen == Int64((0..<1_200).reduce(0, +)))
+        #expect(try await count(database) == 1_201)
+    }
+
+    @Test("Rows changed by their key are changed in order, before the next statement that names their table, and commit",
+          arguments: Engine.available)
+    func rowsChangedByKey(engine: Engine) async throws {
+        let database = try await engine.makeDatabase()
+        defer { Task { await database.close() } }
+        try await database.transaction { db in
+            try db.query("CREATE TABLE jobs (id TEXT PRIMARY KEY, state TEXT NOT NULL, reason TEXT, at BIGINT, hash TEXT)")
+            for index in 0..<600 { try db.run("INSERT INTO jobs (id, state, hash) VALUES (?, 'open', ?)", ["job-\(index)", "hash-\(index)"]) }
+        }
+        let assignments = ["state = ?", "reason = ?", "at = CAST(? AS BIGINT)", "hash = COALESCE(?, hash)"]
+        let inside = try await database.transaction { db -> [String] in
+            for index in 0..<600 {
+                let reason: String? = index % 2 == 0 ? nil : "odd", hash: String? = index % 3 == 0 ? "new-\(index)" : nil
+                try db.update("jobs", set: assignments, values: ["done", reason, Int64(index) * 1_000_000_000_000, hash], keyColumn: "id", key: "job-\(index)")
+            }
+            // The same row changed again, and a row inserted then changed: each ends as its last change says.
+            try db.update("jobs", set: assignments, values: ["again", "twice", 7, SQLValue.null], keyColumn: "id", key: "job-5")
+            try db.run("INSERT INTO jobs (id, state) VALUES (?, 'open')", ["late"])
+            try db.update("jobs", set: assignments, values: ["done", SQLValue.null, SQLValue.null, "late-hash"], keyColumn: "id", key: "late")
+            return try db.query("SELECT state FROM jobs WHERE id IN ('job-5', 'late') ORDER BY id").map { $0.string("state") ?? "" }
+        }
+        #expect(inside == ["again", "done"])
+        let rows = try await database.transaction { db in try db.query("SELECT id, state, reason, at, hash FROM jobs") }
+        let byId = Dictionary(uniqueKeysWithValues: rows.map { ($0.string("id") ?? "", $0) })
+        #expect(byId.count == 601)
+        for index in [0, 1, 2, 3, 599] {
+            let row = try #require(byId["job-\(index)"])
+            #expect(row.string("state") == "done")
+            #expect(row.string("reason") == (index % 2 == 0 ? nil : "odd"))
+            #expect(row.int("at") == Int64(index) * 1_000_000_000_000)
+            #expect(row.string("hash") == (index % 3 == 0 ? "new-\(index)" : "hash-\(index)"))
+        }
+        #expect(byId["job-5"]?.string("state") == "again")
+        #expect(byId["job-5"]?.string("reason") == "twice")
+        #expect(byId["job-5"]?.int("at") == 7)
+        #expect(byId["job-5"]?.string("hash") == "hash-5")
+        #expect(byId["late"]?.string("hash") == "late-hash")
+        #expect(byId["late"]?.int("at") == nil)
+        #expect(rows.allSatisfy { $0.string("state") != "open" })
+    }
+
     @Test("A transaction whose body throws before anything reached the database leaves nothing", arguments: Engine.available)
     func bodyThrows(engine: Engine) async throws {
         let database = try await table(engine)

@@ -124,13 +124,17 @@ struct JobRepository {
 
     /// Records a settlement's outcome (a rejected job's bytes are dropped, their hash kept).
     func settle(_ id: String, state: JobState, reason: String?, environment: String, result: String, receiptSHA256: String?, now: Int64) throws {
-        try db.run("""
-            UPDATE verification_jobs SET state = ?, reason = ?, environment = ?, result = ?, lease_owner = NULL, lease_expires_at = NULL,
-            open_claims = 0, updated_at = ?, settled_at = ?, receipt_sha256 = COALESCE(?, receipt_sha256)
-            WHERE id = ?
-            """, [state.rawValue, reason, environment, result, now, now, state == .rejected ? receiptSHA256 : nil, id])
+        // Gathered with the batch's other settlements into one statement (PostgreSQL).
+        try db.update("verification_jobs", set: Self.settledAssignments,
+                      values: [state.rawValue, reason, environment, result, now, now, state == .rejected ? receiptSHA256 : nil],
+                      keyColumn: "id", key: id)
         if state == .rejected { try dropReceipt(of: id) }
     }
+
+    private static let settledAssignments = [
+        "state = ?", "reason = ?", "environment = ?", "result = ?", "lease_owner = NULL", "lease_expires_at = NULL", "open_claims = 0",
+        "updated_at = CAST(? AS BIGINT)", "settled_at = CAST(? AS BIGINT)", "receipt_sha256 = COALESCE(?, receipt_sha256)",
+    ]
 
     /// Jobs of an app (all apps when nil) in a state (all when nil), newest first.
     func list(appId: String?, state: JobState?, limit: Int) throws -> [VerificationJob] {

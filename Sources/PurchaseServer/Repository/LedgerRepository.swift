@@ -90,28 +90,23 @@ struct LedgerRepository {
             switch action {
             case .record(let transaction, let mapping, let stateDate):
                 let credit = credits[transaction.transactionId]
-                try db.run("""
-                    INSERT INTO ledger (environment, transaction_id, app_id, app_user_id, product_id, product_type, quantity, purchase_date,
-                    original_purchase_date, original_transaction_id, web_order_line_item_id, expires_date, price, currency, source, verification_id,
-                    cancellation_date, cancellation_reason, is_trial, recorded_at, state_date, refund_percentage, credited_currency, credited_amount,
-                    clawed_back_at)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING transaction_id
-                    """, [environment, transaction.transactionId, appId, user, transaction.productId, mapping.type.rawValue, transaction.quantity,
+                // Gathered with the batch's other rows into one insert (PostgreSQL); a row another process wrote first
+                // (its conflict skips it) fails the settlement with `Conflict`, which settles it again, seeing that row.
+                try db.append(into: "ledger", columns: Self.ledgerColumns, values: [environment, transaction.transactionId, appId, user, transaction.productId, mapping.type.rawValue, transaction.quantity,
                           transaction.purchaseDate.milliseconds, transaction.originalPurchaseDate?.milliseconds, transaction.originalTransactionId,
                           transaction.webOrderLineItemId, transaction.expiresDate?.milliseconds,
                           transaction.charged?.amount ?? mapping.price, transaction.charged?.currency ?? mapping.priceCurrency,
                           transaction.source, verificationId, transaction.cancellationDate?.milliseconds, transaction.cancellationReason,
                           transaction.isTrial, nowMs, stateDate, transaction.cancellationDate == nil ? nil : transaction.refundPercentage,
                           credit?.currency, credit?.amount, credit?.withheld == true ? nowMs : nil],
-                           orElse: Conflict(transactionId: transaction.transactionId))
+                              conflict: "ON CONFLICT DO NOTHING", returning: "transaction_id", orElse: Conflict(transactionId: transaction.transactionId))
             case .bind(let original, let productId):
                 // A user exists from the first thing granted (an upload alone creates none: junk fills nothing).
-                try db.run("INSERT INTO users (app_id, app_user_id, flagged, created_at) VALUES (?, ?, 0, ?) ON CONFLICT DO NOTHING",
-                             [appId, user, nowMs])
-                try db.run("""
-                    INSERT INTO ownership (app_id, environment, original_transaction_id, app_user_id, product_id, granted_at)
-                    VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
-                    """, [appId, environment, original, user, productId, nowMs])
+                // Both gathered with the batch's other rows (PostgreSQL), written before anything reads the tables.
+                try db.append(into: "users", columns: ["app_id", "app_user_id", "flagged", "created_at"], values: [appId, user, 0, nowMs],
+                              conflict: "ON CONFLICT DO NOTHING")
+                try db.append(into: "ownership", columns: ["app_id", "environment", "original_transaction_id", "app_user_id", "product_id", "granted_at"],
+                              values: [appId, environment, original, user, productId, nowMs], conflict: "ON CONFLICT DO NOTHING")
             case .unbindAll(let original):
                 try db.run("DELETE FROM ownership WHERE app_id = ? AND environment = ? AND original_transaction_id = ?", [appId, environment, original])
             case .credit(let transactionId, let currency, let amount):
@@ -178,6 +173,13 @@ struct LedgerRepository {
         let rows = try db.query(adjustBalanceSQL, [appId, userId, currency, delta])
         return rows.first?.int("amount") ?? delta
     }
+
+    private static let ledgerColumns = [
+        "environment", "transaction_id", "app_id", "app_user_id", "product_id", "product_type", "quantity", "purchase_date",
+        "original_purchase_date", "original_transaction_id", "web_order_line_item_id", "expires_date", "price", "currency", "source",
+        "verification_id", "cancellation_date", "cancellation_reason", "is_trial", "recorded_at", "state_date", "refund_percentage",
+        "credited_currency", "credited_amount", "clawed_back_at",
+    ]
 
     private static let adjustBalanceSQL = """
         INSERT INTO balances (app_id, app_user_id, currency, amount) VALUES (?, ?, ?, ?)
