@@ -23,12 +23,15 @@ struct GatheredWrites {
         case insert(columns: [String], conflict: String, key: String?)
         /// `UPDATE table SET assignments WHERE keyColumn = ?`, each assignment with its own `?` placeholders.
         case update(assignments: [String], keyColumn: String)
+        /// `INSERT INTO table (keyColumns, column) VALUES … ON CONFLICT (keyColumns) DO UPDATE SET column = column + …`,
+        /// one row per key with the amounts added to it summed.
+        case add(keyColumns: [String], column: String)
 
         /// Whether its rows are written in key order: they may wait on rows other transactions write.
         var locksInKeyOrder: Bool {
             switch self {
             case .insert(_, let conflict, _): return !conflict.isEmpty
-            case .update: return true
+            case .update, .add: return true
             }
         }
     }
@@ -40,6 +43,8 @@ struct GatheredWrites {
         var errors: [any Error] = []
         /// Rows inserted under a conflict clause (identical ones are written once); keys of rows changed.
         var seen: Set<[String?]> = []
+        /// For additions: each key's row.
+        var rowOfKey: [[String?]: Int] = [:]
     }
 
     private var groups: [Group] = []
@@ -81,6 +86,23 @@ struct GatheredWrites {
         }
         groups[index].seen.insert([key])
         groups[index].rows.append([key] + values)
+    }
+
+    /// Gathers an addition of `amount` to `column` of the row whose `keyColumns` are `key` (a new row holds `amount`).
+    /// Additions to one row are summed; a sum past 64 bits is refused.
+    mutating func add(_ amount: Int64, to column: String, of table: String, keyColumns: [String], key: [String?]) throws {
+        guard keyColumns.count == key.count, !keyColumns.isEmpty else {
+            throw PostgresError.make("query_failed", "an addition to \(table) needs a value for each key column")
+        }
+        let index = group(table, .add(keyColumns: keyColumns, column: column))
+        guard let row = groups[index].rowOfKey[key] else {
+            groups[index].rowOfKey[key] = groups[index].rows.count
+            groups[index].rows.append(key + [String(amount)])
+            return
+        }
+        let (sum, overflow) = (Int64(groups[index].rows[row][key.count] ?? "") ?? 0).addingReportingOverflow(amount)
+        guard !overflow else { throw PostgresError.make("query_failed", "the additions to a row of \(table) overflow") }
+        groups[index].rows[row][key.count] = String(sum)
     }
 
     /// The group for `table` and `shape`: the table's last group when it has that shape, else a new one after it.
@@ -133,6 +155,10 @@ struct GatheredWrites {
             guard let key, let keyColumn = columns.firstIndex(of: key), let errors else { return Statement(sql: sql, texts: texts) }
             sql += " RETURNING \(key)"
             return Statement(sql: sql, texts: texts, mustWrite: zip(rows, errors).map { ($0[keyColumn], $1) })
+        case .add(let keyColumns, let column):
+            let sql = SQLStatement.insert(into: group.table, columns: keyColumns + [column], rows: rows.count,
+                                          conflict: "ON CONFLICT (\(keyColumns.joined(separator: ", "))) DO UPDATE SET \(column) = \(group.table).\(column) + excluded.\(column)")
+            return Statement(sql: sql, texts: texts)
         case .update(let assignments, let keyColumn):
             // `UPDATE t SET a = v.c1, … FROM (VALUES (?, ?, …), …) AS v (c0, c1, …) WHERE t.key = v.c0`: the values are
             // text, so an assignment to another type casts its placeholder (`CAST(? AS BIGINT)`), as the caller wrote it.

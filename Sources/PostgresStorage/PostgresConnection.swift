@@ -219,6 +219,11 @@ final class PostgresConnection: @unchecked Sendable {
         try gathered.insert(into: table, columns: columns, row: values.map(Self.text), conflict: conflict, mustWrite: mustWrite)
     }
 
+    /// Gathers an addition to one row's column, for a multi-row upsert (additions to one row summed).
+    func add(_ amount: Int64, to column: String, of table: String, keyColumns: [String], key: [SQLValue]) throws {
+        try gathered.add(amount, to: column, of: table, keyColumns: keyColumns, key: key.map(Self.text))
+    }
+
     /// Gathers a change of one row, found by its key, for a multi-row `UPDATE`.
     func update(_ table: String, set assignments: [String], values: [SQLValue], keyColumn: String, key: SQLValue) throws {
         try gathered.update(table, set: assignments, values: values.map(Self.text), keyColumn: keyColumn, key: Self.text(key))
@@ -358,6 +363,10 @@ struct PostgresTransactionConnection: SQLConnection {
     func append(into table: String, columns: [String], values: [any SQLBindable], conflict: String, returning key: String,
                 orElse: any Error) throws {
         try connection.append(into: table, columns: columns, values: values.map(\.sqlValue), conflict: conflict, mustWrite: (key, orElse))
+    }
+
+    func add(_ amount: Int64, to column: String, of table: String, keyColumns: [String], key: [any SQLBindable]) throws {
+        try connection.add(amount, to: column, of: table, keyColumns: keyColumns, key: key.map(\.sqlValue))
     }
 
     func update(_ table: String, set assignments: [String], values: [any SQLBindable], keyColumn: String, key: any SQLBindable) throws {

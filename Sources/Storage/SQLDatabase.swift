@@ -114,6 +114,12 @@ public protocol SQLConnection {
     /// that names the table and before the transaction commits. Values may arrive as text: an assignment to a column
     /// of another type casts its placeholder (`updated_at = CAST(? AS BIGINT)`).
     func update(_ table: String, set assignments: [String], values: [any SQLBindable], keyColumn: String, key: any SQLBindable) throws
+
+    /// Adds `amount` to `column` of the row of `table` whose `keyColumns` are `key`, inserting the row with `amount`
+    /// when there is none (`INSERT … ON CONFLICT (keyColumns) DO UPDATE SET column = column + excluded.column`). The
+    /// database may gather the additions of one table and write them with one statement, later, the amounts of one
+    /// row summed, but always before the next statement that names the table and before the transaction commits.
+    func add(_ amount: Int64, to column: String, of table: String, keyColumns: [String], key: [any SQLBindable]) throws
 }
 
 /// One statement with its parameters, for `SQLConnection.query(together:)`.
@@ -154,6 +160,13 @@ extension SQLConnection {
     /// Changes the row now (databases without pipelining).
     public func update(_ table: String, set assignments: [String], values: [any SQLBindable], keyColumn: String, key: any SQLBindable) throws {
         try run("UPDATE \(table) SET \(assignments.joined(separator: ", ")) WHERE \(keyColumn) = ?", values + [key])
+    }
+
+    /// Adds to the row now (databases without pipelining).
+    public func add(_ amount: Int64, to column: String, of table: String, keyColumns: [String], key: [any SQLBindable]) throws {
+        try run(SQLStatement.insert(into: table, columns: keyColumns + [column], rows: 1,
+                                    conflict: "ON CONFLICT (\(keyColumns.joined(separator: ", "))) DO UPDATE SET \(column) = \(table).\(column) + excluded.\(column)"),
+                key + [amount])
     }
 
     /// Adds one row to a log-like table, with no conflict clause.

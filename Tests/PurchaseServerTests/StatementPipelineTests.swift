@@ -159,6 +159,36 @@ struct StatementPipelineTests {
         #expect(rows.allSatisfy { $0.string("state") != "open" })
     }
 
+    @Test("Additions to a row are summed, also with rows that exist, and seen by the next statement that names the table",
+          arguments: Engine.available)
+    func additionsAreSummed(engine: Engine) async throws {
+        let database = try await engine.makeDatabase()
+        defer { Task { await database.close() } }
+        try await database.transaction { db in
+            try db.query("CREATE TABLE totals (owner TEXT NOT NULL, currency TEXT NOT NULL, amount BIGINT NOT NULL, PRIMARY KEY (owner, currency))")
+            try db.run("INSERT INTO totals (owner, currency, amount) VALUES ('user-0', 'coins', 1000)")
+        }
+        var expected: [String: Int64] = ["user-0 coins": 1000]
+        var random = SplitMix64(state: 7)
+        let additions = (0..<300).map { _ in
+            (owner: "user-\(random.next() % 5)", currency: random.next() % 2 == 0 ? "coins" : "gems", amount: Int64(random.next() % 200) - 50)
+        }
+        for addition in additions { expected["\(addition.owner) \(addition.currency)", default: 0] += addition.amount }
+        let inside = try await database.transaction { db -> [String: Int64] in
+            for (index, addition) in additions.enumerated() {
+                try db.add(addition.amount, to: "amount", of: "totals", keyColumns: ["owner", "currency"], key: [addition.owner, addition.currency])
+                // A statement that names the table halfway: what was added before it is written first, and counted once.
+                if index == 150 { try db.query("SELECT COUNT(*) AS n FROM totals") }
+            }
+            return Dictionary(uniqueKeysWithValues: try db.query("SELECT owner, currency, amount FROM totals").map {
+                ("\($0.string("owner") ?? "") \($0.string("currency") ?? "")", $0.int("amount") ?? 0)
+            })
+        }
+        #expect(inside == expected)
+        let committed = try await database.transaction { db in try db.query("SELECT SUM(amount) AS total FROM totals").first?.int("total") }
+        #expect(committed == expected.values.reduce(0, +))
+    }
+
     @Test("A transaction whose body throws before anything reached the database leaves nothing", arguments: Engine.available)
     func bodyThrows(engine: Engine) async throws {
         let database = try await table(engine)

@@ -110,7 +110,8 @@ struct LedgerRepository {
             case .unbindAll(let original):
                 try db.run("DELETE FROM ownership WHERE app_id = ? AND environment = ? AND original_transaction_id = ?", [appId, environment, original])
             case .credit(let transactionId, let currency, let amount):
-                try db.run(Self.adjustBalanceSQL, [appId, user, currency, amount])
+                // Gathered with the batch's other credits (PostgreSQL), one row per balance.
+                try db.add(amount, to: "amount", of: "balances", keyColumns: ["app_id", "app_user_id", "currency"], key: [appId, user, currency])
                 if credits[transactionId] == nil {
                     try db.run("UPDATE ledger SET credited_currency = ?, credited_amount = ? WHERE environment = ? AND transaction_id = ?",
                                [currency, amount, environment, transactionId])
