@@ -11,8 +11,13 @@ import Testing
 @Suite("Held statements and batched settlements")
 struct StatementPipelineTests {
     private func table(_ engine: Engine) async throws -> any SQLDatabase {
+        try await database(engine, "CREATE TABLE items (id TEXT PRIMARY KEY, n BIGINT NOT NULL)")
+    }
+
+    /// A fresh database with these statements run in one transaction.
+    private func database(_ engine: Engine, _ statements: String...) async throws -> any SQLDatabase {
         let database = try await engine.makeDatabase()
-        _ = try await database.transaction { db in try db.query("CREATE TABLE items (id TEXT PRIMARY KEY, n BIGINT NOT NULL)") }
+        try await database.transaction { db in for statement in statements { try db.query(statement) } }
         return database
     }
 
@@ -121,10 +126,9 @@ struct StatementPipelineTests {
     @Test("Rows changed by their key are changed in order, before the next statement that names their table, and commit",
           arguments: Engine.available)
     func rowsChangedByKey(engine: Engine) async throws {
-        let database = try await engine.makeDatabase()
+        let database = try await database(engine, "CREATE TABLE jobs (id TEXT PRIMARY KEY, state TEXT NOT NULL, reason TEXT, at BIGINT, hash TEXT)")
         defer { Task { await database.close() } }
         try await database.transaction { db in
-            try db.query("CREATE TABLE jobs (id TEXT PRIMARY KEY, state TEXT NOT NULL, reason TEXT, at BIGINT, hash TEXT)")
             for index in 0..<600 { try db.run("INSERT INTO jobs (id, state, hash) VALUES (?, 'open', ?)", ["job-\(index)", "hash-\(index)"]) }
         }
         let assignments = ["state = ?", "reason = ?", "at = CAST(? AS BIGINT)", "hash = COALESCE(?, hash)"]
@@ -162,12 +166,9 @@ struct StatementPipelineTests {
     @Test("Additions to a row are summed, also with rows that exist, and seen by the next statement that names the table",
           arguments: Engine.available)
     func additionsAreSummed(engine: Engine) async throws {
-        let database = try await engine.makeDatabase()
+        let database = try await database(engine, "CREATE TABLE totals (owner TEXT NOT NULL, currency TEXT NOT NULL, amount BIGINT NOT NULL, PRIMARY KEY (owner, currency))",
+                                          "INSERT INTO totals (owner, currency, amount) VALUES ('user-0', 'coins', 1000)")
         defer { Task { await database.close() } }
-        try await database.transaction { db in
-            try db.query("CREATE TABLE totals (owner TEXT NOT NULL, currency TEXT NOT NULL, amount BIGINT NOT NULL, PRIMARY KEY (owner, currency))")
-            try db.run("INSERT INTO totals (owner, currency, amount) VALUES ('user-0', 'coins', 1000)")
-        }
         var expected: [String: Int64] = ["user-0 coins": 1000]
         var random = SplitMix64(state: 7)
         let additions = (0..<300).map { _ in
