@@ -126,12 +126,13 @@ struct StatementPipelineTests {
     @Test("Rows changed by their key are changed in order, before the next statement that names their table, and commit",
           arguments: Engine.available)
     func rowsChangedByKey(engine: Engine) async throws {
-        let database = try await database(engine, "CREATE TABLE jobs (id TEXT PRIMARY KEY, state TEXT NOT NULL, reason TEXT, at BIGINT, hash TEXT)")
+        let database = try await database(engine, "CREATE TABLE jobs (id TEXT PRIMARY KEY, state TEXT NOT NULL, reason TEXT, at BIGINT, hash TEXT, visits BIGINT NOT NULL DEFAULT 0)")
         defer { Task { await database.close() } }
         try await database.transaction { db in
             for index in 0..<600 { try db.run("INSERT INTO jobs (id, state, hash) VALUES (?, 'open', ?)", ["job-\(index)", "hash-\(index)"]) }
         }
-        let assignments = ["state = ?", "reason = ?", "at = CAST(? AS BIGINT)", "hash = COALESCE(?, hash)"]
+        // `visits` counts the changes that reached the row: a row changed twice in one statement would count one.
+        let assignments = ["state = ?", "reason = ?", "at = CAST(? AS BIGINT)", "hash = COALESCE(?, hash)", "visits = visits + 1"]
         let inside = try await database.transaction { db -> [String] in
             for index in 0..<600 {
                 let reason: String? = index % 2 == 0 ? nil : "odd", hash: String? = index % 3 == 0 ? "new-\(index)" : nil
@@ -144,7 +145,7 @@ struct StatementPipelineTests {
             return try db.query("SELECT state FROM jobs WHERE id IN ('job-5', 'late') ORDER BY id").map { $0.string("state") ?? "" }
         }
         #expect(inside == ["again", "done"])
-        let rows = try await database.transaction { db in try db.query("SELECT id, state, reason, at, hash FROM jobs") }
+        let rows = try await database.transaction { db in try db.query("SELECT id, state, reason, at, hash, visits FROM jobs") }
         let byId = Dictionary(uniqueKeysWithValues: rows.map { ($0.string("id") ?? "", $0) })
         #expect(byId.count == 601)
         for index in [0, 1, 2, 3, 599] {
@@ -158,6 +159,8 @@ struct StatementPipelineTests {
         #expect(byId["job-5"]?.string("reason") == "twice")
         #expect(byId["job-5"]?.int("at") == 7)
         #expect(byId["job-5"]?.string("hash") == "hash-5")
+        #expect(byId["job-5"]?.int("visits") == 2)
+        #expect(byId["job-6"]?.int("visits") == 1)
         #expect(byId["late"]?.string("hash") == "late-hash")
         #expect(byId["late"]?.int("at") == nil)
         #expect(rows.allSatisfy { $0.string("state") != "open" })
@@ -175,11 +178,15 @@ struct StatementPipelineTests {
             (owner: "user-\(random.next() % 5)", currency: random.next() % 2 == 0 ? "coins" : "gems", amount: Int64(random.next() % 200) - 50)
         }
         for addition in additions { expected["\(addition.owner) \(addition.currency)", default: 0] += addition.amount }
+        let halfway = 1_000 + additions.prefix(151).map(\.amount).reduce(0, +)
         let inside = try await database.transaction { db -> [String: Int64] in
             for (index, addition) in additions.enumerated() {
                 try db.add(addition.amount, to: "amount", of: "totals", keyColumns: ["owner", "currency"], key: [addition.owner, addition.currency])
                 // A statement that names the table halfway: what was added before it is written first, and counted once.
-                if index == 150 { try db.query("SELECT COUNT(*) AS n FROM totals") }
+                if index == 150 {
+                    let sum = try db.query("SELECT SUM(amount) AS total FROM totals").first?.int("total")
+                    #expect(sum == halfway)
+                }
             }
             return Dictionary(uniqueKeysWithValues: try db.query("SELECT owner, currency, amount FROM totals").map {
                 ("\($0.string("owner") ?? "") \($0.string("currency") ?? "")", $0.int("amount") ?? 0)
