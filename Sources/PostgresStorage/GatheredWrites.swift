@@ -156,9 +156,7 @@ struct GatheredWrites {
             sql += " RETURNING \(key)"
             return Statement(sql: sql, texts: texts, mustWrite: zip(rows, errors).map { ($0[keyColumn], $1) })
         case .add(let keyColumns, let column):
-            let sql = SQLStatement.insert(into: group.table, columns: keyColumns + [column], rows: rows.count,
-                                          conflict: "ON CONFLICT (\(keyColumns.joined(separator: ", "))) DO UPDATE SET \(column) = \(group.table).\(column) + excluded.\(column)")
-            return Statement(sql: sql, texts: texts)
+            return Statement(sql: SQLStatement.addition(to: column, of: group.table, keyColumns: keyColumns, rows: rows.count), texts: texts)
         case .update(let assignments, let keyColumn):
             // `UPDATE t SET a = v.c1, … FROM (VALUES (?, ?, …), …) AS v (c0, c1, …) WHERE t.key = v.c0`: the values are
             // text, so an assignment to another type casts its placeholder (`CAST(? AS BIGINT)`), as the caller wrote it.

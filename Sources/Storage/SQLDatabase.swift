@@ -132,6 +132,13 @@ public struct SQLStatement {
         self.parameters = parameters
     }
 
+    /// `INSERT INTO table (keyColumns, column) VALUES (?, …), … ON CONFLICT (keyColumns) DO UPDATE SET column = column +
+    /// excluded.column` for `rows` rows: each adds its amount to the row of its key, or makes that row.
+    public static func addition(to column: String, of table: String, keyColumns: [String], rows: Int) -> String {
+        insert(into: table, columns: keyColumns + [column], rows: rows,
+               conflict: "ON CONFLICT (\(keyColumns.joined(separator: ", "))) DO UPDATE SET \(column) = \(table).\(column) + excluded.\(column)")
+    }
+
     /// `INSERT INTO table (columns) VALUES (?, …), … conflict` for `rows` rows.
     public static func insert(into table: String, columns: [String], rows: Int, conflict: String) -> String {
         let row = "(" + Array(repeating: "?", count: columns.count).joined(separator: ", ") + ")"
@@ -164,9 +171,7 @@ extension SQLConnection {
 
     /// Adds to the row now (databases without pipelining).
     public func add(_ amount: Int64, to column: String, of table: String, keyColumns: [String], key: [any SQLBindable]) throws {
-        try run(SQLStatement.insert(into: table, columns: keyColumns + [column], rows: 1,
-                                    conflict: "ON CONFLICT (\(keyColumns.joined(separator: ", "))) DO UPDATE SET \(column) = \(table).\(column) + excluded.\(column)"),
-                key + [amount])
+        try run(SQLStatement.addition(to: column, of: table, keyColumns: keyColumns, rows: 1), key + [amount])
     }
 
     /// Adds one row to a log-like table, with no conflict clause.

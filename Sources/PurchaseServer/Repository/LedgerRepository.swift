@@ -111,7 +111,7 @@ struct LedgerRepository {
                 try db.run("DELETE FROM ownership WHERE app_id = ? AND environment = ? AND original_transaction_id = ?", [appId, environment, original])
             case .credit(let transactionId, let currency, let amount):
                 // Gathered with the batch's other credits (PostgreSQL), one row per balance.
-                try db.add(amount, to: "amount", of: "balances", keyColumns: ["app_id", "app_user_id", "currency"], key: [appId, user, currency])
+                try db.add(amount, to: "amount", of: "balances", keyColumns: Self.balanceKey, key: [appId, user, currency])
                 if credits[transactionId] == nil {
                     try db.run("UPDATE ledger SET credited_currency = ?, credited_amount = ? WHERE environment = ? AND transaction_id = ?",
                                [currency, amount, environment, transactionId])
@@ -182,8 +182,8 @@ struct LedgerRepository {
         "credited_currency", "credited_amount", "clawed_back_at",
     ]
 
-    private static let adjustBalanceSQL = """
-        INSERT INTO balances (app_id, app_user_id, currency, amount) VALUES (?, ?, ?, ?)
-        ON CONFLICT (app_id, app_user_id, currency) DO UPDATE SET amount = balances.amount + excluded.amount RETURNING amount
-        """
+    /// A balance's key: app, user and currency.
+    private static let balanceKey = ["app_id", "app_user_id", "currency"]
+
+    private static let adjustBalanceSQL = SQLStatement.addition(to: "amount", of: "balances", keyColumns: balanceKey, rows: 1) + " RETURNING amount"
 }
