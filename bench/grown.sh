@@ -128,6 +128,8 @@ for engine in $ENGINES; do
     [ -n "$SERVER" ] || { cat "$WORK/$name.log"; exit 1; }
     # The grown database has the app already: it takes the emulator's shared secret.
     key=$(register_app "$SERVER" "$shared" "$([ "$size" = grown ] && echo existing)")
+    export STEADY_APPSTORE_PID=$(cat "$WORK/appstore.pid") STEADY_DATABASE_PID=""
+    [ "$engine" = postgres ] && STEADY_DATABASE_PID=$(scripts/postgres.sh pid)
     line=$("$PYTHON" bench/steady.py "$SERVER" "$(cat "$WORK/$name.pid")" "$key" "$WORK/steady-receipts.txt" "$RATE" "$WARMUP" "$WINDOW" "$DB" \
       "$engine $size")
     echo "$line" | grep -v '^json ' | tee -a "$OUT"

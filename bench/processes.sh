@@ -44,6 +44,7 @@ for processes in 1 "$COUNT"; do
     urls+=("$url"); pids+=("$(cat "$WORK/$name.pid")"); names+=("$name")
   done
   key=$(register_app "${urls[0]}" "$shared")
+  export STEADY_APPSTORE_PID=$(cat "$WORK/appstore.pid") STEADY_DATABASE_PID=$(scripts/postgres.sh pid)
   line=$("$PYTHON" bench/steady.py "$(IFS=,; echo "${urls[*]}")" "$(IFS=,; echo "${pids[*]}")" "$key" "$WORK/steady-receipts.txt" "$RATE" \
     "$WARMUP" "$WINDOW" "postgres:$DATABASE" "postgres, $processes process(es)")
   echo "$line" | grep -v '^json ' | tee -a "$OUT"

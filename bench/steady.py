@@ -4,7 +4,11 @@ for a warm-up and a measured window; what the server did in the window is read f
 usage: steady.py SERVER_URL SERVER_PID KEY BODIES RATE WARMUP WINDOW DB LABEL
 DB is `sqlite:PATH` or `postgres:URL` (with its search_path). Several server processes on one database are given as
 comma-separated URLs and pids: the load is spread over them, and CPU, memory and verifications in flight are summed.
-Prints one line of figures and its JSON."""
+Prints one line of figures and its JSON.
+
+Where the machine's CPU went in the window, per settled receipt: the server, the database (STEADY_DATABASE_PID, the
+PostgreSQL postmaster, with every process it started), the emulator (STEADY_APPSTORE_PID), the load generator, and
+the hypervisor's steal. A part whose pid is not given is left out; the machine's busy time counts everything."""
 import json
 import os
 import subprocess
@@ -22,13 +26,48 @@ CONNECTIONS = os.environ.get("BENCH_CONNECTIONS", "64")
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds():
+def cpu_of(process_ids):
+    """User and system CPU seconds of these processes (a process that has ended counts nothing)."""
     total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
+    for pid in process_ids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
         total += (int(fields[11]) + int(fields[12])) / TICKS
     return total
+
+
+def cpu_seconds():
+    return cpu_of(pids)
+
+
+def children_of(parent):
+    """The processes `parent` started (PostgreSQL's backends, its autovacuum workers), and itself."""
+    found = [parent]
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    if stat.read().rsplit(")", 1)[1].split()[1] == parent:
+                        found.append(entry)
+            except OSError:
+                pass
+    return found
+
+
+def machine_ticks():
+    """Busy and stolen ticks of the whole machine (/proc/stat: user, nice, system, irq, softirq; steal)."""
+    with open("/proc/stat") as stat:
+        fields = [int(value) for value in stat.readline().split()[1:]]
+    return fields[0] + fields[1] + fields[2] + fields[5] + fields[6], fields[7]
+
+
+# The other processes whose CPU is accounted for, by part.
+DATABASE_PID = os.environ.get("STEADY_DATABASE_PID", "")
+APPSTORE_PID = os.environ.get("STEADY_APPSTORE_PID", "")
+generator = []  # the load generator's pid, once started
 
 
 def rss_kib():
@@ -56,14 +95,17 @@ def query(sql):
     return [line.split() for line in out.splitlines() if line.strip()]
 
 
-samples = []  # (time, in flight, rss KiB, cpu seconds)
+samples = []  # (time, in flight, rss KiB, cpu seconds, {part: cpu seconds}, (machine busy, steal) ticks)
 stop = threading.Event()
 
 
 def sample():
     while not stop.is_set():
         try:
-            samples.append((time.time(), in_flight(), rss_kib(), cpu_seconds()))
+            parts = {"emulator": cpu_of([APPSTORE_PID]) if APPSTORE_PID else None,
+                     "database": cpu_of(children_of(DATABASE_PID)) if DATABASE_PID else None,
+                     "load_generator": cpu_of(generator)}
+            samples.append((time.time(), in_flight(), rss_kib(), cpu_seconds(), parts, machine_ticks()))
         except OSError:
             pass
         stop.wait(0.5)
@@ -73,11 +115,13 @@ baseline_rss = rss_kib()
 sampler = threading.Thread(target=sample, daemon=True)
 started = time.time()
 sampler.start()
-load = subprocess.run([BENCH, "load", "--url", ",".join(servers), "--key", key, "--bodies", bodies, "--rate", str(rate),
-                       "--seconds", str(warmup + window), "--connections", CONNECTIONS], capture_output=True, text=True)
+load = subprocess.Popen([BENCH, "load", "--url", ",".join(servers), "--key", key, "--bodies", bodies, "--rate", str(rate),
+                         "--seconds", str(warmup + window), "--connections", CONNECTIONS], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+generator.append(str(load.pid))
+load_out, load_err = load.communicate()
 if load.returncode != 0:
-    raise SystemExit(load.stderr)
-offered = json.loads(load.stdout)
+    raise SystemExit(load_err)
+offered = json.loads(load_out)
 # Let what was accepted settle (up to a minute), so time to grant covers every job of the window.
 deadline = time.time() + 60
 while time.time() < deadline and int(query("SELECT count(*) FROM verification_jobs WHERE settled_at IS NULL")[0][0]) > 0:
@@ -102,6 +146,23 @@ def pick(fraction):
 steady = [s for s in samples if begin_ms / 1000 <= s[0] < end_ms / 1000]
 cpu = (steady[-1][3] - steady[0][3]) if len(steady) > 1 else float("nan")
 peak = max(steady, key=lambda s: s[1]) if steady else (0, 0, baseline_rss, 0)
+
+
+def per_receipt(seconds):
+    return round(seconds * 1000 / max(settled_in_window, 1), 3)
+
+
+# Where the machine's CPU went in the window, per receipt settled in it (ms), and the machine's busy and stolen cores.
+accounting = {"server": per_receipt(cpu) if len(steady) > 1 else None}
+for part in ("database", "emulator", "load_generator"):
+    values = [s[4][part] for s in (steady[0], steady[-1])] if len(steady) > 1 else [None]
+    accounting[part] = per_receipt(values[-1] - values[0]) if None not in values else None
+if len(steady) > 1:
+    elapsed = steady[-1][0] - steady[0][0]
+    busy, steal = (steady[-1][5][i] - steady[0][5][i] for i in (0, 1))
+    accounting["machine"] = per_receipt(busy / TICKS)
+    accounting["machine_busy_cores"] = round(busy / TICKS / elapsed, 2)
+    accounting["steal_cores"] = round(steal / TICKS / elapsed, 2)
 result = {
     "label": label, "cores": os.cpu_count(), "offered_per_second": rate, "completed_per_second": settled_in_window / window,
     "accepted": offered["accepted"], "refused": offered["refused"], "upload_answer_p99_ms": round(offered["answer_p99_ms"], 1),
@@ -110,9 +171,14 @@ result = {
     "server_cpu_ms_per_receipt": round(cpu * 1000 / max(settled_in_window, 1), 3),
     "rss_mib_peak": round(peak[2] / 1024, 1),
     "kib_per_verification_in_flight": round((peak[2] - baseline_rss) / peak[1], 1) if peak[1] > 100 else None,
+    "cpu_ms_per_receipt": accounting,
 }
+shares = "  ".join(f"{name.replace('_', ' ')} {accounting[name]}" for name in ("server", "database", "emulator", "load_generator", "machine")
+                   if accounting.get(name) is not None)
 print(f"{label:28} offered {rate:6.0f}/s  completed {result['completed_per_second']:7.0f}/s  in flight {result['in_flight_mean']:6} "
       f"(max {result['in_flight_max']})  grant p50 {result['grant_p50_ms']:.0f} ms p99 {result['grant_p99_ms']:.0f} ms  "
       f"cpu {result['server_cpu_ms_per_receipt']} ms/receipt  rss {result['rss_mib_peak']} MiB  "
-      f"{result['kib_per_verification_in_flight']} KiB/in-flight  refused {result['refused']} unsettled {unsettled}")
+      f"{result['kib_per_verification_in_flight']} KiB/in-flight  refused {result['refused']} unsettled {unsettled}  "
+      f"upload answer p99 {result['upload_answer_p99_ms']:.0f} ms\n{'':28} cpu ms per receipt: {shares}  "
+      f"(machine busy {accounting.get('machine_busy_cores')} of {os.cpu_count()} cores, steal {accounting.get('steal_cores')})")
 print("json " + json.dumps(result, sort_keys=True))

@@ -46,7 +46,9 @@ for engine in $ENGINES; do
     for rate in $rates; do
       name="server-$engine-$latency-$rate"
       DB_ARGS=(--data "$WORK/$name"); DB="sqlite:$WORK/$name/server.sqlite"
+      export STEADY_APPSTORE_PID=$(cat "$WORK/appstore.pid") STEADY_DATABASE_PID=""
       if [ "$engine" = postgres ]; then
+        STEADY_DATABASE_PID=$(scripts/postgres.sh pid)
         schema="steady_$(date +%s%N)"
         psql "$PG_URL" -qc "CREATE SCHEMA $schema" >/dev/null
         DB_ARGS+=(--database "$PG_URL?options=-csearch_path%3D$schema")

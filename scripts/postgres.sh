@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Starts or stops a throwaway PostgreSQL on loopback for the test suites: scripts/postgres.sh start|stop|url
+# Starts or stops a throwaway PostgreSQL on loopback for the test suites: scripts/postgres.sh start|stop|url|pid
 set -euo pipefail
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 DIR=${STOREKEEPER_PG_DIR:-/tmp/storekeeper-pg}
@@ -34,8 +34,11 @@ case "${1:-}" in
   url)
     echo "$URL"
     ;;
+  pid)  # the postmaster's pid (its backends are its children)
+    head -1 "$DIR/data/postmaster.pid"
+    ;;
   *)
-    echo "usage: $0 start|stop|url" >&2
+    echo "usage: $0 start|stop|url|pid" >&2
     exit 64
     ;;
 esac
