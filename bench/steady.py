@@ -165,7 +165,7 @@ if len(steady) > 1:
     accounting["steal_cores"] = round(steal / TICKS / elapsed, 2)
 result = {
     "label": label, "cores": os.cpu_count(), "offered_per_second": rate, "completed_per_second": settled_in_window / window,
-    "accepted": offered["accepted"], "refused": offered["refused"], "upload_answer_p99_ms": round(offered["answer_p99_ms"], 1),
+    "accepted": offered["accepted"], "refused": offered["refused"], "upload_answer_p50_ms": round(offered["answer_p50_ms"], 1), "upload_answer_p99_ms": round(offered["answer_p99_ms"], 1),
     "in_flight_mean": round(sum(s[1] for s in steady) / max(len(steady), 1)), "in_flight_max": max((s[1] for s in steady), default=0),
     "grant_p50_ms": pick(0.5), "grant_p99_ms": pick(0.99), "unsettled": unsettled,
     "server_cpu_ms_per_receipt": round(cpu * 1000 / max(settled_in_window, 1), 3),
@@ -179,6 +179,6 @@ print(f"{label:28} offered {rate:6.0f}/s  completed {result['completed_per_secon
       f"(max {result['in_flight_max']})  grant p50 {result['grant_p50_ms']:.0f} ms p99 {result['grant_p99_ms']:.0f} ms  "
       f"cpu {result['server_cpu_ms_per_receipt']} ms/receipt  rss {result['rss_mib_peak']} MiB  "
       f"{result['kib_per_verification_in_flight']} KiB/in-flight  refused {result['refused']} unsettled {unsettled}  "
-      f"upload answer p99 {result['upload_answer_p99_ms']:.0f} ms\n{'':28} cpu ms per receipt: {shares}  "
+      f"upload answer p50 {result['upload_answer_p50_ms']:.0f} ms p99 {result['upload_answer_p99_ms']:.0f} ms\n{'':28} cpu ms per receipt: {shares}  "
       f"(machine busy {accounting.get('machine_busy_cores')} of {os.cpu_count()} cores, steal {accounting.get('steal_cores')})")
 print("json " + json.dumps(result, sort_keys=True))

@@ -127,9 +127,12 @@ struct MetricsRepository {
             """, scope) {
             reasons[row.string("original_transaction_id") ?? ""] = row.string("expiration_intent")
         }
-        // The difference to add to metrics_days: new contributions minus the stored ones.
+        // The difference to add to metrics_days: new contributions minus the stored ones, which are taken out as they
+        // are read (one lookup of the chains, not a read and then a delete).
         var difference: [MetricsKey: MetricsTally] = [:]
-        for row in try db.query("SELECT days FROM metrics_chains WHERE app_id = ? AND environment = ? AND original_transaction_id IN (\(list))", scope) {
+        for row in try db.query("""
+            DELETE FROM metrics_chains WHERE app_id = ? AND environment = ? AND original_transaction_id IN (\(list)) RETURNING days
+            """, scope) {
             for (key, tally) in Self.decode(row.string("days") ?? "") { difference[key, default: MetricsTally()] -= tally }
         }
         for row in try db.query("""
@@ -139,7 +142,6 @@ struct MetricsRepository {
             let moment = Self.moment(row)
             difference[moment.key, default: MetricsTally()] -= moment.tally
         }
-        try db.query("DELETE FROM metrics_chains WHERE app_id = ? AND environment = ? AND original_transaction_id IN (\(list))", scope)
 
         var chainRows: [[any SQLBindable]] = []
         var momentRows: [[any SQLBindable]] = []
