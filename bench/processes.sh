@@ -51,7 +51,7 @@ for processes in 1 "$COUNT"; do
   completed[$processes]=$(echo "$line" | grep '^json ' | cut -c6- | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["completed_per_second"])')
   for name in "${names[@]}"; do kill "$(cat "$WORK/$name.pid")"; rm -f "$WORK/$name.pid"; done
   # Dropped at once: autovacuum would otherwise clean this run's tables during the next run, on its CPU.
-  psql "$PG_URL" -qc "DROP SCHEMA $schema CASCADE" >/dev/null
+  psql "$PG_URL" -qc "SET client_min_messages = warning; DROP SCHEMA $schema CASCADE" >/dev/null
   sleep 1
 done
 "$PYTHON" -c 'import sys; print(f"{sys.argv[3]} processes / one: {float(sys.argv[2]) / float(sys.argv[1]):.2f} (aim >= 1.0)")' \

@@ -68,7 +68,7 @@ for engine in $ENGINES; do
       fi
       kill "$(cat "$WORK/$name.pid")"; rm -f "$WORK/$name.pid"
       # Dropped at once: autovacuum would otherwise clean this run's tables during the next run, on its CPU.
-      [ "$engine" = postgres ] && psql "$PG_URL" -qc "DROP SCHEMA $schema CASCADE" >/dev/null
+      [ "$engine" = postgres ] && psql "$PG_URL" -qc "SET client_min_messages = warning; DROP SCHEMA $schema CASCADE" >/dev/null
       sleep 1
     done
     echo "$engine latency $latency: highest offered rate sustained $best/s" | tee -a "$OUT"
