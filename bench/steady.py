@@ -7,8 +7,9 @@ comma-separated URLs and pids: the load is spread over them, and CPU, memory and
 Prints one line of figures and its JSON.
 
 Where the machine's CPU went in the window, per settled receipt: the server, the database (STEADY_DATABASE_PID, the
-PostgreSQL postmaster, with every process it started), the emulator (STEADY_APPSTORE_PID), the load generator, and
-the hypervisor's steal. A part whose pid is not given is left out; the machine's busy time counts everything."""
+PostgreSQL postmaster, with every process it started while they run), the emulator (STEADY_APPSTORE_PID), the load
+generator, and the whole machine's busy time (steal excluded); the machine's busy and stolen cores. A part whose pid is
+not given is left out; the machine's busy time counts everything."""
 import json
 import os
 import subprocess
@@ -26,17 +27,21 @@ CONNECTIONS = os.environ.get("BENCH_CONNECTIONS", "64")
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_of(process_ids):
-    """User and system CPU seconds of these processes (a process that has ended counts nothing)."""
-    total = 0
+def cpu_by_process(process_ids):
+    """User and system CPU seconds of each of these processes that is still running."""
+    seconds = {}
     for pid in process_ids:
         try:
             with open(f"/proc/{pid}/stat") as stat:
                 fields = stat.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / TICKS
-    return total
+        seconds[pid] = (int(fields[11]) + int(fields[12])) / TICKS
+    return seconds
+
+
+def cpu_of(process_ids):
+    return sum(cpu_by_process(process_ids).values())
 
 
 def cpu_seconds():
@@ -102,8 +107,9 @@ stop = threading.Event()
 def sample():
     while not stop.is_set():
         try:
+            # The database by process: its autovacuum workers come and go within a window.
             parts = {"emulator": cpu_of([APPSTORE_PID]) if APPSTORE_PID else None,
-                     "database": cpu_of(children_of(DATABASE_PID)) if DATABASE_PID else None,
+                     "database": cpu_by_process(children_of(DATABASE_PID)) if DATABASE_PID else None,
                      "load_generator": cpu_of(generator)}
             samples.append((time.time(), in_flight(), rss_kib(), cpu_seconds(), parts, machine_ticks()))
         except OSError:
@@ -152,9 +158,21 @@ def per_receipt(seconds):
     return round(seconds * 1000 / max(settled_in_window, 1), 3)
 
 
+def database_seconds():
+    """The database's CPU between the window's first and last samples: each process from its first sample in the
+    window (or its start, when it started inside it) to its last (a process that ended counts up to its last sample)."""
+    first, last = steady[0][4]["database"], {}
+    for sample in steady:
+        last.update(sample[4]["database"])
+    return sum(seconds - first.get(pid, 0) for pid, seconds in last.items())
+
+
 # Where the machine's CPU went in the window, per receipt settled in it (ms), and the machine's busy and stolen cores.
+# Every part is measured between the window's first and last samples (up to a second shorter than the window) and
+# divided by the receipts settled in the whole window, so each reads up to a few percent low, all alike.
 accounting = {"server": per_receipt(cpu) if len(steady) > 1 else None}
-for part in ("database", "emulator", "load_generator"):
+accounting["database"] = per_receipt(database_seconds()) if len(steady) > 1 and DATABASE_PID else None
+for part in ("emulator", "load_generator"):
     values = [s[4][part] for s in (steady[0], steady[-1])] if len(steady) > 1 else [None]
     accounting[part] = per_receipt(values[-1] - values[0]) if None not in values else None
 if len(steady) > 1:
