@@ -32,3 +32,17 @@ register_app() {
     "$1/admin/v1/apps/com.example.coins/products/Nada.JPYF01" >/dev/null
   curl -s -X POST "${admin[@]}" "$1/admin/v1/apps/com.example.coins/keys" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["apiKey"])'
 }
+
+# PostgreSQL URL, prefix: makes an empty schema for one run and echoes the URL whose search_path is that schema.
+new_schema() {
+  local schema="$2_$(date +%s%N)"
+  psql "$1" -qc "CREATE SCHEMA $schema" >/dev/null
+  echo "$1?options=-csearch_path%3D$schema"
+}
+
+# A URL from new_schema: drops its schema when its run ends, so autovacuum does not clean the run's tables during
+# the next run, on its CPU.
+drop_schema() {
+  local schema=${1##*search_path%3D}
+  psql "${1%%\?*}" -qc "SET client_min_messages = warning; DROP SCHEMA $schema CASCADE" >/dev/null
+}

@@ -29,9 +29,7 @@ shared=$(curl -s "$APPSTORE/admin/v1/apps/$APP" | "$PYTHON" -c 'import json,sys;
 
 declare -A completed=()
 for processes in 1 "$COUNT"; do
-  schema="processes_$(date +%s%N)"
-  psql "$PG_URL" -qc "CREATE SCHEMA $schema" >/dev/null
-  DATABASE="$PG_URL?options=-csearch_path%3D$schema"
+  DATABASE=$(new_schema "$PG_URL" processes)
   urls=(); pids=(); names=()
   for index in $(seq "$processes"); do
     name="server-$processes-$index"
@@ -50,8 +48,7 @@ for processes in 1 "$COUNT"; do
   echo "$line" | grep -v '^json ' | tee -a "$OUT"
   completed[$processes]=$(echo "$line" | grep '^json ' | cut -c6- | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["completed_per_second"])')
   for name in "${names[@]}"; do kill "$(cat "$WORK/$name.pid")"; rm -f "$WORK/$name.pid"; done
-  # Dropped at once: autovacuum would otherwise clean this run's tables during the next run, on its CPU.
-  psql "$PG_URL" -qc "SET client_min_messages = warning; DROP SCHEMA $schema CASCADE" >/dev/null
+  drop_schema "$DATABASE"
   sleep 1
 done
 "$PYTHON" -c 'import sys; print(f"{sys.argv[3]} processes / one: {float(sys.argv[2]) / float(sys.argv[1]):.2f} (aim >= 1.0)")' \

@@ -49,10 +49,9 @@ for engine in $ENGINES; do
       export STEADY_APPSTORE_PID=$(cat "$WORK/appstore.pid") STEADY_DATABASE_PID=""
       if [ "$engine" = postgres ]; then
         STEADY_DATABASE_PID=$(scripts/postgres.sh pid)
-        schema="steady_$(date +%s%N)"
-        psql "$PG_URL" -qc "CREATE SCHEMA $schema" >/dev/null
-        DB_ARGS+=(--database "$PG_URL?options=-csearch_path%3D$schema")
-        DB="postgres:$PG_URL?options=-csearch_path%3D$schema"
+        run_url=$(new_schema "$PG_URL" steady)
+        DB_ARGS+=(--database "$run_url")
+        DB="postgres:$run_url"
       fi
       SERVER=$(start "$name" "$BIN" server serve "${DB_ARGS[@]}" --port 0 --quiet --appstore-url "$APPSTORE" --trust-emulator \
         --admin-key sk_admin_benchmark)
@@ -67,8 +66,7 @@ for engine in $ENGINES; do
         best=$rate
       fi
       kill "$(cat "$WORK/$name.pid")"; rm -f "$WORK/$name.pid"
-      # Dropped at once: autovacuum would otherwise clean this run's tables during the next run, on its CPU.
-      [ "$engine" = postgres ] && psql "$PG_URL" -qc "SET client_min_messages = warning; DROP SCHEMA $schema CASCADE" >/dev/null
+      [ "$engine" = postgres ] && drop_schema "$run_url"
       sleep 1
     done
     echo "$engine latency $latency: highest offered rate sustained $best/s" | tee -a "$OUT"
