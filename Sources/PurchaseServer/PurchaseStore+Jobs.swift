@@ -35,8 +35,9 @@ extension PurchaseStore {
                         attempts: 0, nextAttemptAt: now, createdAt: now, updatedAt: now, userAuthenticated: userAuthenticated, deliver: deliver)
     }
 
-    /// Writes new jobs in the caller's transaction; other processes' workers wake when it commits
-    /// (PostgreSQL delivers a notification at commit). This process's worker is the caller's to wake.
+    /// Writes new jobs in the caller's transaction. This process's worker is the caller's to wake; other processes'
+    /// workers wake when it commits (PostgreSQL delivers a notification at commit) only if this one has no room for
+    /// the jobs (`localWorkerHasRoom`).
     func insert(_ jobs: [VerificationJob], _ db: any SQLConnection) throws {
         let repository = self.jobs(db)
         for job in jobs {
@@ -46,7 +47,13 @@ extension PurchaseStore {
                                      detail: ["verificationId": job.id, "code": "malformed_receipt", "reason": job.reason ?? ""], now: job.createdAt)
             }
         }
-        if database.dialect == .postgres { try repository.notify(Self.jobsChannel) }
+        if database.dialect == .postgres, wakesOtherProcesses(for: jobs) { try repository.notify(Self.jobsChannel) }
+    }
+
+    /// Whether new `jobs` need other processes' workers: some are to be verified, and this process's worker is not
+    /// running or has no room for them.
+    func wakesOtherProcesses(for jobs: [VerificationJob]) -> Bool {
+        jobs.contains { $0.state == .pending } && !localWorkerHasRoom.load(ordering: .relaxed)
     }
 
     /// One job (of one app when `appId` is given), without its receipt.

@@ -3,7 +3,8 @@ import Storage
 
 extension PurchaseStore {
     /// Analyzes the watched tables whose planner statistics are missing or stale (PostgreSQL; `PlannerStatistics`);
-    /// returns the names of those analyzed. One that fails (its lock held past a second) is left for the next round.
+    /// returns the names of those analyzed. One whose analysis lock is held (another process or autovacuum analyzing it)
+    /// is left for the next round.
     /// Nothing on SQLite, whose plans are checked without statistics.
     @discardableResult
     public func refreshPlannerStatistics() async throws -> [String] {
@@ -12,10 +13,11 @@ extension PurchaseStore {
         var analyzed: [String] = []
         for (table, qualified) in stale {
             do {
-                try await database.transaction { db in try PlannerStatistics(db: db).analyze(table: table, qualified: qualified) }
-                analyzed.append(table)
+                if try await database.transaction({ db in try PlannerStatistics(db: db).analyze(table: table, qualified: qualified) }) {
+                    analyzed.append(table)
+                }
             } catch {
-                continue
+                continue  // another process or autovacuum holds the table's analysis lock, or the analysis failed: the next pass looks again
             }
         }
         return analyzed

@@ -77,7 +77,10 @@ public final class VerificationWorker: Sendable {
                     Task {
                         let outcome = await self.engine.process(claimed, owner: self.owner)
                         let wasFull = self.state.withLock { state -> Bool in
-                            defer { state.inFlight -= 1 }
+                            defer {
+                                state.inFlight -= 1
+                                self.publishRoom(state)
+                            }
                             return state.inFlight >= self.configuration.concurrency
                         }
                         if outcome?.isSettled == true { self.settled(claimed.id) }
@@ -87,10 +90,24 @@ public final class VerificationWorker: Sendable {
                     }
                 }
             }
-            if claimed == configuration.batchSize && inFlight < configuration.concurrency { continue }
+            let hasRoom = state.withLock { state -> Bool in
+                publishRoom(state)
+                return state.inFlight < configuration.concurrency
+            }
+            if claimed == configuration.batchSize && hasRoom { continue }
             await signal.wait(timeout: configuration.pollInterval)
         }
-        state.withLock { $0.running = false }
+        state.withLock { state in
+            state.running = false
+            publishRoom(state)
+        }
+    }
+
+    /// Tells the store whether this worker takes new jobs itself (running, with a free place), so that they wake no
+    /// other process (`PurchaseStore.localWorkerHasRoom`). Called under the state's lock: a job that ends after the
+    /// worker stopped cannot say it takes them.
+    private func publishRoom(_ state: (inFlight: Int, running: Bool)) {
+        engine.store.localWorkerHasRoom.store(state.running && state.inFlight < configuration.concurrency, ordering: .relaxed)
     }
 
     /// Waits (up to `timeout`) for jobs in flight to finish.

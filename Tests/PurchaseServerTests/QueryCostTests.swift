@@ -68,4 +68,40 @@ struct PlannerStatisticsTests {
         // Fresh now: not analyzed again.
         #expect(!(try await store.refreshPlannerStatistics()).contains("verification_jobs"))
     }
+
+    @Test("A table another process is analyzing is left to it, and one that became current while this process waited is not analyzed twice")
+    func oneAnalysisAcrossProcesses() async throws {
+        let database = try await Engine.postgres.makeDatabase()
+        defer { Task { await database.close() } }
+        let configuration = PurchaseServer.Configuration(trust: TrustStore(certificates: []), endpoints: .apple,
+                                                         transport: RefusingTransport(), adminKey: "sk_admin_test_key_0000")
+        let store = try await PurchaseServer.open(database: database, configuration: configuration).store
+        let now = Date()
+        try await store.insert((0..<3_000).map { store.newJob(appId: "com.example.app", appUserId: "user-\($0)", kind: .purchase, receiptData: "r\($0)", now: now) })
+        func stale() async throws -> [(table: String, qualified: String)] {
+            try await database.read { db in try PlannerStatistics(db: db).staleTables() }.filter { $0.table == "verification_jobs" }
+        }
+        var jobs = try await stale()
+        for _ in 0..<40 where jobs.isEmpty {
+            try await Task.sleep(for: .milliseconds(500))
+            jobs = try await stale()
+        }
+        let qualified = try #require(jobs.first).qualified
+        // Another process analyzing the table holds its lock: this one leaves the table for the next pass.
+        let holding = Task.detached {
+            try await database.transaction { db in
+                try db.query("LOCK TABLE \(qualified) IN SHARE UPDATE EXCLUSIVE MODE")
+                Thread.sleep(forTimeInterval: 1.5)
+            }
+        }
+        try await Task.sleep(for: .milliseconds(300))
+        let started = ContinuousClock.now
+        #expect(!(try await store.refreshPlannerStatistics()).contains("verification_jobs"))
+        #expect(ContinuousClock.now - started < .seconds(1), "waited for the other process's lock")
+        try await holding.value
+        // The other process's analysis committed just before this one took the lock: found current, not analyzed again.
+        try await database.transaction { db in _ = try db.query("ANALYZE \(qualified) (id)") }
+        let analyzedAgain = try await database.transaction { db in try PlannerStatistics(db: db).analyze(table: "verification_jobs", qualified: qualified) }
+        #expect(!analyzedAgain)
+    }
 }
