@@ -39,21 +39,27 @@ struct QueryCostTests {
 /// PostgreSQL's planner statistics of young tables (`PlannerStatistics`).
 @Suite("Planner statistics", .enabled(if: Engine.available.contains(.postgres)))
 struct PlannerStatisticsTests {
-    @Test("A watched table that grew from empty is analyzed, and not again while its statistics are fresh; small and unwatched tables never")
-    func youngTablesAreAnalyzed() async throws {
+    /// A server's store on a new schema whose job queue has just grown from empty to 3,000 jobs.
+    static func storeWithYoungQueue() async throws -> (any SQLDatabase, PurchaseStore) {
         let database = try await Engine.postgres.makeDatabase()
-        defer { Task { await database.close() } }
         let configuration = PurchaseServer.Configuration(trust: TrustStore(certificates: []), endpoints: .apple,
                                                          transport: RefusingTransport(), adminKey: "sk_admin_test_key_0000")
         let store = try await PurchaseServer.open(database: database, configuration: configuration).store
+        let now = Date()
+        try await store.insert((0..<3_000).map { store.newJob(appId: "com.example.app", appUserId: "user-\($0)", kind: .purchase, receiptData: "r\($0)", now: now) })
+        return (database, store)
+    }
+
+    @Test("A watched table that grew from empty is analyzed, and not again while its statistics are fresh; small and unwatched tables never")
+    func youngTablesAreAnalyzed() async throws {
+        let (database, store) = try await Self.storeWithYoungQueue()
+        defer { Task { await database.close() } }
         func analyzed() async throws -> Set<String> {
             Set(try await database.read { db in
                 try db.query("SELECT relname FROM pg_stat_user_tables WHERE schemaname = current_schema() AND last_analyze IS NOT NULL")
                     .compactMap { $0.string("relname") }
             })
         }
-        let now = Date()
-        try await store.insert((0..<3_000).map { store.newJob(appId: "com.example.app", appUserId: "user-\($0)", kind: .purchase, receiptData: "r\($0)", now: now) })
         // The counts reach PostgreSQL's statistics views within about a second of the commit (at most ten).
         var refreshed: [String] = []
         for _ in 0..<40 where !refreshed.contains("verification_jobs") {
@@ -71,13 +77,8 @@ struct PlannerStatisticsTests {
 
     @Test("A table another process is analyzing is left to it, and one that became current while this process waited is not analyzed twice")
     func oneAnalysisAcrossProcesses() async throws {
-        let database = try await Engine.postgres.makeDatabase()
+        let (database, store) = try await Self.storeWithYoungQueue()
         defer { Task { await database.close() } }
-        let configuration = PurchaseServer.Configuration(trust: TrustStore(certificates: []), endpoints: .apple,
-                                                         transport: RefusingTransport(), adminKey: "sk_admin_test_key_0000")
-        let store = try await PurchaseServer.open(database: database, configuration: configuration).store
-        let now = Date()
-        try await store.insert((0..<3_000).map { store.newJob(appId: "com.example.app", appUserId: "user-\($0)", kind: .purchase, receiptData: "r\($0)", now: now) })
         func stale() async throws -> [(table: String, qualified: String)] {
             try await database.read { db in try PlannerStatistics(db: db).staleTables() }.filter { $0.table == "verification_jobs" }
         }
