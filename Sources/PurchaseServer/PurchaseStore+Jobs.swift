@@ -36,8 +36,8 @@ extension PurchaseStore {
     }
 
     /// Writes new jobs in the caller's transaction. This process's worker is the caller's to wake; other processes'
-    /// workers wake when it commits (PostgreSQL delivers a notification at commit) only if this one has no room for
-    /// the jobs (`localWorkerHasRoom`).
+    /// workers wake when it commits (PostgreSQL delivers a notification at commit) only if this one is stopped or has
+    /// no free place (`localWorkerHasRoom`). A worker with a free place claims in batches and again as places free up.
     func insert(_ jobs: [VerificationJob], _ db: any SQLConnection) throws {
         let repository = self.jobs(db)
         for job in jobs {
@@ -51,7 +51,7 @@ extension PurchaseStore {
     }
 
     /// Whether new `jobs` need other processes' workers: some are to be verified, and this process's worker is not
-    /// running or has no room for them.
+    /// running or has no free place.
     func wakesOtherProcesses(for jobs: [VerificationJob]) -> Bool {
         jobs.contains { $0.state == .pending } && !localWorkerHasRoom.load(ordering: .relaxed)
     }

@@ -3,8 +3,8 @@ import Storage
 
 extension PurchaseStore {
     /// Analyzes the watched tables whose planner statistics are missing or stale (PostgreSQL; `PlannerStatistics`);
-    /// returns the names of those analyzed. One whose analysis lock is held (another process or autovacuum analyzing it)
-    /// is left for the next round.
+    /// returns the names of those analyzed. One another process is analyzing is left to it; one whose lock autovacuum
+    /// holds past a second is left for the next round.
     /// Nothing on SQLite, whose plans are checked without statistics.
     @discardableResult
     public func refreshPlannerStatistics() async throws -> [String] {
@@ -17,7 +17,7 @@ extension PurchaseStore {
                     analyzed.append(table)
                 }
             } catch {
-                continue  // another process or autovacuum holds the table's analysis lock, or the analysis failed: the next pass looks again
+                continue  // autovacuum held the table's lock past a second, or the analysis failed: the next pass looks again
             }
         }
         return analyzed

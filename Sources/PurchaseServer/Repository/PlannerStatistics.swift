@@ -42,20 +42,26 @@ struct PlannerStatistics {
     }
 
     /// Analyzes a watched table's watched columns from a small sample (3,000 rows: enough for keys and states, and a
-    /// tenth of the default's cost), running at most a minute; returns whether it did.
+    /// tenth of the default's cost), waiting at most a second for the table's lock (autovacuum working on it) and
+    /// running at most a minute; returns whether it did.
     ///
-    /// Once per growth across processes: the table's analysis lock is taken without waiting (held, another process
-    /// or autovacuum is analyzing it: this one leaves it), and the table is analyzed only if it is still stale once
-    /// the lock is held (an analysis that committed just before has made it current). Three processes sharing a
-    /// database each analyzed every table themselves: 54 analyses in a run against 24 for one process (bench/README,
-    /// twelfth round).
+    /// Once per growth across processes: a process that finds another one analyzing the table (a transaction-scoped
+    /// advisory lock on the table's name, in the two-key space no other lock of the server uses) leaves it, and the
+    /// table is analyzed only if it is still stale once that lock is held (an analysis that committed just before has
+    /// made it current). Three processes sharing a database each analyzed every table themselves: 54 analyses in a
+    /// run against 24 for one process (bench/README, twelfth round).
     func analyze(table: String, qualified: String) throws -> Bool {
-        guard let columns = Self.watched[table] else { return false }
+        guard let columns = Self.watched[table],
+              try db.query("SELECT pg_try_advisory_xact_lock(?, hashtext(?)) AS taken", [Self.analysisLockSpace, qualified])
+                .first?.bool("taken") == true,
+              try !staleTables(among: [table]).isEmpty else { return false }
+        try db.query("SET LOCAL lock_timeout = '1s'")
         try db.query("SET LOCAL statement_timeout = '60s'")
         try db.query("SET LOCAL default_statistics_target = 10")
-        try db.query("LOCK TABLE \(qualified) IN SHARE UPDATE EXCLUSIVE MODE NOWAIT")  // held: fails, and the caller moves on
-        guard try !staleTables(among: [table]).isEmpty else { return false }
         try db.query("ANALYZE \(qualified) (\(columns.joined(separator: ", ")))")
         return true
     }
+
+    /// The first key of the analyses' advisory locks ("SK"): the server's other advisory locks take one 64-bit key.
+    static let analysisLockSpace: Int64 = 0x534B
 }
