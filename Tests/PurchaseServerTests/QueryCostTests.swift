@@ -35,6 +35,50 @@ struct QueryCostTests {
         #expect(leases.count == 64 && leases.values.allSatisfy { $0 == "worker" })
         #expect(touched < 64 * 8, "\(touched) pages for 64 jobs")
     }
+
+    @Test("No index is the start of another index on the same table: every index costs each insert a write", arguments: Engine.available)
+    func noRedundantIndexes(engine: Engine) async throws {
+        let database = try await engine.makeDatabase()
+        let configuration = PurchaseServer.Configuration(trust: TrustStore(certificates: []), endpoints: .apple,
+                                                         transport: RefusingTransport(), adminKey: "sk_admin_test_key_0000")
+        _ = try await PurchaseServer.open(database: database, configuration: configuration)
+        let indexes = try await database.transaction { db in try SecondaryIndex.all(db, dialect: database.dialect) }
+        #expect(indexes.contains { $0.name == "ownership_by_user" }, "the catalog read found no index: \(indexes)")
+        for index in indexes {
+            let longer = indexes.filter { other in
+                other.table == index.table && other.name != index.name && other.columns.count > index.columns.count
+                    && Array(other.columns.prefix(index.columns.count)) == index.columns
+            }
+            #expect(longer.isEmpty, "\(index.name) on \(index.table) (\(index.columns)) is the start of \(longer.map(\.name))")
+        }
+        await database.close()
+    }
+}
+
+/// An index created by a migration (not one enforcing a key or a uniqueness, nor one with a `WHERE`), with its columns
+/// in order, read from the database's catalog.
+struct SecondaryIndex: CustomStringConvertible {
+    let name: String, table: String, columns: [String]
+    var description: String { "\(table).\(name)(\(columns.joined(separator: ", ")))" }
+
+    static func all(_ db: any SQLConnection, dialect: SQLDialect) throws -> [SecondaryIndex] {
+        if dialect == .postgres {
+            return try db.query("""
+                SELECT c.relname AS name, t.relname AS tbl, array_to_string(ARRAY(
+                    SELECT a.attname FROM unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)
+                    JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.attnum ORDER BY k.n), ',') AS columns
+                FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid
+                WHERE t.relnamespace = current_schema()::regnamespace AND NOT i.indisunique AND i.indpred IS NULL
+                """, []).map { SecondaryIndex(name: $0.string("name") ?? "", table: $0.string("tbl") ?? "",
+                                               columns: ($0.string("columns") ?? "").split(separator: ",").map(String.init)) }
+        }
+        return try db.query("SELECT name, tbl_name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND sql NOT LIKE '% WHERE %'", [])
+            .compactMap { row in
+                guard let name = row.string("name"), let table = row.string("tbl_name") else { return nil }
+                let columns = try db.query("SELECT name FROM pragma_index_info(?) ORDER BY seqno", [name]).compactMap { $0.string("name") }
+                return SecondaryIndex(name: name, table: table, columns: columns)
+            }
+    }
 }
 
 /// PostgreSQL's planner statistics of young tables (`PlannerStatistics`).
