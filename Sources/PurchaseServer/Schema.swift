@@ -285,9 +285,10 @@ enum Schema {
             "CREATE TABLE verification_receipts (job_id TEXT PRIMARY KEY, receipt_data TEXT NOT NULL)",
         ] + Self.receiptsMoved, dialect: .sqlite),
         // `ownership_user` (app id, user) is the start of `ownership_by_user` (migration 2), which answers every lookup
-        // by user on its own: the shorter index only cost every grant and every unbinding a second index write.
+        // by user on its own: the shorter index only cost every grant a second index write. `IF EXISTS`: an operator may
+        // have dropped it already, and two processes starting at once may both run this.
         SQLMigration(version: 22, statements: [
-            "DROP INDEX ownership_user",
+            "DROP INDEX IF EXISTS ownership_user",
         ]),
     ]
 

@@ -42,42 +42,57 @@ struct QueryCostTests {
         let configuration = PurchaseServer.Configuration(trust: TrustStore(certificates: []), endpoints: .apple,
                                                          transport: RefusingTransport(), adminKey: "sk_admin_test_key_0000")
         _ = try await PurchaseServer.open(database: database, configuration: configuration)
-        let indexes = try await database.transaction { db in try SecondaryIndex.all(db, dialect: database.dialect) }
-        #expect(indexes.contains { $0.name == "ownership_by_user" }, "the catalog read found no index: \(indexes)")
-        for index in indexes {
-            let longer = indexes.filter { other in
-                other.table == index.table && other.name != index.name && other.columns.count > index.columns.count
+        let indexes = try await database.transaction { db in try CatalogIndex.all(db, dialect: database.dialect) }
+        // The catalog read sees columns in order, and keys (ownership's primary key) as well as plain indexes.
+        #expect(indexes.contains { $0.name == "ownership_by_user" && $0.columns == ["app_id", "app_user_id", "environment", "original_transaction_id"] },
+                "\(indexes)")
+        #expect(indexes.contains { $0.table == "ownership" && $0.unique && $0.columns == ["app_id", "environment", "original_transaction_id", "app_user_id"] },
+                "\(indexes)")
+        // A unique index enforces something even when it repeats another; any other index must add something.
+        for index in indexes where !index.unique {
+            let covering = indexes.filter { other in
+                other.table == index.table && other.name != index.name && other.columns.count >= index.columns.count
                     && Array(other.columns.prefix(index.columns.count)) == index.columns
             }
-            #expect(longer.isEmpty, "\(index.name) on \(index.table) (\(index.columns)) is the start of \(longer.map(\.name))")
+            #expect(covering.isEmpty, "\(index.name) on \(index.table) (\(index.columns)) is the start of \(covering.map(\.name))")
         }
         await database.close()
     }
 }
 
-/// An index created by a migration (not one enforcing a key or a uniqueness, nor one with a `WHERE`), with its columns
-/// in order, read from the database's catalog.
-struct SecondaryIndex: CustomStringConvertible {
-    let name: String, table: String, columns: [String]
-    var description: String { "\(table).\(name)(\(columns.joined(separator: ", ")))" }
+/// An index read from the database's catalog, with its key columns in order: every index of this schema that has no
+/// `WHERE` and no expression among its keys (those are left out), keys and unique constraints included.
+struct CatalogIndex: CustomStringConvertible {
+    let name: String, table: String, columns: [String], unique: Bool
+    var description: String { "\(table).\(name)(\(columns.joined(separator: ", ")))\(unique ? " unique" : "")" }
 
-    static func all(_ db: any SQLConnection, dialect: SQLDialect) throws -> [SecondaryIndex] {
+    static func all(_ db: any SQLConnection, dialect: SQLDialect) throws -> [CatalogIndex] {
         if dialect == .postgres {
+            // Key columns only (`indnkeyatts`: `INCLUDE` columns come after them).
             return try db.query("""
-                SELECT c.relname AS name, t.relname AS tbl, array_to_string(ARRAY(
-                    SELECT a.attname FROM unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)
-                    JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.attnum ORDER BY k.n), ',') AS columns
+                SELECT c.relname AS name, t.relname AS tbl, CASE WHEN i.indisunique THEN 1 ELSE 0 END AS is_unique,
+                    array_to_string(ARRAY(
+                        SELECT a.attname FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n)
+                        JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.attnum
+                        WHERE k.n <= i.indnkeyatts ORDER BY k.n), ',') AS columns
                 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid
-                WHERE t.relnamespace = current_schema()::regnamespace AND NOT i.indisunique AND i.indpred IS NULL
-                """, []).map { SecondaryIndex(name: $0.string("name") ?? "", table: $0.string("tbl") ?? "",
-                                               columns: ($0.string("columns") ?? "").split(separator: ",").map(String.init)) }
+                WHERE t.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
+                    AND i.indpred IS NULL AND i.indexprs IS NULL
+                """, []).map { CatalogIndex(name: $0.string("name") ?? "", table: $0.string("tbl") ?? "",
+                                             columns: ($0.string("columns") ?? "").split(separator: ",").map(String.init),
+                                             unique: $0.int("is_unique") == 1) }
         }
-        return try db.query("SELECT name, tbl_name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND sql NOT LIKE '% WHERE %'", [])
-            .compactMap { row in
-                guard let name = row.string("name"), let table = row.string("tbl_name") else { return nil }
-                let columns = try db.query("SELECT name FROM pragma_index_info(?) ORDER BY seqno", [name]).compactMap { $0.string("name") }
-                return SecondaryIndex(name: name, table: table, columns: columns)
+        var indexes: [CatalogIndex] = []
+        for table in try db.query("SELECT name FROM sqlite_master WHERE type = 'table'", []).compactMap({ $0.string("name") }) {
+            for row in try db.query("SELECT name, \"unique\" AS is_unique FROM pragma_index_list(?) WHERE partial = 0", [table]) {
+                guard let name = row.string("name") else { continue }
+                // An expression among the keys has no column name.
+                let keys = try db.query("SELECT name FROM pragma_index_info(?) ORDER BY seqno", [name]).map { $0.string("name") }
+                guard !keys.isEmpty, keys.allSatisfy({ $0 != nil }) else { continue }
+                indexes.append(CatalogIndex(name: name, table: table, columns: keys.compactMap { $0 }, unique: row.int("is_unique") == 1))
             }
+        }
+        return indexes
     }
 }
 
