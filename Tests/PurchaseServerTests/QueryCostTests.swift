@@ -60,6 +60,27 @@ struct QueryCostTests {
     }
 }
 
+extension QueryCostTests {
+    @Test("Expired leases are found through the index of the jobs in flight", arguments: Engine.available)
+    func lapsedLeasesUseTheInFlightIndex(engine: Engine) async throws {
+        let database = try await engine.makeDatabase()
+        let configuration = PurchaseServer.Configuration(trust: TrustStore(certificates: []), endpoints: .apple,
+                                                         transport: RefusingTransport(), adminKey: "sk_admin_test_key_0000")
+        _ = try await PurchaseServer.open(database: database, configuration: configuration)
+        // The claim's branch for expired leases, as `JobRepository.claim` writes it.
+        let lapsed = "SELECT id, next_attempt_at FROM verification_jobs WHERE state = 'verifying' AND lease_expires_at <= 5 ORDER BY lease_expires_at LIMIT 10"
+        let plan = try await database.transaction { db -> String in
+            if database.dialect == .postgres {
+                _ = try db.query("SET LOCAL enable_seqscan = off", [])  // an empty table would be read whole otherwise
+                return try db.query("EXPLAIN " + lapsed, []).compactMap { $0.string("QUERY PLAN") }.joined(separator: "\n")
+            }
+            return try db.query("EXPLAIN QUERY PLAN " + lapsed, []).compactMap { $0.string("detail") }.joined(separator: "\n")
+        }
+        #expect(plan.contains("verification_jobs_lapsing"), "\(plan)")
+        await database.close()
+    }
+}
+
 /// An index read from the database's catalog, with its key columns in order: every index of this schema that has no
 /// `WHERE` and no expression among its keys (those are left out), keys and unique constraints included.
 struct CatalogIndex: CustomStringConvertible {
