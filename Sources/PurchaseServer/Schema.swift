@@ -292,8 +292,8 @@ enum Schema {
         ]),
         // Expired leases are looked for among the jobs being verified only. Migration 18's index began with the state and
         // held every job ever uploaded, each written again at its upload, claim and settlement; this one holds the jobs
-        // in flight (on PostgreSQL uploads wait while it is built, as for migration 18). The state stays its first column:
-        // SQLite, without statistics, otherwise prefers the index of due jobs, which begins with the state too.
+        // in flight (on PostgreSQL writes to the jobs table wait while it is built, as for migration 18). The state stays
+        // its first column: SQLite, without statistics, otherwise prefers the index of due jobs, which begins with it too.
         SQLMigration(version: 23, statements: [
             "CREATE INDEX IF NOT EXISTS verification_jobs_lapsing ON verification_jobs (state, lease_expires_at) WHERE state = 'verifying'",
             "DROP INDEX IF EXISTS verification_jobs_lease",
