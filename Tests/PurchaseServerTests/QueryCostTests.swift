@@ -36,12 +36,18 @@ struct QueryCostTests {
         #expect(touched < 64 * 8, "\(touched) pages for 64 jobs")
     }
 
-    @Test("No index is the start of another index on the same table: every index costs each insert a write", arguments: Engine.available)
-    func noRedundantIndexes(engine: Engine) async throws {
+    /// A fresh database of `engine` with every migration applied (a server opened on it).
+    static func migratedDatabase(_ engine: Engine) async throws -> any SQLDatabase {
         let database = try await engine.makeDatabase()
         let configuration = PurchaseServer.Configuration(trust: TrustStore(certificates: []), endpoints: .apple,
                                                          transport: RefusingTransport(), adminKey: "sk_admin_test_key_0000")
         _ = try await PurchaseServer.open(database: database, configuration: configuration)
+        return database
+    }
+
+    @Test("No index is the start of another index on the same table: every index costs each insert a write", arguments: Engine.available)
+    func noRedundantIndexes(engine: Engine) async throws {
+        let database = try await Self.migratedDatabase(engine)
         let indexes = try await database.transaction { db in try CatalogIndex.all(db, dialect: database.dialect) }
         // The catalog read sees columns in order, and keys (ownership's primary key) as well as plain indexes.
         #expect(indexes.contains { $0.name == "ownership_by_user" && $0.columns == ["app_id", "app_user_id", "environment", "original_transaction_id"] },
@@ -63,10 +69,7 @@ struct QueryCostTests {
 extension QueryCostTests {
     @Test("Expired leases are found through the index of the jobs in flight", arguments: Engine.available)
     func lapsedLeasesUseTheInFlightIndex(engine: Engine) async throws {
-        let database = try await engine.makeDatabase()
-        let configuration = PurchaseServer.Configuration(trust: TrustStore(certificates: []), endpoints: .apple,
-                                                         transport: RefusingTransport(), adminKey: "sk_admin_test_key_0000")
-        _ = try await PurchaseServer.open(database: database, configuration: configuration)
+        let database = try await Self.migratedDatabase(engine)
         // The claim's branch for expired leases, as `JobRepository.claim` writes it.
         let lapsed = "SELECT id, next_attempt_at FROM verification_jobs WHERE state = 'verifying' AND lease_expires_at <= 5 ORDER BY lease_expires_at LIMIT 10"
         let plan = try await database.transaction { db -> String in
