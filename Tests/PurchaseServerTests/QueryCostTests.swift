@@ -13,10 +13,7 @@ struct QueryCostTests {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("cost-\(UUID().uuidString).sqlite").path
         defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
         let database = try SQLiteSQLDatabase(path: path)
-        let configuration = PurchaseServer.Configuration(trust: TrustStore(certificates: []), endpoints: .apple,
-                                                         transport: RefusingTransport(), adminKey: "sk_admin_test_key_0000")
-        let server = try await PurchaseServer.open(database: database, configuration: configuration)
-        let store = server.store
+        let store = try await QueryCostTests.migrate(database)
         // Thousands of jobs being verified, each with a receipt of a real one's size, as while Apple is slow.
         let receipt = String(repeating: "MIIQTgYJKoZIhvcNAQcCoIIQPzCCEDsCAQExDzAN", count: 140)
         let now = Date()
@@ -36,12 +33,17 @@ struct QueryCostTests {
         #expect(touched < 64 * 8, "\(touched) pages for 64 jobs")
     }
 
-    /// A fresh database of `engine` with every migration applied (a server opened on it).
-    static func migratedDatabase(_ engine: Engine) async throws -> any SQLDatabase {
-        let database = try await engine.makeDatabase()
+    /// Opens a server that refuses every call to Apple on `database` (applying every migration) and returns its store.
+    static func migrate(_ database: any SQLDatabase) async throws -> PurchaseStore {
         let configuration = PurchaseServer.Configuration(trust: TrustStore(certificates: []), endpoints: .apple,
                                                          transport: RefusingTransport(), adminKey: "sk_admin_test_key_0000")
-        _ = try await PurchaseServer.open(database: database, configuration: configuration)
+        return try await PurchaseServer.open(database: database, configuration: configuration).store
+    }
+
+    /// A fresh database of `engine` with every migration applied.
+    static func migratedDatabase(_ engine: Engine) async throws -> any SQLDatabase {
+        let database = try await engine.makeDatabase()
+        _ = try await migrate(database)
         return database
     }
 
@@ -126,9 +128,7 @@ struct PlannerStatisticsTests {
     /// A server's store on a new schema whose job queue has just grown from empty to 3,000 jobs.
     static func storeWithYoungQueue() async throws -> (any SQLDatabase, PurchaseStore) {
         let database = try await Engine.postgres.makeDatabase()
-        let configuration = PurchaseServer.Configuration(trust: TrustStore(certificates: []), endpoints: .apple,
-                                                         transport: RefusingTransport(), adminKey: "sk_admin_test_key_0000")
-        let store = try await PurchaseServer.open(database: database, configuration: configuration).store
+        let store = try await QueryCostTests.migrate(database)
         let now = Date()
         try await store.insert((0..<3_000).map { store.newJob(appId: "com.example.app", appUserId: "user-\($0)", kind: .purchase, receiptData: "r\($0)", now: now) })
         return (database, store)
