@@ -142,13 +142,29 @@ public final class PurchaseServer: Sendable {
         }
     }
 
-    /// Accepts a receipt durably and wakes the worker.
+    /// Accepts a receipt durably and has it verified. With a free place in this process's worker, the job is written
+    /// already claimed by it and handed over once committed: no claim statement, and the receipt is not read back.
+    /// Otherwise it is written pending and the worker is woken to claim it (or another process's worker, which
+    /// claims it as it frees places or polls).
     public func submit(appId: String, appUserId: String, receiptData: String, kind: VerificationJob.Kind,
                        userAuthenticated: Bool = true, deliver: DeliveryHint? = nil) async throws -> VerificationJob {
         let rejection = kind == .signedTransaction ? nil : ReceiptShape.rejection(of: receiptData)
-        let job = try await store.enqueue(appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData,
-                                          userAuthenticated: userAuthenticated, deliver: deliver, rejection: rejection, now: clock.now())
-        if rejection == nil { worker.wake() }
+        let now = clock.now()
+        let lease = rejection == nil && worker.reservePlace() ? worker.lease(now: now) : nil
+        let job: VerificationJob
+        do {
+            job = try await store.enqueue(appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData, userAuthenticated: userAuthenticated,
+                                          deliver: deliver, rejection: rejection, lease: lease, now: now)
+        } catch {
+            // Not written, or (the commit's answer lost) written with a lease that lapses and is taken over.
+            if lease != nil { worker.releasePlace() }
+            throw error
+        }
+        if lease != nil {
+            worker.adopt(job)
+        } else if rejection == nil {
+            worker.wake()
+        }
         return job
     }
 

@@ -7,15 +7,21 @@ extension PurchaseStore {
 
     /// Writes a new job durably and returns it.
     /// A job refused by the look before storage (`rejection`) is written already rejected, with the
-    /// upload's hash and size but not its bytes, and never reaches the queue.
+    /// upload's hash and size but not its bytes, and never reaches the queue. Any other is written pending, or with
+    /// a `lease` already claimed (its first attempt counted, as a claim counts it) by the worker that holds the lease.
     public func enqueue(appId: String, appUserId: String, kind: VerificationJob.Kind, receiptData: String, userAuthenticated: Bool = true,
-                        deliver: DeliveryHint? = nil, rejection: ReceiptRejection? = nil, now: Date) async throws -> VerificationJob {
+                        deliver: DeliveryHint? = nil, rejection: ReceiptRejection? = nil, lease: VerificationJob.Lease? = nil,
+                        now: Date) async throws -> VerificationJob {
         var job = newJob(appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData, userAuthenticated: userAuthenticated,
                          deliver: deliver, now: now)
         if let rejection {
             job.state = .rejected
             job.reason = rejection.reason
             job.settledAt = now
+        } else if let lease {
+            job.state = .verifying
+            job.attempts = 1
+            job.lease = lease
         }
         try await uploads.write(job, all: { [self] jobs in try await self.insert(jobs) })
         if rejection != nil { job.receiptData = "" }

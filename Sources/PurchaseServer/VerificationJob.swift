@@ -36,6 +36,14 @@ public struct VerificationJob: Sendable, Codable, Equatable {
     public var deliver: DeliveryHint?
     /// The SHA-256 of `receiptData`, kept when the verification engine lets the text go while Apple answers.
     var receiptDigest: String?
+    /// On a new job written already claimed by this process's worker (`VerificationWorker.reservePlace()`): its lease.
+    var lease: Lease?
+
+    /// Who holds a job being verified, and until when; past that, any worker may take it over.
+    public struct Lease: Sendable, Codable, Equatable {
+        public var owner: String
+        public var expiresAt: Date
+    }
 }
 
 /// What a receipt upload says it is delivering: the StoreKit 1 transaction the device just

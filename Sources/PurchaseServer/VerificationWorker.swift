@@ -72,22 +72,7 @@ public final class VerificationWorker: Sendable {
                 claimed = jobs.count
                 for job in jobs {
                     state.withLock { $0.inFlight += 1 }
-                    // By reference, the receipt's text split off (see `ClaimedJob`): the task holds 8 bytes while Apple answers.
-                    let claimed = VerificationEngine.ClaimedJob(job)
-                    Task {
-                        let outcome = await self.engine.process(claimed, owner: self.owner)
-                        let wasFull = self.state.withLock { state -> Bool in
-                            defer {
-                                state.inFlight -= 1
-                                self.publishRoom(state)
-                            }
-                            return state.inFlight >= self.configuration.concurrency
-                        }
-                        if outcome?.isSettled == true { self.settled(claimed.id) }
-                        // A free place matters only to a worker that stopped claiming for want of one; waking it
-                        // after every job would run a claim per job.
-                        if wasFull { self.signal.wake() }
-                    }
+                    start(job)
                 }
             }
             let hasRoom = state.withLock { state -> Bool in
@@ -101,6 +86,54 @@ public final class VerificationWorker: Sendable {
             state.running = false
             publishRoom(state)
         }
+    }
+
+    /// Reserves a place for a job this process is uploading (`PurchaseServer.submit`), which is then written already
+    /// claimed by this worker (`lease(now:)`) and handed over by `adopt(_:)` once committed, or given back by
+    /// `releasePlace()` if the write fails. The job skips the queue: no claim statement, no second read of its receipt.
+    /// False when the worker is stopped or has no free place; the job is then written pending, for a claim.
+    public func reservePlace() -> Bool {
+        state.withLock { state -> Bool in
+            guard state.running, state.inFlight < configuration.concurrency else { return false }
+            state.inFlight += 1
+            publishRoom(state)
+            return true
+        }
+    }
+
+    /// The lease of a job claimed by this worker at `now`.
+    public func lease(now: Date) -> VerificationJob.Lease {
+        VerificationJob.Lease(owner: owner, expiresAt: now.addingTimeInterval(configuration.lease))
+    }
+
+    /// Starts verifying a job written with this worker's lease in a place `reservePlace()` reserved.
+    public func adopt(_ job: VerificationJob) { start(job) }
+
+    /// Gives back a place `reservePlace()` reserved, for a job that was not written.
+    public func releasePlace() { finishOne() }
+
+    /// Verifies a job in a place already counted in `inFlight`, and frees the place when it ends.
+    private func start(_ job: VerificationJob) {
+        // By reference, the receipt's text split off (see `ClaimedJob`): the task holds 8 bytes while Apple answers.
+        let claimed = VerificationEngine.ClaimedJob(job)
+        Task {
+            let outcome = await self.engine.process(claimed, owner: self.owner)
+            self.finishOne()
+            if outcome?.isSettled == true { self.settled(claimed.id) }
+        }
+    }
+
+    /// Frees a place. A free place matters only to a worker that stopped claiming for want of one; waking it after
+    /// every job would run a claim per job.
+    private func finishOne() {
+        let wasFull = state.withLock { state -> Bool in
+            defer {
+                state.inFlight -= 1
+                publishRoom(state)
+            }
+            return state.inFlight >= configuration.concurrency
+        }
+        if wasFull { signal.wake() }
     }
 
     /// Tells the store whether this worker takes new jobs itself (running, with a free place), so that they wake no

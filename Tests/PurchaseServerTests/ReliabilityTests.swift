@@ -120,6 +120,26 @@ struct ReliabilityTests {
         #expect(try await world.user("com.example.coins", "alice").balances == ["coins": 100])
     }
 
+    @Test("A job written claimed by an upload whose process died before verifying it is taken over when the lease lapses, and granted once", arguments: Engine.available)
+    func handedJobTakeover(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine, startWorker: false)
+        defer { Task { await world.stop() } }
+        let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF02")
+        let now = world.server.clock.now()
+        let job = try await world.server.store.enqueue(appId: "com.example.coins", appUserId: "alice", kind: .purchase, receiptData: receipt,
+                                                       lease: .init(owner: "crashed", expiresAt: now.addingTimeInterval(30)), now: now)
+        #expect(job.state == .verifying)
+        #expect(try await world.server.store.claim(owner: "other", limit: 10, lease: 30, now: now.addingTimeInterval(29)).isEmpty)
+        let taken = try await world.server.store.claim(owner: "survivor", limit: 10, lease: 30, now: now.addingTimeInterval(31))
+        #expect(taken.map(\.id) == [job.id])
+        #expect(taken.first?.receiptData == receipt)
+        #expect(taken.first?.attempts == 2)
+        let engine = world.server.worker.engine
+        #expect(await engine.process(job, owner: "crashed") == nil)
+        #expect(await engine.process(taken[0], owner: "survivor") == .verified)
+        #expect(try await world.user("com.example.coins", "alice").balances == ["coins": 100])
+    }
+
     @Test("A job whose claims end without an outcome three times is poison: dead, not run again until replayed", arguments: Engine.available)
     func poisonJob(engine: Engine) async throws {
         let world = try await ServerWorld.make(engine, startWorker: false)

@@ -1,5 +1,6 @@
 import AppStoreModels
 import Foundation
+import Storage
 import StorekeeperTesting
 import Synchronization
 import Testing
@@ -60,11 +61,96 @@ struct WorkerWakeupTests {
     }
 }
 
+/// Uploads to a process whose worker has a free place skip the queue's claim.
+@Suite("Uploads handed to this process's worker")
+struct UploadHandOffTests {
+    @Test("An upload takes a free place of the running worker at once and is written claimed by it; without a place it is written pending; a failed write gives the place back")
+    func uploadsTakeFreePlaces() async throws {
+        let world = try await ServerWorld.make(.sqlite, startWorker: false)
+        let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF01")
+        let sharedSecret = try await world.emulator.app("com.example.coins").sharedSecret
+        await world.stop()
+        let transport = GatedTransport()
+        let configuration = PurchaseServer.Configuration(
+            trust: TrustStore(certificates: [TestSupport.authority.root, TestSupport.authority.intermediate]),
+            endpoints: .emulator(URL(string: "http://emulator")!), transport: transport, adminKey: "sk_admin_test_key_0000",
+            worker: .init(concurrency: 1, batchSize: 1, lease: 30, pollInterval: .milliseconds(20)),
+            retry: .init(baseDelay: 60, maxDelay: 60, maxAge: 3600))
+        let server = try await PurchaseServer.open(database: try await Engine.sqlite.makeDatabase(), configuration: configuration)
+        let store = server.store
+        defer { Task { await store.database.close() } }
+        try await store.createApp(ServerApp(id: "com.example.coins", sharedSecret: sharedSecret), now: Date())
+        func row(_ id: String) async throws -> SQLRow? {
+            try await store.database.read { db in
+                try db.query("SELECT state, attempts, open_claims, lease_owner, lease_expires_at FROM verification_jobs WHERE id = ?", [id]).first
+            }
+        }
+        func submit(_ user: String) async throws -> VerificationJob {
+            try await server.submit(appId: "com.example.coins", appUserId: user, receiptData: receipt, kind: .purchase)
+        }
+
+        /// Lets Apple fail the calls until these jobs are back in the queue for a retry and no place is taken.
+        func fail(_ ids: [String]) async throws {
+            func done() async throws -> Bool {
+                for id in ids where try await row(id).map({ $0.string("state") != "pending" || $0.int("attempts") == 0 }) ?? true { return false }
+                return server.worker.inFlight == 0
+            }
+            transport.open()
+            for _ in 0..<200 where try await !done() { try await Task.sleep(for: .milliseconds(10)) }
+            transport.close()
+        }
+
+        // No worker running: the upload waits in the queue for a claim.
+        let alice = try await submit("alice")
+        #expect(alice.state == .pending && alice.attempts == 0)
+        #expect(try await row(alice.id)?.string("lease_owner") == nil)
+        let worker = server.runWorker()
+        defer { worker.cancel() }
+        for _ in 0..<200 where server.worker.inFlight == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(server.worker.inFlight == 1, "the running worker claimed the queued job")
+
+        // The worker's one place is taken: the upload is written pending, for a claim.
+        let bob = try await submit("bob")
+        #expect(bob.state == .pending && bob.attempts == 0)
+        #expect(try await row(bob.id)?.string("lease_owner") == nil)
+        // Apple fails both calls (each retried in a minute): the place is free again.
+        try await fail([alice.id, bob.id])
+        #expect(try await row(bob.id)?.string("state") == "pending")
+        #expect(server.worker.inFlight == 0)
+
+        // A free place: the upload is written claimed by the worker, its first attempt counted as a claim counts it,
+        // and holds the place as soon as the upload is answered, with no claim in between.
+        let start = Date()
+        let carol = try await submit("carol")
+        #expect(server.worker.inFlight == 1)
+        #expect(carol.state == .verifying && carol.attempts == 1)
+        let stored = try #require(try await row(carol.id))
+        #expect(stored.string("state") == "verifying")
+        #expect(stored.int("attempts") == 1 && stored.int("open_claims") == 1)
+        #expect(stored.string("lease_owner") == server.worker.owner)
+        let leaseEnds = Date(milliseconds: stored.int("lease_expires_at") ?? 0)
+        #expect(leaseEnds >= start.addingTimeInterval(29) && leaseEnds <= Date().addingTimeInterval(31))
+        // Its outcome is written under that lease: Apple fails the call, and the job is put back for a retry.
+        try await fail([carol.id])
+        let retried = try #require(try await row(carol.id))
+        #expect(retried.string("state") == "pending" && retried.string("lease_owner") == nil && retried.int("open_claims") == 0)
+
+        // A write that fails gives its place back.
+        try await store.database.transaction { db in try db.run("DROP TABLE verification_receipts", []) }
+        await #expect(throws: (any Error).self) { try await submit("dave") }
+        #expect(server.worker.inFlight == 0, "the failed upload's place was given back")
+        let hasRoom = store.localWorkerHasRoom.load(ordering: .relaxed)
+        #expect(hasRoom)
+    }
+}
+
 /// A transport whose calls wait until `open()`, then fail as if Apple could not be reached.
 final class GatedTransport: HTTPTransport {
     private let isOpen = Atomic<Bool>(false)
 
     func open() { isOpen.store(true, ordering: .relaxed) }
+
+    func close() { isOpen.store(false, ordering: .relaxed) }
 
     func post(_ url: URL, body: [UInt8], timeout: TimeInterval) async throws -> (status: Int, contentType: String?, body: Data) {
         while !isOpen.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(10)) }

@@ -8,7 +8,8 @@ struct JobRepository {
     let db: any SQLConnection
     let dialect: SQLDialect
 
-    /// A new job: pending, or (refused by the look before storage) already rejected without its bytes.
+    /// A new job: pending, claimed by the lease it carries (with the claim counted), or (refused by the look before
+    /// storage) already rejected without its bytes.
     func insert(_ job: VerificationJob) throws {
         let now = job.createdAt.milliseconds
         // New rows only, each its own: uploads committed together are written with one statement where the database can.
@@ -20,9 +21,17 @@ struct JobRepository {
                                    Int64(job.receiptData.utf8.count), job.receiptSHA256, job.reason, now])
             return
         }
-        try db.append(into: "verification_jobs", columns: columns + ["deliver_transaction_id", "deliver_product_id"],
-                      values: [job.id, job.appId, job.appUserId, job.kind.rawValue, "pending", 0, now, now, now, job.userAuthenticated,
-                               Int64(job.receiptData.utf8.count), job.deliver?.transactionId, job.deliver?.productId])
+        if let lease = job.lease {
+            try db.append(into: "verification_jobs", columns: columns + ["deliver_transaction_id", "deliver_product_id", "lease_owner",
+                                                                         "lease_expires_at", "open_claims"],
+                          values: [job.id, job.appId, job.appUserId, job.kind.rawValue, "verifying", 1, now, now, now, job.userAuthenticated,
+                                   Int64(job.receiptData.utf8.count), job.deliver?.transactionId, job.deliver?.productId, lease.owner,
+                                   lease.expiresAt.milliseconds, 1])
+        } else {
+            try db.append(into: "verification_jobs", columns: columns + ["deliver_transaction_id", "deliver_product_id"],
+                          values: [job.id, job.appId, job.appUserId, job.kind.rawValue, "pending", 0, now, now, now, job.userAuthenticated,
+                                   Int64(job.receiptData.utf8.count), job.deliver?.transactionId, job.deliver?.productId])
+        }
         try db.append(into: "verification_receipts", columns: ["job_id", "receipt_data"], values: [job.id, job.receiptData])
     }
 
