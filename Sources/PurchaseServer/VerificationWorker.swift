@@ -30,7 +30,7 @@ public final class VerificationWorker: Sendable {
     /// This worker's lease owner id.
     public let owner: String
     let signal = WakeSignal()
-    private let state = Locked<(inFlight: Int, running: Bool)>((0, false))
+    private let state: Locked<WorkerPlaces>
     private let settled: @Sendable (String) -> Void
 
     /// Creates a worker; `settled` is told the id of every job it settles.
@@ -38,12 +38,16 @@ public final class VerificationWorker: Sendable {
                 settled: @escaping @Sendable (String) -> Void) {
         self.engine = engine
         self.configuration = configuration
+        state = Locked(WorkerPlaces(capacity: configuration.concurrency))
         owner = "worker-\(ProcessInfo.processInfo.processIdentifier)-\(ids.nextString().prefix(8))"
         self.settled = settled
     }
 
     /// Jobs currently being verified by this worker.
     public var inFlight: Int { state.withLock { $0.inFlight } }
+
+    /// The worker's places now.
+    var places: WorkerPlaces { state.withLock { $0 } }
 
     /// Whether `run()` is running.
     public var isRunning: Bool { state.withLock { $0.running } }
@@ -67,17 +71,18 @@ public final class VerificationWorker: Sendable {
             let free = configuration.concurrency - inFlight
             var claimed = 0
             if free > 0 {
-                let jobs = (try? await engine.store.claim(owner: owner, limit: min(free, configuration.batchSize),
-                                                           lease: configuration.lease, now: engine.clock.now())) ?? []
-                claimed = jobs.count
-                for job in jobs {
-                    state.withLock { $0.inFlight += 1 }
-                    start(job)
-                }
+                let limit = min(free, configuration.batchSize)
+                let refusals = state.withLock { $0.refusals }
+                do {
+                    let jobs = try await engine.store.claim(owner: owner, limit: limit, lease: configuration.lease, now: engine.clock.now())
+                    claimed = jobs.count
+                    state.withLock { $0.claimed(jobs.count, of: limit, refusalsAtStart: refusals) }
+                    for job in jobs { start(job) }
+                } catch {}
             }
             let hasRoom = state.withLock { state -> Bool in
                 publishRoom(state)
-                return state.inFlight < configuration.concurrency
+                return state.hasRoom
             }
             if claimed == configuration.batchSize && hasRoom { continue }
             await signal.wait(timeout: configuration.pollInterval)
@@ -91,13 +96,12 @@ public final class VerificationWorker: Sendable {
     /// Reserves a place for a job this process is uploading (`PurchaseServer.submit`), which is then written already
     /// claimed by this worker (`lease(now:)`) and handed over by `adopt(_:)` once committed, or given back by
     /// `releasePlace()` if the write fails. The job skips the queue: no claim statement, no second read of its receipt.
-    /// False when the worker is stopped or has no free place; the job is then written pending, for a claim.
+    /// False when the worker is stopped, has no free place or may have jobs waiting in the queue (see `WorkerPlaces.backlog`);
+    /// the job is then written pending, for a claim, behind them.
     public func reservePlace() -> Bool {
         state.withLock { state -> Bool in
-            guard state.running, state.inFlight < configuration.concurrency else { return false }
-            state.inFlight += 1
-            publishRoom(state)
-            return true
+            defer { publishRoom(state) }
+            return state.reserve()
         }
     }
 
@@ -127,11 +131,8 @@ public final class VerificationWorker: Sendable {
     /// every job would run a claim per job.
     private func finishOne() {
         let wasFull = state.withLock { state -> Bool in
-            defer {
-                state.inFlight -= 1
-                publishRoom(state)
-            }
-            return state.inFlight >= configuration.concurrency
+            defer { publishRoom(state) }
+            return state.free()
         }
         if wasFull { signal.wake() }
     }
@@ -139,8 +140,8 @@ public final class VerificationWorker: Sendable {
     /// Tells the store whether this worker takes new jobs itself (running, with a free place), so that they wake no
     /// other process (`PurchaseStore.localWorkerHasRoom`). Called under the state's lock: a job that ends after the
     /// worker stopped cannot say it takes them.
-    private func publishRoom(_ state: (inFlight: Int, running: Bool)) {
-        engine.store.localWorkerHasRoom.store(state.running && state.inFlight < configuration.concurrency, ordering: .relaxed)
+    private func publishRoom(_ state: WorkerPlaces) {
+        engine.store.localWorkerHasRoom.store(state.takesNewJobs, ordering: .relaxed)
     }
 
     /// Waits (up to `timeout`) for jobs in flight to finish.

@@ -118,6 +118,8 @@ struct UploadHandOffTests {
         #expect(try await row(bob.id)?.string("state") == "pending")
         #expect(server.worker.inFlight == 0)
 
+        // Once a claim has found the queue empty, uploads are handed over.
+        for _ in 0..<200 where !server.worker.places.takesUploads { try await Task.sleep(for: .milliseconds(10)) }
         // A free place: the upload is written claimed by the worker, its first attempt counted as a claim counts it,
         // and holds the place as soon as the upload is answered, with no claim in between.
         let start = Date()
@@ -141,6 +143,44 @@ struct UploadHandOffTests {
         #expect(server.worker.inFlight == 0, "the failed upload's place was given back")
         let hasRoom = store.localWorkerHasRoom.load(ordering: .relaxed)
         #expect(hasRoom)
+    }
+}
+
+/// The worker's places as a value: when an upload is handed over and when it is queued behind others.
+@Suite("A worker's places")
+struct WorkerPlacesTests {
+    @Test("Uploads are handed over only while the worker runs with a free place and no job may be waiting in the queue")
+    func handOverRules() {
+        var places = WorkerPlaces(capacity: 2)
+        func reserve() -> Bool { places.reserve() }
+        func free() -> Bool { places.free() }
+        #expect(!reserve(), "a stopped worker takes no upload")
+        places.running = true
+        #expect(!reserve(), "jobs written before it started may be waiting")
+        // A claim that finds as many jobs as it asked for may have left more.
+        places.claimed(2, of: 2, refusalsAtStart: places.refusals)
+        #expect(places.inFlight == 2 && !places.takesUploads)
+        #expect(free() == true, "it was full")
+        places.claimed(0, of: 1, refusalsAtStart: places.refusals)
+        #expect(places.takesUploads, "a claim found fewer than it asked for: the queue was empty")
+        #expect(reserve())
+        #expect(places.inFlight == 2)
+        // Full: the upload is queued, and the ones after it wait behind it even when a place frees up.
+        #expect(!reserve())
+        #expect(free() == true)
+        #expect(places.hasRoom && !reserve(), "an upload was queued: later ones do not pass it")
+        // A claim that began before an upload was refused cannot tell whether it saw that upload's job.
+        let before = places.refusals
+        #expect(!reserve())
+        places.claimed(0, of: 1, refusalsAtStart: before)
+        #expect(!places.takesUploads)
+        places.claimed(1, of: 1, refusalsAtStart: places.refusals)
+        #expect(!places.takesUploads, "a full claim may have left more")
+        #expect(free() == true)
+        places.claimed(0, of: 1, refusalsAtStart: places.refusals)
+        #expect(places.takesUploads && reserve())
+        places.running = false
+        #expect(!places.takesNewJobs && !reserve())
     }
 }
 
