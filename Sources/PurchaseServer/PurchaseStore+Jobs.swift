@@ -81,11 +81,16 @@ extension PurchaseStore {
     /// job whose count would pass `maximumOpenClaims` goes to `dead` with reason `poison` instead,
     /// in the same transaction, and stays there until an operator replays it.
     public func claim(owner: String, limit: Int, lease: TimeInterval, now: Date) async throws -> [VerificationJob] {
+        try await claimCounting(owner: owner, limit: limit, lease: lease, now: now).jobs
+    }
+
+    /// `claim`, with how many due jobs it found (the poison ones among them are not returned).
+    func claimCounting(owner: String, limit: Int, lease: TimeInterval, now: Date) async throws -> (jobs: [VerificationJob], found: Int) {
         try await database.transaction { db in
             let repository = self.jobs(db)
             var claimed: [VerificationJob] = []
-            for (job, openClaims) in try repository.claim(owner: owner, limit: limit, leaseUntil: now.addingTimeInterval(lease).milliseconds,
-                                                          now: now.milliseconds) {
+            let found = try repository.claim(owner: owner, limit: limit, leaseUntil: now.addingTimeInterval(lease).milliseconds, now: now.milliseconds)
+            for (job, openClaims) in found {
                 guard openClaims > Self.maximumOpenClaims else {
                     claimed.append(job)
                     continue
@@ -95,7 +100,7 @@ extension PurchaseStore {
                 try self.audit(db).append(appId: job.appId, userId: job.appUserId, kind: "verification_poisoned",
                                           detail: ["verificationId": job.id, "attempts": String(job.attempts)], now: now)
             }
-            return claimed
+            return (claimed, found.count)
         }
     }
 

@@ -68,17 +68,17 @@ public final class VerificationWorker: Sendable {
         }
         defer { listener.cancel() }
         while !Task.isCancelled {
-            let free = configuration.concurrency - inFlight
             var claimed = 0
-            if free > 0 {
-                let limit = min(free, configuration.batchSize)
-                let refusals = state.withLock { $0.refusals }
+            if let claim = state.withLock({ $0.beginClaim(batch: configuration.batchSize) }) {
+                var found: Int?
+                var jobs: [VerificationJob] = []
                 do {
-                    let jobs = try await engine.store.claim(owner: owner, limit: limit, lease: configuration.lease, now: engine.clock.now())
-                    claimed = jobs.count
-                    state.withLock { $0.claimed(jobs.count, of: limit, refusalsAtStart: refusals) }
-                    for job in jobs { start(job) }
+                    (jobs, found) = try await engine.store.claimCounting(owner: owner, limit: claim.asked, lease: configuration.lease,
+                                                                        now: engine.clock.now())
                 } catch {}
+                claimed = jobs.count
+                state.withLock { $0.endClaim(claim, found: found, started: jobs.count) }
+                for job in jobs { start(job) }
             }
             let hasRoom = state.withLock { state -> Bool in
                 publishRoom(state)
@@ -96,8 +96,8 @@ public final class VerificationWorker: Sendable {
     /// Reserves a place for a job this process is uploading (`PurchaseServer.submit`), which is then written already
     /// claimed by this worker (`lease(now:)`) and handed over by `adopt(_:)` once committed, or given back by
     /// `releasePlace()` if the write fails. The job skips the queue: no claim statement, no second read of its receipt.
-    /// False when the worker is stopped, has no free place or may have jobs waiting in the queue (see `WorkerPlaces.backlog`);
-    /// the job is then written pending, for a claim, behind them.
+    /// False when the worker is stopped, has no free place or may have jobs waiting in the queue (see
+    /// `WorkerPlaces.backlog`); the job is then written pending, for a claim, behind them.
     public func reservePlace() -> Bool {
         state.withLock { state -> Bool in
             defer { publishRoom(state) }

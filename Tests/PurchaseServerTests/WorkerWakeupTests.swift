@@ -149,36 +149,43 @@ struct UploadHandOffTests {
 /// The worker's places as a value: when an upload is handed over and when it is queued behind others.
 @Suite("A worker's places")
 struct WorkerPlacesTests {
-    @Test("Uploads are handed over only while the worker runs with a free place and no job may be waiting in the queue")
-    func handOverRules() {
+    @Test("Uploads are handed over only while the worker runs with a free place and no job may be waiting in the queue; a claim holds its places")
+    func handOverRules() async {
         var places = WorkerPlaces(capacity: 2)
         func reserve() -> Bool { places.reserve() }
         func free() -> Bool { places.free() }
+        func claim(batch: Int = 8, found: (WorkerPlaces.Claim) -> Int?, started: Int, turningAway uploads: Int = 0) {
+            guard let claim = places.beginClaim(batch: batch) else { Issue.record("no place for a claim"); return }
+            for _ in 0..<uploads { #expect(!reserve()) }
+            places.endClaim(claim, found: found(claim), started: started)
+        }
         #expect(!reserve(), "a stopped worker takes no upload")
         places.running = true
         #expect(!reserve(), "jobs written before it started may be waiting")
-        // A claim that finds as many jobs as it asked for may have left more.
-        places.claimed(2, of: 2, refusalsAtStart: places.refusals)
+        // A claim that finds as many due jobs as it asked for may have left more.
+        claim(found: { $0.asked }, started: 2)
         #expect(places.inFlight == 2 && !places.takesUploads)
-        #expect(free() == true, "it was full")
-        places.claimed(0, of: 1, refusalsAtStart: places.refusals)
-        #expect(places.takesUploads, "a claim found fewer than it asked for: the queue was empty")
+        #expect(places.beginClaim(batch: 8) == nil, "no place for a claim")
+        #expect(free(), "it was full")
+        claim(found: { _ in 0 }, started: 0)
+        #expect(places.inFlight == 1 && places.takesUploads, "a claim found fewer than it asked for: the queue was empty")
         #expect(reserve())
         #expect(places.inFlight == 2)
         // Full: the upload is queued, and the ones after it wait behind it even when a place frees up.
         #expect(!reserve())
-        #expect(free() == true)
+        #expect(free())
         #expect(places.hasRoom && !reserve(), "an upload was queued: later ones do not pass it")
-        // A claim that began before an upload was refused cannot tell whether it saw that upload's job.
-        let before = places.refusals
-        #expect(!reserve())
-        places.claimed(0, of: 1, refusalsAtStart: before)
-        #expect(!places.takesUploads)
-        places.claimed(1, of: 1, refusalsAtStart: places.refusals)
-        #expect(!places.takesUploads, "a full claim may have left more")
-        #expect(free() == true)
-        places.claimed(0, of: 1, refusalsAtStart: places.refusals)
+        // A claim holds the places it may fill: an upload meanwhile is turned away, and the claim cannot tell
+        // whether it saw that upload's job.
+        claim(found: { _ in 0 }, started: 0, turningAway: 1)
+        #expect(places.inFlight == 1 && places.claiming == 0 && !places.takesUploads)
+        // A failed claim, or one whose only job was poison (found, not started), may have left more.
+        claim(found: { _ in nil }, started: 0)
+        claim(found: { $0.asked }, started: 0)
+        #expect(places.inFlight == 1 && !places.takesUploads)
+        claim(found: { _ in 0 }, started: 0)
         #expect(places.takesUploads && reserve())
+        #expect(places.inFlight == 2 && places.beginClaim(batch: 8) == nil)
         places.running = false
         #expect(!places.takesNewJobs && !reserve())
     }
