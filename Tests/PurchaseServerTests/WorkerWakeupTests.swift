@@ -11,21 +11,9 @@ import Testing
 struct WorkerWakeupTests {
     @Test("New jobs are left to this process's worker while it runs with room; other processes are woken when it is full or stopped, never for rejected uploads")
     func wakesOthersOnlyWhenNeeded() async throws {
-        // A receipt the emulator signed, checked here and then sent to an Apple that answers only when told.
-        let world = try await ServerWorld.make(.sqlite, startWorker: false)
-        let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF01")
-        await world.stop()
-        let transport = GatedTransport()
-        var configuration = PurchaseServer.Configuration(
-            trust: TrustStore(certificates: [TestSupport.authority.root, TestSupport.authority.intermediate]),
-            endpoints: .emulator(URL(string: "http://emulator")!), transport: transport, adminKey: "sk_admin_test_key_0000",
-            worker: .init(concurrency: 1, batchSize: 1, lease: 30, pollInterval: .milliseconds(20)),
-            retry: .init(baseDelay: 60, maxDelay: 60, maxAge: 3600))
-        configuration.webhooks = .init(pollInterval: .milliseconds(50))
-        let server = try await PurchaseServer.open(database: try await Engine.sqlite.makeDatabase(), configuration: configuration)
+        let (server, transport, receipt) = try await GatedTransport.serverWithOnePlace()
         let store = server.store
         defer { Task { await store.database.close() } }
-        try await store.createApp(ServerApp(id: "com.example.coins", sharedSecret: try await world.emulator.app("com.example.coins").sharedSecret), now: Date())
         func job(_ user: String) -> VerificationJob {
             store.newJob(appId: "com.example.coins", appUserId: user, kind: .purchase, receiptData: "MIIT\(user)", now: Date())
         }
@@ -66,20 +54,9 @@ struct WorkerWakeupTests {
 struct UploadHandOffTests {
     @Test("An upload takes a free place of the running worker at once and is written claimed by it; without a place it is written pending; a failed write gives the place back")
     func uploadsTakeFreePlaces() async throws {
-        let world = try await ServerWorld.make(.sqlite, startWorker: false)
-        let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF01")
-        let sharedSecret = try await world.emulator.app("com.example.coins").sharedSecret
-        await world.stop()
-        let transport = GatedTransport()
-        let configuration = PurchaseServer.Configuration(
-            trust: TrustStore(certificates: [TestSupport.authority.root, TestSupport.authority.intermediate]),
-            endpoints: .emulator(URL(string: "http://emulator")!), transport: transport, adminKey: "sk_admin_test_key_0000",
-            worker: .init(concurrency: 1, batchSize: 1, lease: 30, pollInterval: .milliseconds(20)),
-            retry: .init(baseDelay: 60, maxDelay: 60, maxAge: 3600))
-        let server = try await PurchaseServer.open(database: try await Engine.sqlite.makeDatabase(), configuration: configuration)
+        let (server, transport, receipt) = try await GatedTransport.serverWithOnePlace()
         let store = server.store
         defer { Task { await store.database.close() } }
-        try await store.createApp(ServerApp(id: "com.example.coins", sharedSecret: sharedSecret), now: Date())
         func row(_ id: String) async throws -> SQLRow? {
             try await store.database.read { db in
                 try db.query("SELECT state, attempts, open_claims, lease_owner, lease_expires_at FROM verification_jobs WHERE id = ?", [id]).first
@@ -188,6 +165,28 @@ struct WorkerPlacesTests {
         #expect(places.inFlight == 2 && places.beginClaim(batch: 8) == nil)
         places.running = false
         #expect(!places.takesNewJobs && !reserve())
+    }
+}
+
+extension GatedTransport {
+    /// A server on SQLite whose worker has one place and whose calls to Apple go through a new gated transport
+    /// (a failure is retried a minute later), with the coins app; and a receipt the emulator signed, which passes the
+    /// server's own checks and is then sent to that Apple.
+    static func serverWithOnePlace() async throws -> (server: PurchaseServer, transport: GatedTransport, receipt: String) {
+        let world = try await ServerWorld.make(.sqlite, startWorker: false)
+        let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF01")
+        let sharedSecret = try await world.emulator.app("com.example.coins").sharedSecret
+        await world.stop()
+        let transport = GatedTransport()
+        var configuration = PurchaseServer.Configuration(
+            trust: TrustStore(certificates: [TestSupport.authority.root, TestSupport.authority.intermediate]),
+            endpoints: .emulator(URL(string: "http://emulator")!), transport: transport, adminKey: "sk_admin_test_key_0000",
+            worker: .init(concurrency: 1, batchSize: 1, lease: 30, pollInterval: .milliseconds(20)),
+            retry: .init(baseDelay: 60, maxDelay: 60, maxAge: 3600))
+        configuration.webhooks = .init(pollInterval: .milliseconds(50))
+        let server = try await PurchaseServer.open(database: try await Engine.sqlite.makeDatabase(), configuration: configuration)
+        try await server.store.createApp(ServerApp(id: "com.example.coins", sharedSecret: sharedSecret), now: Date())
+        return (server, transport, receipt)
     }
 }
 
