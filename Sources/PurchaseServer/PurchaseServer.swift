@@ -150,22 +150,14 @@ public final class PurchaseServer: Sendable {
                        userAuthenticated: Bool = true, deliver: DeliveryHint? = nil) async throws -> VerificationJob {
         let rejection = kind == .signedTransaction ? nil : ReceiptShape.rejection(of: receiptData)
         let now = clock.now()
-        let lease = rejection == nil && worker.reservePlace() ? worker.lease(now: now) : nil
-        let job: VerificationJob
-        do {
-            job = try await store.enqueue(appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData, userAuthenticated: userAuthenticated,
-                                          deliver: deliver, rejection: rejection, lease: lease, now: now)
-        } catch {
-            // Not written, or (the commit's answer lost) written with a lease that lapses and is taken over.
-            if lease != nil { worker.releasePlace() }
-            throw error
+        guard rejection == nil else {
+            return try await store.enqueue(appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData, userAuthenticated: userAuthenticated,
+                                           deliver: deliver, rejection: rejection, now: now)
         }
-        if lease != nil {
-            worker.adopt(job)
-        } else if rejection == nil {
-            worker.wake()
+        return try await worker.takeUpload(now: now) { [store] lease in
+            try await store.enqueue(appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData, userAuthenticated: userAuthenticated,
+                                    deliver: deliver, lease: lease, now: now)
         }
-        return job
     }
 
     /// The job after waiting up to `timeout` for it to settle.

@@ -36,7 +36,7 @@ public struct VerificationJob: Sendable, Codable, Equatable {
     public var deliver: DeliveryHint?
     /// The SHA-256 of `receiptData`, kept when the verification engine lets the text go while Apple answers.
     var receiptDigest: String?
-    /// On a new job written already claimed by this process's worker (`VerificationWorker.reservePlace()`): its lease.
+    /// On a new job written already claimed by this process's worker (`VerificationWorker.takeUpload`): its lease.
     var lease: Lease?
 
     /// Who holds a job being verified, and until when; past that, any worker may take it over.

@@ -93,28 +93,31 @@ public final class VerificationWorker: Sendable {
         }
     }
 
-    /// Reserves a place for a job this process is uploading (`PurchaseServer.submit`), which is then written already
-    /// claimed by this worker (`lease(now:)`) and handed over by `adopt(_:)` once committed, or given back by
-    /// `releasePlace()` if the write fails. The job skips the queue: no claim statement, no second read of its receipt.
-    /// False when the worker is stopped, has no free place or may have jobs waiting in the queue (see
-    /// `WorkerPlaces.backlog`); the job is then written pending, for a claim, behind them.
-    public func reservePlace() -> Bool {
-        state.withLock { state -> Bool in
+    /// Writes a new job with `write` and has it verified. With a free place, and no job left waiting in the queue
+    /// (see `WorkerPlaces.backlog`), the place is reserved, the job written already claimed under this worker's lease
+    /// and started once committed: no claim statement, no second read of its receipt. Otherwise it is written pending
+    /// (a nil lease), behind the waiting jobs, and the worker is woken to claim it.
+    func takeUpload(now: Date, _ write: (VerificationJob.Lease?) async throws -> VerificationJob) async throws -> VerificationJob {
+        let reserved = state.withLock { state -> Bool in
             defer { publishRoom(state) }
             return state.reserve()
         }
+        guard reserved else {
+            let job = try await write(nil)
+            wake()
+            return job
+        }
+        let job: VerificationJob
+        do {
+            job = try await write(VerificationJob.Lease(owner: owner, expiresAt: now.addingTimeInterval(configuration.lease)))
+        } catch {
+            // Not written, or (the commit's answer lost) written with a lease that lapses and is taken over.
+            finishOne()
+            throw error
+        }
+        start(job)
+        return job
     }
-
-    /// The lease of a job claimed by this worker at `now`.
-    public func lease(now: Date) -> VerificationJob.Lease {
-        VerificationJob.Lease(owner: owner, expiresAt: now.addingTimeInterval(configuration.lease))
-    }
-
-    /// Starts verifying a job written with this worker's lease in a place `reservePlace()` reserved.
-    public func adopt(_ job: VerificationJob) { start(job) }
-
-    /// Gives back a place `reservePlace()` reserved, for a job that was not written.
-    public func releasePlace() { finishOne() }
 
     /// Verifies a job in a place already counted in `inFlight`, and frees the place when it ends.
     private func start(_ job: VerificationJob) {
