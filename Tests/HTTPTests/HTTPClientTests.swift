@@ -34,11 +34,11 @@ struct HTTPClientTests {
         let client = try HTTPClient()
         let payload = (0..<100_000).map { UInt8($0 % 251) }
         let response = try await client.send("POST", base.appendingPathComponent("echo"), headers: [("Content-Type", "application/json")],
-                                             body: payload, timeout: 10)
+                                             body: payload, timeout: 60)
         #expect(response.status == 200)
         #expect(response.body == payload)
         #expect(response.header("x-method") == "POST")
-        let error = try await client.send("GET", base.appendingPathComponent("status/503"), timeout: 10)
+        let error = try await client.send("GET", base.appendingPathComponent("status/503"), timeout: 60)
         #expect(error.status == 503)
         #expect(error.header("Content-Type") == "text/html")
         client.shutdown()
@@ -53,7 +53,7 @@ struct HTTPClientTests {
             for index in 0..<300 {
                 group.addTask {
                     let body = Array("request \(index)".utf8)
-                    let response = try await client.send("POST", base.appendingPathComponent("echo"), body: body, timeout: 20)
+                    let response = try await client.send("POST", base.appendingPathComponent("echo"), body: body, timeout: 60)
                     return (index, response.body)
                 }
             }
@@ -194,7 +194,7 @@ struct HTTPClientTests {
                     // Spread over 1.0–1.4 s, so answers come one after another while hundreds are still suspended
                     // (every request is connected and waiting long before the first answer, even on a loaded machine).
                     let url = URL(string: "http://127.0.0.1:\(port)/sleep?ms=\(1000 + index % 400)&n=\(index)")!
-                    let response = try await client.send("GET", url, timeout: 20)
+                    let response = try await client.send("GET", url, timeout: 60)
                     return (index, String(decoding: response.body, as: UTF8.self))
                 }
             }

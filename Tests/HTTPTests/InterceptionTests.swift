@@ -54,7 +54,7 @@ struct InterceptionTests {
         return String(decoding: received, as: UTF8.self)
     }
 
-    /// A blocking socket connected to the port on 127.0.0.1, whose reads give up after 10 s.
+    /// A blocking socket connected to the port on 127.0.0.1, whose reads give up after 60 s (a whole test run shares two cores: an answer can wait seconds for a thread).
     static func connected(_ port: UInt16) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_in()
@@ -68,7 +68,7 @@ struct InterceptionTests {
             close(fd)
             throw HTTPClientError(.connectFailed, "cannot connect")
         }
-        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        var timeout = timeval(tv_sec: 60, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         return fd
     }
@@ -78,15 +78,15 @@ struct InterceptionTests {
         let (server, port, caFile, directory) = try Self.makeServer()
         defer { try? FileManager.default.removeItem(at: directory) }
         let plain = try HTTPClient()
-        let response = try await plain.send("GET", URL(string: "http://127.0.0.1:\(port)/where")!, timeout: 10)
+        let response = try await plain.send("GET", URL(string: "http://127.0.0.1:\(port)/where")!, timeout: 60)
         #expect(response.status == 200)
         #expect(String(decoding: response.body, as: UTF8.self).contains("\"tunnel\":\"none\""), "plain HTTP is not marked")
         // Direct TLS (what a hosts entry gives): the first byte is a handshake, not a method.
         let trusting = try HTTPClient(configuration: .init(caFile: caFile))
         let body = [UInt8]((0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
-        let echoed = try await trusting.send("POST", URL(string: "https://localhost:\(port)/echo")!, body: body, timeout: 20)
+        let echoed = try await trusting.send("POST", URL(string: "https://localhost:\(port)/echo")!, body: body, timeout: 60)
         #expect(echoed.status == 200 && echoed.body == body)
-        let located = try await trusting.send("GET", URL(string: "https://localhost:\(port)/where")!, timeout: 10)
+        let located = try await trusting.send("GET", URL(string: "https://localhost:\(port)/where")!, timeout: 60)
         #expect(String(decoding: located.body, as: UTF8.self).contains("\"host\":\"localhost\""))
         #expect(String(decoding: located.body, as: UTF8.self).contains("\"tunnel\":\"localhost\""), "direct TLS is marked with its SNI")
         // Through CONNECT, as HTTPS_PROXY clients do (curl here; it keeps localhost behind the proxy when told to).
@@ -128,7 +128,7 @@ struct InterceptionTests {
         #expect(copy.hasPrefix("HTTP/1.1 4"))
         // A TLS handshake for a name not served is refused with an alert; the port goes on serving.
         let plain = try HTTPClient()
-        #expect(try await plain.send("GET", URL(string: "http://127.0.0.1:\(port)/where")!, timeout: 10).status == 200)
+        #expect(try await plain.send("GET", URL(string: "http://127.0.0.1:\(port)/where")!, timeout: 60).status == 200)
         plain.shutdown()
         await server.shutdown()
     }
