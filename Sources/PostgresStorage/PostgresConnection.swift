@@ -1,6 +1,7 @@
 import CLibPQ
 import Foundation
 import Storage
+import Synchronization
 
 /// One libpq connection with the serial queue that owns it: every call on the handle runs on that
 /// queue, so blocking network I/O never happens on the cooperative thread pool.
@@ -8,6 +9,10 @@ import Storage
 final class PostgresConnection: @unchecked Sendable {
     let handle: OpaquePointer
     let queue: DispatchQueue
+    /// The connection's number for spreading counters (`SQLConnection.shard`): a process numbers its connections in
+    /// turn from a random start, so its pool's share none below 64, and other processes' meet them only by chance.
+    let shard: Int64
+    private static let shards = Atomic<Int>(Int.random(in: 0 ..< 64))
     /// Statements prepared on this connection (SQL → name): parsed and planned once, not per call.
     private var prepared: [String: String] = [:]
     private static let maxPrepared = 256
@@ -29,6 +34,7 @@ final class PostgresConnection: @unchecked Sendable {
         }
         self.handle = handle
         queue = DispatchQueue(label: label)
+        shard = Int64(UInt(bitPattern: Self.shards.wrappingAdd(1, ordering: .relaxed).oldValue) % 64)
         _ = try? execute("SET client_min_messages TO WARNING", [])
     }
 
@@ -343,6 +349,8 @@ enum PostgresError {
 /// Adapts a pooled connection to `SQLConnection` inside a transaction.
 struct PostgresTransactionConnection: SQLConnection {
     let connection: PostgresConnection
+
+    var shard: Int64 { connection.shard }
 
     func query(_ sql: String, _ parameters: [any SQLBindable]) throws -> [SQLRow] {
         try connection.execute(sql, parameters.map(\.sqlValue))

@@ -188,6 +188,11 @@ public enum JobState: String, Codable, Sendable, CaseIterable {
 
     /// Whether the job will not change again by itself.
     public var isSettled: Bool { self == .verified || self == .rejected || self == .dead }
+
+    /// Whether a job in this state stays in it for good (a dead job can be replayed). Jobs in these states are
+    /// counted by running totals (`state_totals`) as they settle; the others, the queue and its dead letters, by
+    /// reading their entries in the index on the state.
+    var isFinal: Bool { self == .verified || self == .rejected }
 }
 
 /// A failure with a stable code, mapped to HTTP by the routes.

@@ -73,6 +73,11 @@ extension PurchaseServerResponder {
         var priceCurrency: String?
     }
 
+    /// A list's `limit`: 100 unless given, within 1 … 10,000 (SQLite reads a negative `LIMIT` as none at all).
+    static func listLimit(_ request: Request) -> Int {
+        max(1, min(Int(request.query["limit"] ?? "") ?? 100, 10_000))
+    }
+
     static func addAdminRoutes(_ router: inout Router, _ server: PurchaseServer) {
         func admin(_ method: HTTPMethod, _ path: String, _ handler: @escaping @Sendable (Request) async throws -> Response) {
             router.on(method, path) { request in
@@ -192,7 +197,7 @@ extension PurchaseServerResponder {
             return .rawJSON(try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys]))
         }
         admin(.get, "/admin/v1/transactions") { request in
-            let limit = min(Int(request.query["limit"] ?? "100") ?? 100, 10_000)
+            let limit = Self.listLimit(request)
             let rows = try await server.store.database.transaction { db in
                 try LedgerReader(db: db).rows(appId: request.query["app"], appUserId: request.query["user"], limit: limit)
             }
@@ -206,7 +211,7 @@ extension PurchaseServerResponder {
                 }
                 state = parsed
             }
-            let jobs = try await server.store.jobs(appId: request.query["app"], state: state, limit: min(Int(request.query["limit"] ?? "100") ?? 100, 10_000))
+            let jobs = try await server.store.jobs(appId: request.query["app"], state: state, limit: Self.listLimit(request))
             let list: [[String: Any]] = jobs.map { job in
                 var item: [String: Any] = ["verificationId": job.id, "appId": job.appId, "appUserId": job.appUserId, "state": job.state.rawValue,
                                            "attempts": job.attempts, "kind": job.kind.rawValue,

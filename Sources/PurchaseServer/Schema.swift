@@ -298,6 +298,34 @@ enum Schema {
             "CREATE INDEX IF NOT EXISTS verification_jobs_lapsing ON verification_jobs (state, lease_expires_at) WHERE state = 'verifying'",
             "DROP INDEX IF EXISTS verification_jobs_lease",
         ]),
+        // Running totals of settled jobs and delivered webhooks (`StateTotalsRepository`): counting them by reading them
+        // took a scan of every job ever uploaded and every delivery ever made for each `GET /metrics`, on SQLite on the
+        // only writer. Started from a count of those so far; on PostgreSQL with writes to both tables waiting, so that
+        // none settles between the count and the first addition.
+        SQLMigration(version: 24, statements: ["LOCK TABLE verification_jobs, webhook_deliveries IN SHARE MODE"] + Self.stateTotals,
+                     dialect: .postgres),
+        SQLMigration(version: 25, statements: Self.stateTotals, dialect: .sqlite),
+    ]
+
+    /// The totals table, filled with the counts so far (`IF NOT EXISTS` and `DO NOTHING`: two processes starting at
+    /// once may both run this).
+    private static let stateTotals = [
+        """
+        CREATE TABLE IF NOT EXISTS state_totals (
+            subject TEXT NOT NULL, state TEXT NOT NULL, shard BIGINT NOT NULL, total BIGINT NOT NULL,
+            PRIMARY KEY (subject, state, shard)
+        )
+        """,
+        """
+        INSERT INTO state_totals (subject, state, shard, total)
+        SELECT 'verification_jobs', state, 0, COUNT(*) FROM verification_jobs WHERE state IN ('verified', 'rejected') GROUP BY state
+        ON CONFLICT DO NOTHING
+        """,
+        """
+        INSERT INTO state_totals (subject, state, shard, total)
+        SELECT 'webhook_deliveries', state, 0, COUNT(*) FROM webhook_deliveries WHERE state = 'delivered' GROUP BY state
+        ON CONFLICT DO NOTHING
+        """,
     ]
 
     /// Every stored receipt copied to `verification_receipts`, then the jobs' column dropped.

@@ -120,6 +120,11 @@ public protocol SQLConnection {
     /// database may gather the additions of one table and write them with one statement, later, the amounts of one
     /// row summed, but always before the next statement that names the table and before the transaction commits.
     func add(_ amount: Int64, to column: String, of table: String, keyColumns: [String], key: [any SQLBindable]) throws
+
+    /// A small number (0 ..< 64) that transactions running at the same time are unlikely to share: spreading a hot
+    /// counter over rows keyed by it lets them add to it without waiting on each other's row lock. 0 where one
+    /// writer writes at a time (SQLite).
+    var shard: Int64 { get }
 }
 
 /// One statement with its parameters, for `SQLConnection.query(together:)`.
@@ -178,6 +183,9 @@ extension SQLConnection {
     public func append(into table: String, columns: [String], values: [any SQLBindable]) throws {
         try append(into: table, columns: columns, values: values, conflict: "")
     }
+
+    /// One writer at a time: every transaction can use the same row.
+    public var shard: Int64 { 0 }
 
     /// Runs the statement now (databases without pipelining).
     public func run(_ sql: String, _ parameters: [any SQLBindable], orElse: (any Error)?) throws {

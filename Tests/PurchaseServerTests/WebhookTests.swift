@@ -149,6 +149,20 @@ struct WebhookTests {
         #expect(redelivered == 202)
         for _ in 0..<100 where receiver.deliveries.count < 3 { try await Task.sleep(for: .milliseconds(50)) }
         #expect(receiver.deliveries.count == 3 && receiver.events.count == 2)  // the same id twice: de-duplicated
+        // The running total of deliveries made equals a count of them after the redelivery, and after the customer is erased.
+        func delivered() async throws -> (total: Int64?, read: Int64?) {
+            let read = try await world.server.store.database.transaction { db in
+                try db.query("SELECT COUNT(*) AS n FROM webhook_deliveries WHERE state = 'delivered'", []).first?.int("n")
+            }
+            return (try await world.server.store.webhookDeliveryCounts()["delivered"], read)
+        }
+        for _ in 0..<100 where try await delivered().read != 2 { try await Task.sleep(for: .milliseconds(50)) }
+        let afterRedelivery = try await delivered()
+        #expect(afterRedelivery.total == 2 && afterRedelivery.read == 2)
+        let (erased, _) = try await world.client.json(.delete, "/admin/v1/apps/com.example.coins/users/bob", headers: Self.admin)
+        #expect(erased == 200)
+        let afterErasure = try await delivered()
+        #expect(afterErasure.total == 1 && afterErasure.read == 1)
 
         for url in ["ftp://example.com/x", "http://user:secret@example.com/hook", "/relative", String(repeating: "a", count: 3000)] {
             let (bad, answer) = try await world.client.json(.post, "/admin/v1/apps/com.example.coins/webhooks", json: ["url": url], headers: Self.admin)

@@ -144,6 +144,11 @@ def test_report_and_cli(emulator, server):
     assert any(event["kind"] == "balance_credited" for event in shown["audit"])
     jobs = server.cli("server", "jobs", "list", "--state", "verified")
     assert jobs["counts"]["verified"] >= 1
+    # A list's limit is at least one: SQLite reads a negative LIMIT as none at all.
+    admin = {"Authorization": "Bearer " + server.admin_key}
+    assert server.upload(key, "buyer", purchase["receipt"])["state"] == "verified"
+    status, listed = server.request("GET", "/admin/v1/jobs?limit=-1", headers=admin)
+    assert status == 200 and len(listed["jobs"]) == 1 and listed["counts"]["verified"] >= 2, listed
 
 
 def test_up_runs_everything_wired_together(tmp_path):

@@ -113,9 +113,11 @@ extension CustomerRepository {
         try db.query("""
             DELETE FROM webhook_attempts WHERE event_id IN (SELECT id FROM webhook_events WHERE app_id = ? AND app_user_id = ?)
             """, [appId, user])
-        try db.query("""
+        let delivered = try db.query("""
             DELETE FROM webhook_deliveries WHERE event_id IN (SELECT id FROM webhook_events WHERE app_id = ? AND app_user_id = ?)
-            """, [appId, user])
+            RETURNING state
+            """, [appId, user]).filter { $0.string("state") == "delivered" }.count
+        if delivered > 0 { try StateTotalsRepository(db: db, subject: "webhook_deliveries").add(-Int64(delivered), state: "delivered") }
         try db.query("DELETE FROM webhook_events WHERE app_id = ? AND app_user_id = ?", [appId, user])
         try db.query("DELETE FROM webhook_sequences WHERE app_id = ? AND app_user_id = ?", [appId, user])
         try db.query("DELETE FROM user_aliases WHERE app_id = ? AND (alias = ? OR app_user_id = ?)", [appId, user, user])

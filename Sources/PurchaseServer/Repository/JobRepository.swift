@@ -19,6 +19,7 @@ struct JobRepository {
             try db.append(into: "verification_jobs", columns: columns + ["receipt_sha256", "reason", "settled_at"],
                           values: [job.id, job.appId, job.appUserId, job.kind.rawValue, "rejected", 0, now, now, now, job.userAuthenticated,
                                    Int64(job.receiptData.utf8.count), job.receiptSHA256, job.reason, now])
+            try totals.add(state: JobState.rejected.rawValue)
             return
         }
         if let lease = job.lease {
@@ -103,6 +104,7 @@ struct JobRepository {
             open_claims = 0, receipt_sha256 = ?, updated_at = ?, settled_at = ?
             WHERE id = ? AND lease_owner = ? AND state = 'verifying' RETURNING id
             """, [reason, environment, receiptSHA256, now, now, id, owner]).isEmpty else { return false }
+        try totals.add(state: JobState.rejected.rawValue)
         try dropReceipt(of: id)
         return true
     }
@@ -133,10 +135,11 @@ struct JobRepository {
 
     /// Records a settlement's outcome (a rejected job's bytes are dropped, their hash kept).
     func settle(_ id: String, state: JobState, reason: String?, environment: String, result: String, receiptSHA256: String?, now: Int64) throws {
-        // Gathered with the batch's other settlements into one statement (PostgreSQL).
+        // Gathered with the batch's other settlements into one statement (PostgreSQL), as is the total's addition.
         try db.update("verification_jobs", set: Self.settledAssignments,
                       values: [state.rawValue, reason, environment, result, now, now, state == .rejected ? receiptSHA256 : nil],
                       keyColumn: "id", key: id)
+        if state.isFinal { try totals.add(state: state.rawValue) }
         if state == .rejected { try dropReceipt(of: id) }
     }
 
@@ -145,29 +148,53 @@ struct JobRepository {
         "updated_at = CAST(? AS BIGINT)", "settled_at = CAST(? AS BIGINT)", "receipt_sha256 = COALESCE(?, receipt_sha256)",
     ]
 
-    /// Jobs of an app (all apps when nil) in a state (all when nil), newest first.
+    /// How many of a state's latest jobs a list of one app's jobs looks through (`list`).
+    static let appListWindow = 10_000
+
+    /// Jobs of an app (all apps when nil) in a state (all when nil), the latest first: by the time their last attempt was
+    /// due (`next_attempt_at`: the upload for most, the last retry or replay for the others).
+    ///
+    /// Each state's jobs are read in the order of the index on (state, next_attempt_at), newest first, and no more than
+    /// the list needs: a sort of every job (there was no other order to read them in) took seconds once millions were
+    /// kept, on SQLite on the only writer. One app's jobs are looked for among each state's latest `appListWindow`.
     func list(appId: String?, state: JobState?, limit: Int) throws -> [VerificationJob] {
-        var sql = "SELECT * FROM verification_jobs WHERE 1 = 1"
-        var parameters: [any SQLBindable] = []
-        if let appId {
-            sql += " AND app_id = ?"
-            parameters.append(appId)
-        }
-        if let state {
-            sql += " AND state = ?"
-            parameters.append(state.rawValue)
-        }
-        return try db.query(sql + " ORDER BY created_at DESC LIMIT ?", parameters + [limit]).map(Self.job)
+        let (sql, parameters) = Self.listStatement(appId: appId, state: state, limit: limit)
+        return try db.query(sql, parameters).map(Self.job)
     }
 
-    /// How many jobs are in each state.
+    /// The statement of `list`.
+    static func listStatement(appId: String?, state: JobState?, limit: Int) -> (String, [any SQLBindable]) {
+        let states = state.map { [$0] } ?? JobState.allCases
+        var parts: [String] = []
+        var parameters: [any SQLBindable] = []
+        for (index, state) in states.enumerated() {
+            let latest = "SELECT * FROM verification_jobs WHERE state = ? ORDER BY next_attempt_at DESC LIMIT ?"
+            if let appId {
+                parts.append("SELECT * FROM (SELECT * FROM (\(latest)) AS window\(index) WHERE app_id = ? LIMIT ?) AS latest\(index)")
+                parameters += [state.rawValue, Self.appListWindow, appId, limit]
+            } else {
+                parts.append("SELECT * FROM (\(latest)) AS latest\(index)")
+                parameters += [state.rawValue, limit]
+            }
+        }
+        return (parts.joined(separator: " UNION ALL ") + " ORDER BY next_attempt_at DESC, id LIMIT ?", parameters + [limit])
+    }
+
+    /// How many jobs are in each state: the queue's states and `dead` counted from their entries in the index on the
+    /// state (as many as wait), the final states from their running totals. Never a read of every job.
     func counts() throws -> [String: Int64] {
-        var counts: [String: Int64] = [:]
-        for row in try db.query("SELECT state, COUNT(*) AS n FROM verification_jobs GROUP BY state") {
+        let counted = JobState.allCases.filter { !$0.isFinal }
+        // The states' names are this enum's, written into the statement: PostgreSQL cannot type a parameter selected as a value.
+        let sql = counted.map { "SELECT '\($0.rawValue)' AS state, COUNT(*) AS n FROM verification_jobs WHERE state = '\($0.rawValue)'" }
+            .joined(separator: " UNION ALL ")
+        var counts = try totals.totals()
+        for row in try db.query(sql) {
             counts[row.string("state") ?? ""] = row.int("n") ?? 0
         }
         return counts
     }
+
+    private var totals: StateTotalsRepository { StateTotalsRepository(db: db, subject: "verification_jobs") }
 
     /// Puts these dead or timed-out jobs (every dead one when nil) back in the queue; returns how many.
     func replay(_ ids: [String]?, now: Int64) throws -> Int {

@@ -125,11 +125,13 @@ struct WebhookRepository {
             VALUES (?, ?, ?, ?, ?, ?, ?, ?)
             """, [attemptId, delivery.eventId, delivery.endpointId, attempt.attemptedAt, attempt.status, attempt.latencyMs, attempt.outcome,
                   attempt.responseExcerpt])
-        try db.query("""
+        let moved = try db.query("""
             UPDATE webhook_deliveries SET state = ?, attempts = attempts + 1, next_attempt_at = ?, last_status = ?, last_error = ?,
             delivered_at = ?, lease_owner = NULL, lease_expires_at = NULL WHERE event_id = ? AND endpoint_id = ? AND lease_owner = ?
+            RETURNING event_id
             """, [state, nextAttemptAt, attempt.status, attempt.outcome == "delivered" ? nil : attempt.outcome,
                   state == "delivered" ? attempt.attemptedAt : nil, delivery.eventId, delivery.endpointId, owner])
+        if state == "delivered", !moved.isEmpty { try totals.add(state: "delivered") }
     }
 
     /// An endpoint's deliveries, newest first, with their attempts.
@@ -158,18 +160,29 @@ struct WebhookRepository {
 
     /// Sends a delivery again now, whatever became of it; false when there is no such delivery.
     func redeliver(eventId: String, endpointId: String, now: Int64) throws -> Bool {
-        try !db.query("""
+        guard let was = try db.query("SELECT state FROM webhook_deliveries WHERE event_id = ? AND endpoint_id = ?" + (dialect == .postgres ? " FOR UPDATE" : ""),
+                                     [eventId, endpointId]).first?.string("state") else { return false }
+        try db.query("""
             UPDATE webhook_deliveries SET state = 'pending', next_attempt_at = ?, lease_owner = NULL, lease_expires_at = NULL
-            WHERE event_id = ? AND endpoint_id = ? RETURNING event_id
-            """, [now, eventId, endpointId]).isEmpty
+            WHERE event_id = ? AND endpoint_id = ?
+            """, [now, eventId, endpointId])
+        if was == "delivered" { try totals.add(-1, state: "delivered") }
+        return true
     }
 
-    /// Deliveries per state.
+    /// Deliveries per state: `pending` and `failed` counted from their entries in the index on the state, `delivered` (every
+    /// delivery that ever succeeded, but for those sent again or erased) from its running total.
     func counts() throws -> [String: Int64] {
-        var counts: [String: Int64] = [:]
-        for row in try db.query("SELECT state, COUNT(*) AS n FROM webhook_deliveries GROUP BY state") {
+        var counts = try totals.totals()
+        for row in try db.query("""
+            SELECT 'pending' AS state, COUNT(*) AS n FROM webhook_deliveries WHERE state = 'pending'
+            UNION ALL SELECT 'failed' AS state, COUNT(*) AS n FROM webhook_deliveries WHERE state = 'failed'
+            """) {
             counts[row.string("state") ?? ""] = row.int("n") ?? 0
         }
         return counts
     }
+
+    /// The running totals of deliveries (`delivered`).
+    var totals: StateTotalsRepository { StateTotalsRepository(db: db, subject: "webhook_deliveries") }
 }

@@ -1,0 +1,210 @@
+import Foundation
+@testable import PurchaseServer
+import SQLiteStorage
+import Storage
+import Testing
+
+/// Counting and listing jobs reads what waits and what is asked for, never every job ever uploaded: jobs are kept,
+/// and `GET /metrics`, the console and the admin list ask often.
+@Suite("Job counts and lists")
+struct JobCountsTests {
+    /// Each state's count read from every job, the oracle the running totals must equal.
+    static func countedByReading(_ database: any SQLDatabase) async throws -> [String: Int64] {
+        try await database.transaction { db in
+            var counts: [String: Int64] = [:]
+            for row in try db.query("SELECT state, COUNT(*) AS n FROM verification_jobs GROUP BY state", []) {
+                counts[row.string("state") ?? ""] = row.int("n") ?? 0
+            }
+            return counts
+        }
+    }
+
+    /// `counts` without the states no job is in (the oracle has no row for them, the store answers 0 for the queue's).
+    static func nonZero(_ counts: [String: Int64]) -> [String: Int64] { counts.filter { $0.value != 0 } }
+
+    @Test("Counts per state equal a count of every job: jobs settled before the totals existed, refused at upload, rejected, settled, dead, replayed",
+          arguments: Engine.available)
+    func countsEqualTheJobs(engine: Engine) async throws {
+        let database = try await engine.makeDatabase()
+        defer { Task { await database.close() } }
+        // A database from before the totals, with jobs settled, dead and waiting.
+        try await database.migrate(Schema.migrations.filter { $0.version < 24 })
+        _ = try await database.transaction { db in
+            for (index, state) in ["verified", "verified", "verified", "rejected", "rejected", "dead", "pending"].enumerated() {
+                try db.query("""
+                    INSERT INTO verification_jobs (id, app_id, app_user_id, kind, state, attempts, next_attempt_at, created_at, updated_at)
+                    VALUES (?, 'com.example.coins', 'alice', 'purchase', ?, 1, ?, ?, ?)
+                    """, ["old-\(index)", state, index, index, index])
+            }
+        }
+        let store = PurchaseStore(database: database)
+        try await store.migrate()
+        #expect(try await store.jobCounts() == ["verified": 3, "rejected": 2, "dead": 1, "pending": 1, "verifying": 0, "timed_out": 0])
+
+        let now = Date()
+        _ = try await store.enqueue(appId: "com.example.coins", appUserId: "bob", kind: .purchase, receiptData: "not a receipt",
+                                    rejection: ReceiptRejection(code: "malformed_receipt", reason: "not Base64"), now: now)
+        var uploaded: [VerificationJob] = []
+        for index in 0..<6 {
+            uploaded.append(try await store.enqueue(appId: "com.example.coins", appUserId: "u\(index)", kind: .purchase, receiptData: "receipt-\(index)",
+                                                    now: now))
+        }
+        let claimed = try await store.claim(owner: "worker", limit: 10, lease: 30, now: now)
+        #expect(Set(claimed.map(\.id)) == Set(uploaded.map(\.id) + ["old-6"]))
+        let last = uploaded[5]
+        let byId = Dictionary(uniqueKeysWithValues: claimed.map { ($0.id, $0) })
+        let (first, second, third, fourth, fifth) = (byId[uploaded[0].id]!, byId[uploaded[1].id]!, byId[uploaded[2].id]!, byId[uploaded[3].id]!,
+                                                     byId[uploaded[4].id]!)
+        // Two settlements in one transaction, as a batch is written; one rejected by the worker; one dead, one retried.
+        try await database.transaction { db in
+            for (job, state) in [(first, JobState.verified), (second, .rejected)] {
+                try store.jobs(db).settle(job.id, state: state, reason: nil, environment: "Sandbox", result: "{}", receiptSHA256: nil,
+                                          now: now.milliseconds)
+            }
+        }
+        try await store.reject(third, owner: "worker", code: "test", reason: "a test rejection", environment: nil, now: now)
+        // A rejection by a worker that lost the lease changes nothing and counts nothing.
+        try await store.reject(fifth, owner: "another worker", code: "test", reason: "not its job", environment: nil, now: now)
+        try await store.reschedule(fourth, owner: "worker", reason: "gave up", timedOut: false, nextAttempt: now, dead: true, now: now)
+        try await store.reschedule(fifth, owner: "worker", reason: "Apple timed out", timedOut: true, nextAttempt: now.addingTimeInterval(60),
+                                   dead: false, now: now)
+        #expect(Self.nonZero(try await store.jobCounts()) == (try await Self.countedByReading(database)))
+        #expect(try await store.jobCounts() == ["verified": 4, "rejected": 5, "dead": 2, "pending": 0, "verifying": 2, "timed_out": 1])
+
+        // A batch whose transaction fails adds nothing.
+        await #expect(throws: (any Error).self) {
+            try await database.transaction { db in
+                try store.jobs(db).settle(last.id, state: .verified, reason: nil, environment: "Sandbox", result: "{}", receiptSHA256: nil,
+                                          now: now.milliseconds)
+                _ = try db.query("SELECT * FROM no_such_table", [])
+            }
+        }
+        // Replayed dead jobs wait again.
+        #expect(try await store.replay(ids: nil, now: now) == 2)
+        #expect(Self.nonZero(try await store.jobCounts()) == (try await Self.countedByReading(database)))
+        #expect(try await store.jobCounts()["pending"] == 2)
+    }
+
+    @Test("Settlements on many connections at once add up exactly, each transaction to its connection's row", arguments: Engine.available)
+    func concurrentSettlementsAddUp(engine: Engine) async throws {
+        let database = try await engine.makeDatabase()
+        defer { Task { await database.close() } }
+        let store = PurchaseStore(database: database)
+        try await store.migrate()
+        let now = Date()
+        let jobs = (0..<200).map { store.newJob(appId: "com.example.coins", appUserId: "u\($0)", kind: .purchase, receiptData: "r\($0)", now: now) }
+        try await store.insert(jobs)
+        #expect(try await store.claim(owner: "worker", limit: 200, lease: 30, now: now).count == 200)
+        // Twenty batches of ten, all at once (four connections on PostgreSQL).
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for batch in jobs.chunked(10) {
+                group.addTask {
+                    try await database.transaction { db in
+                        for (index, job) in batch.enumerated() {
+                            try store.jobs(db).settle(job.id, state: index % 5 == 0 ? .rejected : .verified, reason: nil, environment: "Sandbox",
+                                                      result: "{}", receiptSHA256: nil, now: now.milliseconds)
+                        }
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(try await store.jobCounts() == ["verified": 160, "rejected": 40, "dead": 0, "pending": 0, "verifying": 0, "timed_out": 0])
+        let rows = try await database.transaction { db in try db.query("SELECT shard FROM state_totals WHERE state = 'verified'", []).count }
+        if engine == .postgres { #expect(rows > 1, "the additions of concurrent transactions went to one row") }
+    }
+
+    @Test("Lists read each state's latest jobs by the index on the state, newest first, one app's among them", arguments: Engine.available)
+    func listsAreLatestFirst(engine: Engine) async throws {
+        let database = try await engine.makeDatabase()
+        defer { Task { await database.close() } }
+        let store = PurchaseStore(database: database)
+        try await store.migrate()
+        let start = Date(timeIntervalSince1970: 1_800_000_000)
+        var jobs: [VerificationJob] = []
+        for index in 0..<30 {
+            var job = store.newJob(appId: index % 3 == 0 ? "com.example.other" : "com.example.coins", appUserId: "u\(index)", kind: .purchase,
+                                   receiptData: "r\(index)", now: start.addingTimeInterval(Double(index)))
+            job.state = [JobState.pending, .timedOut, .dead, .rejected][index % 4]
+            if job.state == .rejected { job.receiptData = "" }
+            jobs.append(job)
+        }
+        try await store.insert(jobs.filter { $0.state == .pending || $0.state == .rejected })
+        // Timed-out and dead jobs, as the worker leaves them.
+        let written = jobs
+        _ = try await database.transaction { db in
+            for job in written where job.state == .timedOut || job.state == .dead {
+                try db.query("""
+                    INSERT INTO verification_jobs (id, app_id, app_user_id, kind, state, attempts, next_attempt_at, created_at, updated_at)
+                    VALUES (?, ?, ?, 'purchase', ?, 1, ?, ?, ?)
+                    """, [job.id, job.appId, job.appUserId, job.state.rawValue, job.nextAttemptAt.milliseconds, job.createdAt.milliseconds,
+                          job.createdAt.milliseconds])
+            }
+        }
+        let newestFirst = jobs.reversed().map(\.id)
+        #expect(try await store.jobs(state: nil, limit: 100).map(\.id) == newestFirst)
+        #expect(try await store.jobs(state: nil, limit: 7).map(\.id) == Array(newestFirst.prefix(7)))
+        #expect(try await store.jobs(state: .dead, limit: 3).map(\.id) == Array(jobs.reversed().filter { $0.state == .dead }.prefix(3).map(\.id)))
+        let coins = jobs.reversed().filter { $0.appId == "com.example.coins" }
+        #expect(try await store.jobs(appId: "com.example.coins", state: nil, limit: 5).map(\.id) == Array(coins.prefix(5).map(\.id)))
+        #expect(try await store.jobs(appId: "com.example.coins", state: .timedOut, limit: 100).map(\.id)
+                == coins.filter { $0.state == .timedOut }.map(\.id))
+        #expect(try await store.jobs(appId: "com.example.none", state: nil, limit: 100).isEmpty)
+    }
+
+    @Test("Counting jobs and listing the latest read about as much with 20,000 settled jobs as with 2,000")
+    func countsAndListsDoNotGrowWithTheJobs() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("counts-\(UUID().uuidString).sqlite").path
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        let database = try SQLiteSQLDatabase(path: path)
+        let store = try await QueryCostTests.migrate(database)
+        var pages: [[Int]] = []
+        var settled = 0
+        for target in [2_000, 20_000] {
+            // Settled jobs with a result each, as the worker leaves them.
+            let first = settled
+            _ = try await database.transaction { db in
+                for index in first..<target {
+                    try db.query("""
+                        INSERT INTO verification_jobs (id, app_id, app_user_id, kind, state, attempts, next_attempt_at, created_at, updated_at, result)
+                        VALUES (?, ?, ?, 'purchase', ?, 1, ?, ?, ?, ?)
+                        """, ["job-\(index)", index % 2 == 0 ? "com.example.coins" : "com.example.other", "u\(index)",
+                              index % 10 == 0 ? "rejected" : "verified", index, index, index, String(repeating: "r", count: 300)])
+                }
+            }
+            settled = target
+            var touched: [Int] = []
+            for read in [{ _ = try await store.jobCounts() }, { _ = try await store.jobs(state: nil, limit: 50) },
+                         { _ = try await store.jobs(state: .verified, limit: 50) },
+                         { _ = try await store.jobs(appId: "com.example.coins", state: nil, limit: 50) }] as [() async throws -> Void] {
+                let before = try await database.pagesTouched()
+                try await read()
+                touched.append(try await database.pagesTouched() - before)
+            }
+            pages.append(touched)
+        }
+        // Page lookups: reading every job of 20,000 (their table is about 1,700 pages) or every entry of the index on the
+        // state (about 150) grows tenfold with the jobs; reading the latest 50 of each state grows by one level of the
+        // table's tree per row read.
+        for (small, large) in zip(pages[0], pages[1]) {
+            #expect(large < 400 && large < 2 * small + 10, "\(pages)")
+        }
+    }
+
+    @Test("PostgreSQL reads each state's latest jobs backwards along the index on the state, with or without an app",
+          .enabled(if: Engine.available.contains(.postgres)))
+    func listPlanOnPostgres() async throws {
+        let database = try await Engine.postgres.makeDatabase()
+        defer { Task { await database.close() } }
+        _ = try await QueryCostTests.migrate(database)
+        for appId in [nil, "com.example.coins"] {
+            let plan = try await database.transaction { db -> String in
+                let (sql, parameters) = JobRepository.listStatement(appId: appId, state: nil, limit: 100)
+                _ = try db.query("SET LOCAL enable_seqscan = off", [])  // an empty table would be read whole otherwise
+                return try db.query("EXPLAIN " + sql, parameters).compactMap { $0.string("QUERY PLAN") }.joined(separator: "\n")
+            }
+            let backwards = plan.components(separatedBy: "Index Scan Backward using verification_jobs_due").count - 1
+            #expect(backwards == JobState.allCases.count && !plan.contains("Seq Scan") && !plan.contains("Bitmap"), "\(plan)")
+        }
+    }
+}
