@@ -300,15 +300,13 @@ enum Schema {
         ]),
         // Running totals of settled jobs and delivered webhooks (`StateTotalsRepository`): counting them by reading them
         // took a scan of every job ever uploaded and every delivery ever made for each `GET /metrics`, on SQLite on the
-        // only writer. Started from a count of those so far; on PostgreSQL with writes to both tables waiting, so that
-        // none settles between the count and the first addition.
-        SQLMigration(version: 24, statements: ["LOCK TABLE verification_jobs, webhook_deliveries IN SHARE MODE"] + Self.stateTotals,
-                     dialect: .postgres),
-        SQLMigration(version: 25, statements: Self.stateTotals, dialect: .sqlite),
+        // only writer. Started from a count of those so far. Nothing of this version settles before it is applied (a
+        // process applies the migrations before it starts work), and what processes of the version before settle is
+        // not counted however the tables are locked, so no lock is taken: the README says to stop them first.
+        SQLMigration(version: 24, statements: Self.stateTotals),
     ]
 
-    /// The totals table, filled with the counts so far (`IF NOT EXISTS` and `DO NOTHING`: two processes starting at
-    /// once may both run this).
+    /// The totals table, filled with the counts so far.
     private static let stateTotals = [
         """
         CREATE TABLE IF NOT EXISTS state_totals (

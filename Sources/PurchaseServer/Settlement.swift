@@ -219,7 +219,9 @@ extension PurchaseStore {
             }
             var catalog = SettlementCatalog()
             var reads = try SettlementReads.load(batch, jobs: self.jobs(db), db: db, audit: self.audit(db))
-            return try batch.map { try self.apply($0, db, catalog: &catalog, reads: &reads) }
+            let outcomes = try batch.map { try self.apply($0, db, catalog: &catalog, reads: &reads) }
+            try self.jobs(db).countSettled(outcomes.compactMap { $0?.0 })
+            return outcomes
         }
     }
 

@@ -246,13 +246,21 @@ public struct SQLMigration: Sendable {
 }
 
 extension SQLDatabase {
-    /// Applies migrations not yet recorded in `schema_migrations`, each in its own transaction.
+    /// The advisory lock migrations hold on PostgreSQL: any constant no other lock of the database uses ("storeke" in ASCII).
+    static var migrationLock: Int64 { 0x73_746f_7265_6b65 }
+
+    /// Applies migrations not yet recorded in `schema_migrations`, each in its own transaction. Processes starting at
+    /// once take turns at each (PostgreSQL: an advisory lock): the next one finds it recorded, where running the same
+    /// statements side by side could fail (`CREATE TABLE IF NOT EXISTS` in two transactions: a duplicate key in the
+    /// catalog) and stop a process from starting.
     public func migrate(_ migrations: [SQLMigration]) async throws {
         _ = try await transaction { db in
+            if self.dialect == .postgres { try db.query("SELECT pg_advisory_xact_lock(?)", [Self.migrationLock]) }
             try db.query("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)")
         }
         for migration in migrations.sorted(by: { $0.version < $1.version }) {
             try await transaction { db in
+                if self.dialect == .postgres { try db.query("SELECT pg_advisory_xact_lock(?)", [Self.migrationLock]) }
                 let done = try db.query("SELECT version FROM schema_migrations WHERE version = ?", [migration.version])
                 guard done.isEmpty else { return }
                 if migration.dialect == nil || migration.dialect == self.dialect {

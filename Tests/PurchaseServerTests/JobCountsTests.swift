@@ -1,5 +1,6 @@
 import Foundation
 @testable import PurchaseServer
+import PostgresStorage
 import SQLiteStorage
 import Storage
 import Testing
@@ -61,6 +62,7 @@ struct JobCountsTests {
                 try store.jobs(db).settle(job.id, state: state, reason: nil, environment: "Sandbox", result: "{}", receiptSHA256: nil,
                                           now: now.milliseconds)
             }
+            try store.jobs(db).countSettled([.verified, .rejected])
         }
         try await store.reject(third, owner: "worker", code: "test", reason: "a test rejection", environment: nil, now: now)
         // A rejection by a worker that lost the lease changes nothing and counts nothing.
@@ -76,6 +78,7 @@ struct JobCountsTests {
             try await database.transaction { db in
                 try store.jobs(db).settle(last.id, state: .verified, reason: nil, environment: "Sandbox", result: "{}", receiptSHA256: nil,
                                           now: now.milliseconds)
+                try store.jobs(db).countSettled([.verified])
                 _ = try db.query("SELECT * FROM no_such_table", [])
             }
         }
@@ -100,10 +103,12 @@ struct JobCountsTests {
             for batch in jobs.chunked(10) {
                 group.addTask {
                     try await database.transaction { db in
-                        for (index, job) in batch.enumerated() {
-                            try store.jobs(db).settle(job.id, state: index % 5 == 0 ? .rejected : .verified, reason: nil, environment: "Sandbox",
-                                                      result: "{}", receiptSHA256: nil, now: now.milliseconds)
+                        let states = batch.indices.map { $0 % 5 == 0 ? JobState.rejected : .verified }
+                        for (job, state) in zip(batch, states) {
+                            try store.jobs(db).settle(job.id, state: state, reason: nil, environment: "Sandbox", result: "{}", receiptSHA256: nil,
+                                                      now: now.milliseconds)
                         }
+                        try store.jobs(db).countSettled(states)
                     }
                 }
             }
@@ -206,5 +211,51 @@ struct JobCountsTests {
             let backwards = plan.components(separatedBy: "Index Scan Backward using verification_jobs_due").count - 1
             #expect(backwards == JobState.allCases.count && !plan.contains("Seq Scan") && !plan.contains("Bitmap"), "\(plan)")
         }
+    }
+
+    @Test("Processes starting at once on a new PostgreSQL schema take turns at the migrations, and all start",
+          .enabled(if: Engine.available.contains(.postgres)))
+    func concurrentMigrations() async throws {
+        let first = try await Engine.postgres.makeDatabase()
+        defer { Task { await first.close() } }
+        // Four more pools on the same schema, as four processes would have.
+        let url = try await first.transaction { db in try db.query("SELECT current_schema() AS s", []).first?.string("s") ?? "" }
+        let base = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES"]!
+        let separator = base.contains("?") ? "&" : "?"
+        let others = try (0..<4).map { _ in try PostgresDatabase(url: base + separator + "options=-csearch_path%3D\(url)", size: 1) }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for database in others + [first] { group.addTask { try await PurchaseStore(database: database).migrate() } }
+            try await group.waitForAll()
+        }
+        for database in others { await database.close() }
+        let versions = try await first.transaction { db in try db.query("SELECT version FROM schema_migrations", []).count }
+        #expect(versions == Schema.migrations.count)
+    }
+
+    @Test("One app's dead jobs are all listed however many newer dead jobs other apps have; its settled ones among each state's latest")
+    func appListsFindEveryWaitingJob() async throws {
+        let database = try await Engine.sqlite.makeDatabase()
+        defer { Task { await database.close() } }
+        let store = PurchaseStore(database: database)
+        try await store.migrate()
+        let window = JobRepository.appListWindow
+        _ = try await database.transaction { db in
+            let insert = """
+                INSERT INTO verification_jobs (id, app_id, app_user_id, kind, state, attempts, next_attempt_at, created_at, updated_at)
+                VALUES (?, ?, 'u', 'purchase', ?, 1, ?, ?, ?)
+                """
+            for (index, state) in ["dead", "verified"].enumerated() {
+                try db.query(insert, ["small-\(state)", "com.example.small", state, index, index, index])
+            }
+            for index in 0..<(window + 1) {
+                for state in ["dead", "verified"] {
+                    try db.query(insert, ["big-\(state)-\(index)", "com.example.big", state, 10 + index, 10 + index, 10 + index])
+                }
+            }
+        }
+        #expect(try await store.jobs(appId: "com.example.small", state: .dead, limit: 10).map(\.id) == ["small-dead"])
+        #expect(try await store.jobs(appId: "com.example.small", state: nil, limit: 10).map(\.id) == ["small-dead"])
+        #expect(try await store.jobs(appId: "com.example.small", state: .verified, limit: 10).isEmpty)
+        #expect(try await store.jobs(appId: "com.example.big", state: .verified, limit: 2).map(\.id) == ["big-verified-\(window)", "big-verified-\(window - 1)"])
     }
 }

@@ -133,14 +133,25 @@ struct JobRepository {
         return owners
     }
 
-    /// Records a settlement's outcome (a rejected job's bytes are dropped, their hash kept).
+    /// Records a settlement's outcome (a rejected job's bytes are dropped, their hash kept). The caller counts it in the
+    /// running totals with `countSettled`, after the transaction's other writes.
     func settle(_ id: String, state: JobState, reason: String?, environment: String, result: String, receiptSHA256: String?, now: Int64) throws {
-        // Gathered with the batch's other settlements into one statement (PostgreSQL), as is the total's addition.
+        // Gathered with the batch's other settlements into one statement (PostgreSQL).
         try db.update("verification_jobs", set: Self.settledAssignments,
                       values: [state.rawValue, reason, environment, result, now, now, state == .rejected ? receiptSHA256 : nil],
                       keyColumn: "id", key: id)
-        if state.isFinal { try totals.add(state: state.rawValue) }
         if state == .rejected { try dropReceipt(of: id) }
+    }
+
+    /// Adds the jobs a transaction settled (`settle`) to the running totals: its last write, so that a total's row is
+    /// the last lock it takes. PostgreSQL writes gathered changes at the commit in the order they were first gathered;
+    /// a total added with a batch's first job was locked before the rows of later jobs (ledger, balances), and two
+    /// batches whose connections share a shard number could each hold what the other waits for.
+    func countSettled(_ states: [JobState]) throws {
+        for state in JobState.allCases where state.isFinal {
+            let count = states.count { $0 == state }
+            if count > 0 { try totals.add(Int64(count), state: state.rawValue) }
+        }
     }
 
     private static let settledAssignments = [
@@ -156,7 +167,8 @@ struct JobRepository {
     ///
     /// Each state's jobs are read in the order of the index on (state, next_attempt_at), newest first, and no more than
     /// the list needs: a sort of every job (there was no other order to read them in) took seconds once millions were
-    /// kept, on SQLite on the only writer. One app's jobs are looked for among each state's latest `appListWindow`.
+    /// kept, on SQLite on the only writer. One app's waiting and dead jobs are all looked at; its verified and rejected
+    /// ones, which are kept without end, among the latest `appListWindow` of each of those states.
     func list(appId: String?, state: JobState?, limit: Int) throws -> [VerificationJob] {
         let (sql, parameters) = Self.listStatement(appId: appId, state: state, limit: limit)
         return try db.query(sql, parameters).map(Self.job)
@@ -169,7 +181,11 @@ struct JobRepository {
         var parameters: [any SQLBindable] = []
         for (index, state) in states.enumerated() {
             let latest = "SELECT * FROM verification_jobs WHERE state = ? ORDER BY next_attempt_at DESC LIMIT ?"
-            if let appId {
+            if let appId, !state.isFinal {
+                // The queue and its dead letters: every one of the app's is looked at (as many as wait).
+                parts.append("SELECT * FROM (SELECT * FROM verification_jobs WHERE state = ? AND app_id = ? ORDER BY next_attempt_at DESC LIMIT ?) AS latest\(index)")
+                parameters += [state.rawValue, appId, limit]
+            } else if let appId {
                 parts.append("SELECT * FROM (SELECT * FROM (\(latest)) AS window\(index) WHERE app_id = ? LIMIT ?) AS latest\(index)")
                 parameters += [state.rawValue, Self.appListWindow, appId, limit]
             } else {
