@@ -79,6 +79,7 @@ bench: release pydeps
 	bench/server.sh
 	bench/steady.sh
 	bench/grown.sh
+	bench/queue.sh
 	bench/processes.sh
 	bench/abuse.sh
 	bench/webhooks.sh
