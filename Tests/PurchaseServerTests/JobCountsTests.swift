@@ -95,6 +95,9 @@ struct JobCountsTests {
         let store = PurchaseStore(database: database)
         try await store.migrate()
         let now = Date()
+        // Every state is named, 0 when no job is in it (no total exists yet).
+        #expect(try await store.jobCounts() == ["verified": 0, "rejected": 0, "dead": 0, "pending": 0, "verifying": 0, "timed_out": 0])
+        #expect(try await store.webhookDeliveryCounts() == ["pending": 0, "delivered": 0, "failed": 0])
         let jobs = (0..<200).map { store.newJob(appId: "com.example.coins", appUserId: "u\($0)", kind: .purchase, receiptData: "r\($0)", now: now) }
         try await store.insert(jobs)
         #expect(try await store.claim(owner: "worker", limit: 200, lease: 30, now: now).count == 200)

@@ -162,8 +162,8 @@ struct JobRepository {
     /// How many of a state's latest jobs a list of one app's jobs looks through (`list`).
     static let appListWindow = 10_000
 
-    /// Jobs of an app (all apps when nil) in a state (all when nil), the latest first: by the time their last attempt was
-    /// due (`next_attempt_at`: the upload for most, the last retry or replay for the others).
+    /// Jobs of an app (all apps when nil) in a state (all when nil), the latest first by `next_attempt_at`: for a settled
+    /// job when its last attempt was due (the upload for most), for a waiting one when its next attempt is.
     ///
     /// Each state's jobs are read in the order of the index on (state, next_attempt_at), newest first, and no more than
     /// the list needs: a sort of every job (there was no other order to read them in) took seconds once millions were
@@ -196,14 +196,15 @@ struct JobRepository {
         return (parts.joined(separator: " UNION ALL ") + " ORDER BY next_attempt_at DESC, id LIMIT ?", parameters + [limit])
     }
 
-    /// How many jobs are in each state: the queue's states and `dead` counted from their entries in the index on the
-    /// state (as many as wait), the final states from their running totals. Never a read of every job.
+    /// How many jobs are in each state, every state named (0 when none): the queue's states and `dead` counted from their
+    /// entries in the index on the state, the final states from their running totals. Never a read of every job.
     func counts() throws -> [String: Int64] {
         let counted = JobState.allCases.filter { !$0.isFinal }
         // The states' names are this enum's, written into the statement: PostgreSQL cannot type a parameter selected as a value.
         let sql = counted.map { "SELECT '\($0.rawValue)' AS state, COUNT(*) AS n FROM verification_jobs WHERE state = '\($0.rawValue)'" }
             .joined(separator: " UNION ALL ")
-        var counts = try totals.totals()
+        var counts = Dictionary(uniqueKeysWithValues: JobState.allCases.map { ($0.rawValue, Int64(0)) })
+        counts.merge(try totals.totals()) { $1 }
         for row in try db.query(sql) {
             counts[row.string("state") ?? ""] = row.int("n") ?? 0
         }

@@ -173,7 +173,8 @@ struct WebhookRepository {
     /// Deliveries per state: `pending` and `failed` counted from their entries in the index on the state, `delivered` (every
     /// delivery that ever succeeded, but for those sent again or erased) from its running total.
     func counts() throws -> [String: Int64] {
-        var counts = try totals.totals()
+        var counts: [String: Int64] = ["pending": 0, "delivered": 0, "failed": 0]
+        counts.merge(try totals.totals()) { $1 }
         for row in try db.query("""
             SELECT 'pending' AS state, COUNT(*) AS n FROM webhook_deliveries WHERE state = 'pending'
             UNION ALL SELECT 'failed' AS state, COUNT(*) AS n FROM webhook_deliveries WHERE state = 'failed'
