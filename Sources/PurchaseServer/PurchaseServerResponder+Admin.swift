@@ -221,6 +221,10 @@ extension PurchaseServerResponder {
             }
             return .rawJSON(try JSONSerialization.data(withJSONObject: ["jobs": list, "counts": try await server.store.jobCounts()], options: [.sortedKeys]))
         }
+        admin(.post, "/admin/v1/jobs/recount") { _ in
+            let (jobs, deliveries) = try await server.store.recountTotals()
+            return .json(["verificationJobs": jobs, "webhookDeliveries": deliveries])
+        }
         admin(.post, "/admin/v1/jobs/replay") { request in
             struct ReplayBody: Decodable { var ids: [String]? }
             let body = request.body.isEmpty ? ReplayBody(ids: nil) : try request.decode(ReplayBody.self)

@@ -243,6 +243,19 @@ struct ServerJobsListCommand: Command {
     func run() async throws { try await client.sendAndPrint("GET", "/admin/v1/jobs" + query) }
 }
 
+/// `storekeeper server jobs recount`
+struct ServerJobsRecountCommand: Command {
+    static let abstract = "Count settled jobs and delivered webhooks again from their rows (after processes of an older version settled some)."
+    static let help = "[--url URL] [--admin-key KEY]\n\n\(serverConnectionHelp)"
+    let client: AdminClient
+
+    init(_ arguments: inout Arguments) throws {
+        client = try serverClient(&arguments)
+    }
+
+    func run() async throws { try await client.sendAndPrint("POST", "/admin/v1/jobs/recount", json: [:]) }
+}
+
 /// `storekeeper server jobs replay`
 struct ServerJobsReplayCommand: Command {
     static let abstract = "Put dead-lettered (or timed-out) jobs back in the queue: the given ids, or every dead job."

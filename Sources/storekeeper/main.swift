@@ -42,6 +42,7 @@ let tree = CommandNode.group(abstract: "Storekeeper: in-app purchases done right
         ("user", .group(abstract: "Inspect users.", children: [("show", .command(ServerUserShowCommand.self))])),
         ("jobs", .group(abstract: "Inspect and replay verification jobs.", children: [
             ("list", .command(ServerJobsListCommand.self)), ("replay", .command(ServerJobsReplayCommand.self)),
+            ("recount", .command(ServerJobsRecountCommand.self)),
         ])),
         ("webhook", .group(abstract: "Webhook endpoints: what your backend hears when what a user owns changes.", children: [
             ("add", .command(ServerWebhookAddCommand.self)), ("list", .command(ServerWebhookListCommand.self)),

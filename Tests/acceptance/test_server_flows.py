@@ -149,6 +149,8 @@ def test_report_and_cli(emulator, server):
     assert server.upload(key, "buyer", purchase["receipt"])["state"] == "verified"
     status, listed = server.request("GET", "/admin/v1/jobs?limit=-1", headers=admin)
     assert status == 200 and len(listed["jobs"]) == 1 and listed["counts"]["verified"] >= 2, listed
+    recounted = server.cli("server", "jobs", "recount")
+    assert recounted["verificationJobs"] == listed["counts"], recounted
 
 
 def test_up_runs_everything_wired_together(tmp_path):

@@ -23,4 +23,29 @@ struct StateTotalsRepository {
         }
         return totals
     }
+
+    /// What `recount` counts: each subject's table and the states kept as running totals.
+    static let kept: [(subject: String, states: [String])] = [
+        ("verification_jobs", JobState.allCases.filter(\.isFinal).map(\.rawValue)),
+        ("webhook_deliveries", ["delivered"]),
+    ]
+
+    /// The statements that set every total from a count of its rows: a read of each state's entries in the index on the
+    /// state (as migration 24's, whose text stays as it was applied).
+    static var countedFromRows: [String] {
+        kept.map { subject, states in
+            """
+            INSERT INTO state_totals (subject, state, shard, total)
+            SELECT '\(subject)', state, 0, COUNT(*) FROM \(subject) WHERE state IN (\(states.map { "'\($0)'" }.joined(separator: ", "))) GROUP BY state
+            ON CONFLICT DO NOTHING
+            """
+        }
+    }
+
+    /// Sets every total again from a count of its rows, mending totals that drifted (rows a process of an older version
+    /// settled after the totals began). The caller's transaction must keep those states from changing meanwhile.
+    static func recount(_ db: any SQLConnection) throws {
+        try db.query("DELETE FROM state_totals", [])
+        for statement in countedFromRows { try db.query(statement, []) }
+    }
 }
