@@ -144,11 +144,7 @@ extension PurchaseStore {
     /// to both tables wait (PostgreSQL: a share lock, given up after 10 s rather than hold uploads longer; SQLite: the writer).
     public func recountTotals() async throws -> (jobs: [String: Int64], deliveries: [String: Int64]) {
         try await database.transaction { db in
-            if self.database.dialect == .postgres {
-                try db.query("SET LOCAL lock_timeout = '10s'", [])
-                try db.query("LOCK TABLE webhook_deliveries, verification_jobs IN SHARE MODE", [])
-            }
-            try StateTotalsRepository.recount(db)
+            try StateTotalsRepository.recount(db, dialect: self.database.dialect)
             return (try self.jobs(db).counts(), try self.webhooks(db).counts())
         }
     }

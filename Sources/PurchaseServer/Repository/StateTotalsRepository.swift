@@ -43,8 +43,13 @@ struct StateTotalsRepository {
     }
 
     /// Sets every total again from a count of its rows, mending totals that drifted (rows a process of an older version
-    /// settled after the totals began). The caller's transaction must keep those states from changing meanwhile.
-    static func recount(_ db: any SQLConnection) throws {
+    /// settled after the totals began). Writes to the counted tables wait meanwhile: on PostgreSQL under a share lock,
+    /// given up after 10 s of waiting for it; on SQLite the transaction is the only writer.
+    static func recount(_ db: any SQLConnection, dialect: SQLDialect) throws {
+        if dialect == .postgres {
+            try db.query("SET LOCAL lock_timeout = '10s'", [])
+            try db.query("LOCK TABLE \(kept.map(\.subject).reversed().joined(separator: ", ")) IN SHARE MODE", [])
+        }
         try db.query("DELETE FROM state_totals", [])
         for statement in countedFromRows { try db.query(statement, []) }
     }
