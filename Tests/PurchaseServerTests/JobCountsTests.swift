@@ -20,6 +20,29 @@ struct JobCountsTests {
         }
     }
 
+    /// A migrated store of `engine` with `count` new jobs, all claimed by "worker".
+    static func storeWithClaimedJobs(_ engine: Engine, count: Int, now: Date) async throws -> (any SQLDatabase, PurchaseStore, [VerificationJob]) {
+        let database = try await engine.makeDatabase()
+        let store = PurchaseStore(database: database)
+        try await store.migrate()
+        let jobs = (0..<count).map { store.newJob(appId: "com.example.coins", appUserId: "u\($0)", kind: .purchase, receiptData: "r\($0)", now: now) }
+        try await store.insert(jobs)
+        #expect(try await store.claim(owner: "worker", limit: count, lease: 30, now: now).count == count)
+        return (database, store, jobs)
+    }
+
+    /// Settles `jobs` in one transaction as a settlement batch does: each job's outcome, then the totals, last.
+    static func settle(_ jobs: some Collection<VerificationJob>, as states: [JobState], _ store: PurchaseStore, now: Date) async throws {
+        let jobs = Array(jobs)
+        try await store.database.transaction { db in
+            for (job, state) in zip(jobs, states) {
+                try store.jobs(db).settle(job.id, state: state, reason: nil, environment: "Sandbox", result: "{}", receiptSHA256: nil,
+                                          now: now.milliseconds)
+            }
+            try store.jobs(db).countSettled(states)
+        }
+    }
+
     /// `counts` without the states no job is in (the oracle has no row for them, the store answers 0 for the queue's).
     static func nonZero(_ counts: [String: Int64]) -> [String: Int64] { counts.filter { $0.value != 0 } }
 
@@ -57,13 +80,7 @@ struct JobCountsTests {
         let (first, second, third, fourth, fifth) = (byId[uploaded[0].id]!, byId[uploaded[1].id]!, byId[uploaded[2].id]!, byId[uploaded[3].id]!,
                                                      byId[uploaded[4].id]!)
         // Two settlements in one transaction, as a batch is written; one rejected by the worker; one dead, one retried.
-        try await database.transaction { db in
-            for (job, state) in [(first, JobState.verified), (second, .rejected)] {
-                try store.jobs(db).settle(job.id, state: state, reason: nil, environment: "Sandbox", result: "{}", receiptSHA256: nil,
-                                          now: now.milliseconds)
-            }
-            try store.jobs(db).countSettled([.verified, .rejected])
-        }
+        try await Self.settle([first, second], as: [.verified, .rejected], store, now: now)
         try await store.reject(third, owner: "worker", code: "test", reason: "a test rejection", environment: nil, now: now)
         // A rejection by a worker that lost the lease changes nothing and counts nothing.
         try await store.reject(fifth, owner: "another worker", code: "test", reason: "not its job", environment: nil, now: now)
@@ -90,30 +107,13 @@ struct JobCountsTests {
 
     @Test("Settlements on many connections at once add up exactly, each transaction to its connection's row", arguments: Engine.available)
     func concurrentSettlementsAddUp(engine: Engine) async throws {
-        let database = try await engine.makeDatabase()
-        defer { Task { await database.close() } }
-        let store = PurchaseStore(database: database)
-        try await store.migrate()
         let now = Date()
-        // Every state is named, 0 when no job is in it (no total exists yet).
-        #expect(try await store.jobCounts() == ["verified": 0, "rejected": 0, "dead": 0, "pending": 0, "verifying": 0, "timed_out": 0])
-        #expect(try await store.webhookDeliveryCounts() == ["pending": 0, "delivered": 0, "failed": 0])
-        let jobs = (0..<200).map { store.newJob(appId: "com.example.coins", appUserId: "u\($0)", kind: .purchase, receiptData: "r\($0)", now: now) }
-        try await store.insert(jobs)
-        #expect(try await store.claim(owner: "worker", limit: 200, lease: 30, now: now).count == 200)
+        let (database, store, jobs) = try await Self.storeWithClaimedJobs(engine, count: 200, now: now)
+        defer { Task { await database.close() } }
         // Twenty batches of ten, all at once (four connections on PostgreSQL).
         try await withThrowingTaskGroup(of: Void.self) { group in
             for batch in jobs.chunked(10) {
-                group.addTask {
-                    try await database.transaction { db in
-                        let states = batch.indices.map { $0 % 5 == 0 ? JobState.rejected : .verified }
-                        for (job, state) in zip(batch, states) {
-                            try store.jobs(db).settle(job.id, state: state, reason: nil, environment: "Sandbox", result: "{}", receiptSHA256: nil,
-                                                      now: now.milliseconds)
-                        }
-                        try store.jobs(db).countSettled(states)
-                    }
-                }
+                group.addTask { try await Self.settle(batch, as: batch.indices.map { $0 % 5 == 0 ? .rejected : .verified }, store, now: now) }
             }
             try await group.waitForAll()
         }
@@ -128,6 +128,9 @@ struct JobCountsTests {
         defer { Task { await database.close() } }
         let store = PurchaseStore(database: database)
         try await store.migrate()
+        // Every state is named, 0 when no job is in it (no total exists yet).
+        #expect(try await store.jobCounts() == ["verified": 0, "rejected": 0, "dead": 0, "pending": 0, "verifying": 0, "timed_out": 0])
+        #expect(try await store.webhookDeliveryCounts() == ["pending": 0, "delivered": 0, "failed": 0])
         let start = Date(timeIntervalSince1970: 1_800_000_000)
         var jobs: [VerificationJob] = []
         for index in 0..<30 {
@@ -264,25 +267,11 @@ struct JobCountsTests {
 
     @Test("A recount mends totals that drifted: counts equal the rows again, and settlements go on adding to them", arguments: Engine.available)
     func recountMendsDrift(engine: Engine) async throws {
-        let database = try await engine.makeDatabase()
-        defer { Task { await database.close() } }
-        let store = PurchaseStore(database: database)
-        try await store.migrate()
         let now = Date()
-        let jobs = (0..<10).map { store.newJob(appId: "com.example.coins", appUserId: "u\($0)", kind: .purchase, receiptData: "r\($0)", now: now) }
-        try await store.insert(jobs)
-        #expect(try await store.claim(owner: "worker", limit: 10, lease: 30, now: now).count == 10)
-        func settle(_ settled: ArraySlice<VerificationJob>, _ state: JobState) async throws {
-            try await database.transaction { db in
-                for job in settled {
-                    try store.jobs(db).settle(job.id, state: state, reason: nil, environment: "Sandbox", result: "{}", receiptSHA256: nil,
-                                              now: now.milliseconds)
-                }
-                try store.jobs(db).countSettled(Array(repeating: state, count: settled.count))
-            }
-        }
-        try await settle(jobs[0..<6], .verified)
-        try await settle(jobs[6..<8], .rejected)
+        let (database, store, jobs) = try await Self.storeWithClaimedJobs(engine, count: 10, now: now)
+        defer { Task { await database.close() } }
+        try await Self.settle(jobs[0..<6], as: Array(repeating: .verified, count: 6), store, now: now)
+        try await Self.settle(jobs[6..<8], as: [.rejected, .rejected], store, now: now)
         // Three settled by a process that did not count them; a redelivery it never counted, subtracted.
         _ = try await database.transaction { db in
             try db.query("UPDATE state_totals SET total = total - 3 WHERE subject = 'verification_jobs' AND state = 'verified'", [])
@@ -295,7 +284,7 @@ struct JobCountsTests {
         #expect(counted == ["verified": 6, "rejected": 2, "verifying": 2, "pending": 0, "timed_out": 0, "dead": 0])
         #expect(deliveries == ["pending": 0, "delivered": 0, "failed": 0])
         #expect(try await store.jobCounts() == counted)
-        try await settle(jobs[8..<10], .verified)
+        try await Self.settle(jobs[8..<10], as: [.verified, .verified], store, now: now)
         #expect(try await store.jobCounts()["verified"] == 8)
         #expect(Self.nonZero(try await store.jobCounts()) == (try await Self.countedByReading(database)))
     }
