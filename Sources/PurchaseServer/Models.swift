@@ -193,6 +193,14 @@ public enum JobState: String, Codable, Sendable, CaseIterable {
     /// counted by running totals (`state_totals`) as they settle; the others, the queue and its dead letters, by
     /// reading their entries in the index on the state.
     var isFinal: Bool { self == .verified || self == .rejected }
+
+    /// Whether an operator's replay puts a job in this state back in the queue: one that gave up (dead) or waits after
+    /// Apple did not answer in time. A rejected job is final (Apple or the look before storage refused it, and its bytes
+    /// are dropped); a verified one is granted.
+    public var isReplayable: Bool { self == .dead || self == .timedOut }
+
+    /// The replayable states, as SQL's `IN` list.
+    static let replayableSQL = allCases.filter(\.isReplayable).map { "'\($0.rawValue)'" }.joined(separator: ", ")
 }
 
 /// A failure with a stable code, mapped to HTTP by the routes.

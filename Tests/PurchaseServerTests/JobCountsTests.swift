@@ -301,4 +301,30 @@ struct JobCountsTests {
         #expect((body["verificationJobs"] as? [String: Any])?["verified"] as? Int == 0)
         #expect((body["webhookDeliveries"] as? [String: Any])?["delivered"] as? Int == 0)
     }
+
+    @Test("The console's jobs page offers Replay on exactly the jobs a replay puts back in the queue")
+    func replayOfferedWhereItActs() async throws {
+        let database = try await Engine.sqlite.makeDatabase()
+        defer { Task { await database.close() } }
+        let store = PurchaseStore(database: database)
+        try await store.migrate()
+        _ = try await database.transaction { db in
+            for (index, state) in JobState.allCases.enumerated() {
+                try db.query("""
+                    INSERT INTO verification_jobs (id, app_id, app_user_id, kind, state, attempts, next_attempt_at, created_at, updated_at)
+                    VALUES (?, 'com.example.coins', 'alice', 'purchase', ?, 1, ?, ?, ?)
+                    """, ["job-\(state.rawValue)", state.rawValue, index, index, index])
+            }
+        }
+        let jobs = try await store.jobs(appId: nil, state: nil, limit: 100)
+        #expect(jobs.count == JobState.allCases.count)
+        let session = ConsoleSession(operatorInfo: Operator(email: "a@x.io", role: .admin, hasPassword: true, createdAt: 0), csrf: "c", expiresAt: 0)
+        let page = ConsolePages.jobs(.init(session: session, apps: [], appId: "", environment: nil), state: nil, jobs: jobs,
+                                     counts: try await store.jobCounts()).text
+        let offered = Set(jobs.map(\.id).filter { page.contains("name=\"id\" value=\"\($0)\"><button") })
+        var replayed: Set<String> = []
+        for job in jobs where try await store.replay(ids: [job.id], now: Date()) == 1 { replayed.insert(job.id) }
+        #expect(replayed == ["job-dead", "job-timed_out"])
+        #expect(offered == replayed)
+    }
 }

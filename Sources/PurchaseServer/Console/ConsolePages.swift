@@ -316,7 +316,7 @@ enum ConsolePages {
     static func jobs(_ context: Context, state: JobState?, jobs: [VerificationJob], counts: [String: Int64]) -> HTML {
         let states: [(String, String)] = [("", "Any")] + JobState.allCases.map { ($0.rawValue, "\($0.rawValue) (\(counts[$0.rawValue] ?? 0))") }
         let table = HTML.table(caption: "Verification jobs, by attempt time (the last, or the next for a waiting job), latest first", headers: ["Uploaded", "Id", "User", "State", "Attempts", "Reason", "Action"], rows: jobs.map { job in
-            let replay: HTML = job.state == .dead || job.state == .rejected
+            let replay: HTML = job.state.isReplayable
                 ? HTML.form(action: "/console/jobs/replay", csrf: context.csrf, submit: "Replay", ["<input type=\"hidden\" name=\"id\" value=\"\(job.id)\">"]) : ""
             return ["\(HTML.date(job.createdAt.milliseconds))", "\(job.id)",
                     "<a href=\"/console/customers/\(HTML.urlComponent(job.appId))/\(HTML.urlComponent(job.appUserId))\">\(job.appUserId)</a>",

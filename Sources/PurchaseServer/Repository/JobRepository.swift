@@ -219,7 +219,7 @@ struct JobRepository {
         guard let ids else { return try db.query(reset + " WHERE state = 'dead' RETURNING id", [now, now, now]).count }
         var total = 0
         for id in ids {
-            total += try db.query(reset + " WHERE id = ? AND state IN ('dead', 'timed_out') RETURNING id", [now, now, now, id]).count
+            total += try db.query(reset + " WHERE id = ? AND state IN (\(JobState.replayableSQL)) RETURNING id", [now, now, now, id]).count
         }
         return total
     }
