@@ -110,9 +110,12 @@ public final class PurchaseServer: Sendable {
         recorder = configuration.recorder
     }
 
+    /// How many receipts of settled jobs one pass of the sweep drops (`PurchaseStore.dropSettledReceipts`).
+    static let receiptSweep = 1_000
+
     /// Starts the verification worker, webhook delivery, the key ring's refresh (every second, so a key revoked by
     /// any process sharing the database is refused here within a second), the metrics rollup and young tables'
-    /// planner statistics (PostgreSQL); cancel the task to stop them all.
+    /// planner statistics (PostgreSQL), and the sweep of receipts settled jobs kept; cancel the task to stop them all.
     public func runWorker() -> Task<Void, Never> {
         Task { [worker, webhooks, store, clock] in
             await withDiscardingTaskGroup { group in
@@ -129,6 +132,15 @@ public final class PurchaseServer: Sendable {
                     while !Task.isCancelled {
                         try? await Task.sleep(for: .seconds(5))
                         _ = try? await store.refreshPlannerStatistics()
+                    }
+                }
+                group.addTask {
+                    // Receipts that settled jobs kept before this version dropped them at settlement, a thousand at a
+                    // time, then a look every minute (jobs settled by a process of an older version meanwhile).
+                    var dropped = 0
+                    while !Task.isCancelled {
+                        try? await Task.sleep(for: dropped == Self.receiptSweep ? .milliseconds(100) : .seconds(60))
+                        dropped = (try? await store.dropSettledReceipts(limit: Self.receiptSweep)) ?? 0
                     }
                 }
                 group.addTask {

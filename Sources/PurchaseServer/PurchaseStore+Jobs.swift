@@ -149,6 +149,12 @@ extension PurchaseStore {
         }
     }
 
+    /// Drops the receipts of up to `limit` verified jobs that still have one (settled by a version that kept them;
+    /// this one drops a job's receipt when it settles); returns how many it dropped.
+    public func dropSettledReceipts(limit: Int) async throws -> Int {
+        try await database.transaction { db in try self.jobs(db).dropSettledReceipts(limit: limit) }
+    }
+
     /// Puts dead (or timed-out) jobs back in the queue; returns how many.
     public func replay(ids: [String]?, now: Date) async throws -> Int {
         let count = try await database.transaction { db in try self.jobs(db).replay(ids, now: now.milliseconds) }

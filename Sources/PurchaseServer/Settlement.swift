@@ -220,7 +220,7 @@ extension PurchaseStore {
             var catalog = SettlementCatalog()
             var reads = try SettlementReads.load(batch, jobs: self.jobs(db), db: db, audit: self.audit(db))
             let outcomes = try batch.map { try self.apply($0, db, catalog: &catalog, reads: &reads) }
-            try self.jobs(db).countSettled(outcomes.compactMap { $0?.0 })
+            try self.jobs(db).closeSettled(zip(batch, outcomes).compactMap { settlement, outcome in outcome.map { (settlement.job.id, $0.0) } })
             return outcomes
         }
     }

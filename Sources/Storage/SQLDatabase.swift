@@ -77,6 +77,21 @@ public struct SQLRow: Sendable {
 public enum SQLDialect: Sendable {
     case sqlite
     case postgres
+
+    /// `column` among `values`, as SQL with its parameters: on PostgreSQL one array parameter
+    /// (`column = ANY(CAST(? AS TEXT[]))`, the same text whatever the count, so it is prepared once), elsewhere
+    /// `column IN (?, …)`. For text values; callers pass a few hundred at a time, statements being limited in parameters.
+    public func membership(_ column: String, in values: [String]) -> (sql: String, parameters: [any SQLBindable]) {
+        switch self {
+        case .postgres:
+            let elements = values.map { value in
+                "\"" + value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+            }
+            return ("\(column) = ANY(CAST(? AS TEXT[]))", ["{" + elements.joined(separator: ",") + "}"])
+        case .sqlite:
+            return ("\(column) IN (\(Array(repeating: "?", count: values.count).joined(separator: ", ")))", values)
+        }
+    }
 }
 
 /// A connection inside a transaction. Calls are synchronous: they run on the owner's own thread.

@@ -31,7 +31,7 @@ struct JobCountsTests {
         return (database, store, jobs)
     }
 
-    /// Settles `jobs` in one transaction as a settlement batch does: each job's outcome, then the totals, last.
+    /// Settles `jobs` in one transaction as a settlement batch does: each job's outcome, then their receipts and the totals, last.
     static func settle(_ jobs: some Collection<VerificationJob>, as states: [JobState], _ store: PurchaseStore, now: Date) async throws {
         let jobs = Array(jobs)
         try await store.database.transaction { db in
@@ -39,7 +39,7 @@ struct JobCountsTests {
                 try store.jobs(db).settle(job.id, state: state, reason: nil, environment: "Sandbox", result: "{}", receiptSHA256: nil,
                                           now: now.milliseconds)
             }
-            try store.jobs(db).countSettled(states)
+            try store.jobs(db).closeSettled(zip(jobs, states).map { ($0.id, $1) })
         }
     }
 
@@ -95,7 +95,7 @@ struct JobCountsTests {
             try await database.transaction { db in
                 try store.jobs(db).settle(last.id, state: .verified, reason: nil, environment: "Sandbox", result: "{}", receiptSHA256: nil,
                                           now: now.milliseconds)
-                try store.jobs(db).countSettled([.verified])
+                try store.jobs(db).closeSettled([(last.id, .verified)])
                 _ = try db.query("SELECT * FROM no_such_table", [])
             }
         }

@@ -33,7 +33,7 @@ struct JobReceiptTests {
         #expect(try await store.job("old-pending")?.receiptData == "")
     }
 
-    @Test("A claim returns each job with its own receipt, a claim and a settlement leave the receipt as written, a rejection drops it",
+    @Test("A claim returns each job with its own receipt; a settlement or a rejection drops it and keeps its SHA-256, a dead job keeps it for its replay",
           arguments: Engine.available)
     func claimSettleReject(engine: Engine) async throws {
         let store = PurchaseStore(database: try await engine.makeDatabase())
@@ -49,14 +49,98 @@ struct JobReceiptTests {
         #expect(claimed.count == jobs.count)
         let written = Dictionary(uniqueKeysWithValues: jobs.map { ($0.id, $0.receiptData) })
         #expect(claimed.allSatisfy { written[$0.id] == $0.receiptData })
-        let (kept, dropped) = (claimed[0], claimed[1])
+        let (verified, alsoRejected, rejected, dead) = (claimed[0], claimed[1], claimed[2], claimed[3])
+        // Settled together, as a batch is: both receipts dropped, their hashes kept.
         _ = try await store.database.transaction { db in
-            try store.jobs(db).settle(kept.id, state: .verified, reason: nil, environment: "Sandbox", result: "{}", receiptSHA256: nil,
-                                      now: now.milliseconds)
+            for (job, state) in [(verified, JobState.verified), (alsoRejected, .rejected)] {
+                try store.jobs(db).settle(job.id, state: state, reason: nil, environment: "Sandbox", result: "{}",
+                                          receiptSHA256: job.receiptSHA256, now: now.milliseconds)
+            }
+            try store.jobs(db).closeSettled([(verified.id, .verified), (alsoRejected.id, .rejected)])
         }
-        try await store.reject(dropped, owner: "worker", code: "test", reason: "a test rejection", environment: nil, now: now)
-        #expect(try await store.receipt(of: kept.id) == written[kept.id])
-        #expect(try await store.receipt(of: dropped.id) == nil)
-        #expect(try await store.job(dropped.id)?.state == .rejected)
+        try await store.reject(rejected, owner: "worker", code: "test", reason: "a test rejection", environment: nil, now: now)
+        try await store.reschedule(dead, owner: "worker", reason: "gave up", timedOut: false, nextAttempt: now, dead: true, now: now)
+        for job in [verified, alsoRejected, rejected] {
+            #expect(try await store.receipt(of: job.id) == nil)
+            let hash = try await store.database.read { db in
+                try db.query("SELECT receipt_sha256 FROM verification_jobs WHERE id = ?", [job.id]).first?.string("receipt_sha256")
+            }
+            #expect(hash == job.receiptSHA256)
+        }
+        #expect(try await store.job(rejected.id)?.state == .rejected)
+        // The others keep theirs: the dead one is claimed again with it once replayed.
+        for job in claimed.dropFirst(3) { #expect(try await store.receipt(of: job.id) == written[job.id]) }
+        #expect(try await store.replay(ids: [dead.id], now: now) == 1)
+        let again = try await store.claim(owner: "worker", limit: 64, lease: 30, now: now)
+        #expect(again.map(\.id) == [dead.id] && again.first?.receiptData == written[dead.id])
+    }
+
+    @Test("Receipts that verified jobs kept before this version are dropped a pass at a time; the queue's and dead jobs' stay",
+          arguments: Engine.available)
+    func sweep(engine: Engine) async throws {
+        let database = try await engine.makeDatabase()
+        defer { Task { await database.close() } }
+        let store = PurchaseStore(database: database)
+        try await store.migrate()
+        let states = Array(repeating: "verified", count: 5) + ["pending", "verifying", "timed_out", "dead"]
+        _ = try await database.transaction { db in
+            for (index, state) in states.enumerated() {
+                try db.query("""
+                    INSERT INTO verification_jobs (id, app_id, app_user_id, kind, state, attempts, next_attempt_at, created_at, updated_at)
+                    VALUES (?, 'com.example.coins', 'alice', 'purchase', ?, 1, ?, ?, ?)
+                    """, ["job-\(index)", state, index, index, index])
+                try db.query("INSERT INTO verification_receipts (job_id, receipt_data) VALUES (?, ?)", ["job-\(index)", "receipt-\(index)"])
+            }
+        }
+        #expect(try await store.dropSettledReceipts(limit: 3) == 3)
+        #expect(try await store.dropSettledReceipts(limit: 3) == 2)
+        #expect(try await store.dropSettledReceipts(limit: 3) == 0)
+        for (index, state) in states.enumerated() {
+            #expect(try await store.receipt(of: "job-\(index)") == (state == "verified" ? nil : "receipt-\(index)"), "\(state)")
+        }
+    }
+
+    @Test("Through the server: receipts settled as a batch are gone once granted, and the receipts table holds nothing",
+          arguments: Engine.available)
+    func settledThroughTheServer(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        var receipts: [String] = []
+        for index in 0..<6 {
+            // A tester and device each, so that every receipt holds its own purchase only.
+            try await world.emulator.addAccount(email: "buyer\(index)@example.com", environment: .sandbox)
+            let device = try await world.emulator.signIn(deviceId: nil, email: "buyer\(index)@example.com").id
+            receipts.append(try await world.buy("com.example.coins", "Nada.JPYF02", device: device).1)
+        }
+        // Uploaded at once, so that settlements share batches.
+        let answers = try await withThrowingTaskGroup(of: String.self) { group in
+            for (index, receipt) in receipts.enumerated() {
+                group.addTask {
+                    let body = try await world.upload("com.example.coins", user: "user-\(index)", receipt: receipt)
+                    return "\(body.state ?? "none") \(body.granted.count)"
+                }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(answers == Array(repeating: "verified 1", count: 6))
+        let left = try await world.server.store.database.read { db in try db.query("SELECT job_id FROM verification_receipts", []).count }
+        #expect(left == 0)
+        for index in 0..<6 { #expect(try await world.user("com.example.coins", "user-\(index)").balances == ["coins": 100]) }
+    }
+
+    @Test("A membership condition matches exactly the values given, whatever they hold (quotes, backslashes, commas, braces, NULL)",
+          arguments: Engine.available)
+    func membership(engine: Engine) async throws {
+        let database = try await engine.makeDatabase()
+        defer { Task { await database.close() } }
+        let values = ["plain", "a\"b", "c\\d", "e,f", "{g}", "NULL", "", " h ", "ü", "\\\"", "x"]
+        let chosen = [values[1], values[2], values[3], values[4], values[5], values[6], values[7], values[9]]
+        let found = try await database.transaction { db -> [String] in
+            try db.query("CREATE TABLE membership_probe (value TEXT NOT NULL)", [])
+            for value in values { try db.query("INSERT INTO membership_probe (value) VALUES (?)", [value]) }
+            let (condition, parameters) = database.dialect.membership("value", in: chosen)
+            return try db.query("SELECT value FROM membership_probe WHERE " + condition, parameters).compactMap { $0.string("value") }
+        }
+        #expect(found.sorted() == chosen.sorted())
     }
 }

@@ -133,25 +133,44 @@ struct JobRepository {
         return owners
     }
 
-    /// Records a settlement's outcome (a rejected job's bytes are dropped, their hash kept). The caller counts it in the
-    /// running totals with `countSettled`, after the transaction's other writes.
+    /// Records a settlement's outcome, keeping the receipt's SHA-256. The caller then closes the transaction's
+    /// settlements with `closeSettled`, after its other writes.
     func settle(_ id: String, state: JobState, reason: String?, environment: String, result: String, receiptSHA256: String?, now: Int64) throws {
         // Gathered with the batch's other settlements into one statement (PostgreSQL).
         try db.update("verification_jobs", set: Self.settledAssignments,
-                      values: [state.rawValue, reason, environment, result, now, now, state == .rejected ? receiptSHA256 : nil],
+                      values: [state.rawValue, reason, environment, result, now, now, receiptSHA256],
                       keyColumn: "id", key: id)
-        if state == .rejected { try dropReceipt(of: id) }
     }
 
-    /// Adds the jobs a transaction settled (`settle`) to the running totals: its last write, so that a total's row is
-    /// the last lock it takes. PostgreSQL writes gathered changes at the commit in the order they were first gathered;
-    /// a total added with a batch's first job was locked before the rows of later jobs (ledger, balances), and two
-    /// batches whose connections share a shard number could each hold what the other waits for.
-    func countSettled(_ states: [JobState]) throws {
+    /// The last writes of a transaction that settled jobs (`settle`): their receipts dropped, then the jobs added to the
+    /// running totals.
+    ///
+    /// Nothing reads a settled job's receipt (a replay takes only dead and timed-out jobs), so the receipts table holds
+    /// the queue's receipts and its dead letters', not every receipt ever uploaded (about 5 KB each).
+    ///
+    /// The totals come last so that a total's row is the last lock the transaction takes. PostgreSQL writes gathered
+    /// changes at the commit in the order they were first gathered; a total added with a batch's first job was locked
+    /// before the rows of later jobs (ledger, balances), and two batches whose connections share a shard number could
+    /// each hold what the other waits for. The receipts come after the jobs' rows are locked (the leases), as in an erasure.
+    func closeSettled(_ settled: [(id: String, state: JobState)]) throws {
+        for chunk in settled.map(\.id).chunked(400) {
+            let (condition, parameters) = dialect.membership("job_id", in: chunk)
+            try db.run("DELETE FROM verification_receipts WHERE " + condition, parameters)
+        }
         for state in JobState.allCases where state.isFinal {
-            let count = states.count { $0 == state }
+            let count = settled.count { $0.state == state }
             if count > 0 { try totals.add(Int64(count), state: state.rawValue) }
         }
+    }
+
+    /// Drops the receipts of up to `limit` verified jobs that still have one (settled by a version that kept them);
+    /// returns how many. Rejected jobs' receipts were always dropped with the rejection.
+    func dropSettledReceipts(limit: Int) throws -> Int {
+        try db.query("""
+            DELETE FROM verification_receipts WHERE job_id IN (
+                SELECT r.job_id FROM verification_receipts r JOIN verification_jobs j ON j.id = r.job_id WHERE j.state = 'verified' LIMIT ?)
+            RETURNING job_id
+            """, [limit]).count
     }
 
     private static let settledAssignments = [
