@@ -137,10 +137,12 @@ public final class PurchaseServer: Sendable {
                 group.addTask {
                     // Receipts that settled jobs kept before this version dropped them at settlement, a thousand at a
                     // time, then a look every minute (jobs settled by a process of an older version meanwhile).
-                    var dropped = 0
+                    var (dropped, after) = (0, "")
                     while !Task.isCancelled {
                         try? await Task.sleep(for: dropped == Self.receiptSweep ? .milliseconds(100) : .seconds(60))
-                        dropped = (try? await store.dropSettledReceipts(limit: Self.receiptSweep)) ?? 0
+                        let pass = try? await store.dropSettledReceipts(after: after, limit: Self.receiptSweep)
+                        dropped = pass?.dropped ?? 0
+                        after = dropped == Self.receiptSweep ? pass?.last ?? "" : ""
                     }
                 }
                 group.addTask {

@@ -150,9 +150,10 @@ extension PurchaseStore {
     }
 
     /// Drops the receipts of up to `limit` verified jobs that still have one (settled by a version that kept them;
-    /// this one drops a job's receipt when it settles); returns how many it dropped.
-    public func dropSettledReceipts(limit: Int) async throws -> Int {
-        try await database.transaction { db in try self.jobs(db).dropSettledReceipts(limit: limit) }
+    /// this one drops a job's receipt when it settles), the first after the job id `after`; returns how many it
+    /// dropped and the last id, where the next pass starts.
+    public func dropSettledReceipts(after: String = "", limit: Int) async throws -> (dropped: Int, last: String?) {
+        try await database.transaction { db in try self.jobs(db).dropSettledReceipts(after: after, limit: limit) }
     }
 
     /// Puts dead (or timed-out) jobs back in the queue; returns how many.

@@ -84,10 +84,21 @@ public enum SQLDialect: Sendable {
     public func membership(_ column: String, in values: [String]) -> (sql: String, parameters: [any SQLBindable]) {
         switch self {
         case .postgres:
-            let elements = values.map { value in
-                "\"" + value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+            // Each element quoted, its quotes and backslashes escaped scalar by scalar (a Character comparison would
+            // miss a quote that a combining mark follows).
+            var literal = String.UnicodeScalarView()
+            literal.append("{")
+            for (index, value) in values.enumerated() {
+                if index > 0 { literal.append(",") }
+                literal.append("\"")
+                for scalar in value.unicodeScalars {
+                    if scalar == "\"" || scalar == "\\" { literal.append("\\") }
+                    literal.append(scalar)
+                }
+                literal.append("\"")
             }
-            return ("\(column) = ANY(CAST(? AS TEXT[]))", ["{" + elements.joined(separator: ",") + "}"])
+            literal.append("}")
+            return ("\(column) = ANY(CAST(? AS TEXT[]))", [String(literal)])
         case .sqlite:
             return ("\(column) IN (\(Array(repeating: "?", count: values.count).joined(separator: ", ")))", values)
         }

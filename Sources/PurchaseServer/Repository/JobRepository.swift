@@ -3,7 +3,7 @@ import Foundation
 import Storage
 
 /// The SQL of the `verification_jobs` table, the durable queue of uploads, their leases and outcomes, and of
-/// `verification_receipts`, each job's receipt (written once, read by the claim, dropped when the job is rejected).
+/// `verification_receipts`, each job's receipt (written once, read by the claim, dropped when the job settles).
 struct JobRepository {
     let db: any SQLConnection
     let dialect: SQLDialect
@@ -46,7 +46,7 @@ struct JobRepository {
         try db.query("SELECT * FROM verification_jobs WHERE id = ?", [id]).first.map(Self.job)
     }
 
-    /// The job's receipt as uploaded; nil once dropped (a rejected job, an erased customer's).
+    /// The job's receipt as uploaded; nil once dropped (a settled job, an erased customer's).
     func receipt(of id: String) throws -> String? {
         try db.query("SELECT receipt_data FROM verification_receipts WHERE job_id = ?", [id]).first?.string("receipt_data")
     }
@@ -151,7 +151,9 @@ struct JobRepository {
     /// The totals come last so that a total's row is the last lock the transaction takes. PostgreSQL writes gathered
     /// changes at the commit in the order they were first gathered; a total added with a batch's first job was locked
     /// before the rows of later jobs (ledger, balances), and two batches whose connections share a shard number could
-    /// each hold what the other waits for. The receipts come after the jobs' rows are locked (the leases), as in an erasure.
+    /// each hold what the other waits for. On PostgreSQL the receipts' `DELETE` is sent ahead of the batch's gathered
+    /// writes (ledger, jobs: they go at the commit), after the jobs' rows were locked by the lease check; an erasure and
+    /// a rejection also lock a job before its receipt, so no two of them wait on each other in a cycle.
     func closeSettled(_ settled: [(id: String, state: JobState)]) throws {
         for chunk in settled.map(\.id).chunked(400) {
             let (condition, parameters) = dialect.membership("job_id", in: chunk)
@@ -163,14 +165,27 @@ struct JobRepository {
         }
     }
 
-    /// Drops the receipts of up to `limit` verified jobs that still have one (settled by a version that kept them);
-    /// returns how many. Rejected jobs' receipts were always dropped with the rejection.
-    func dropSettledReceipts(limit: Int) throws -> Int {
-        try db.query("""
-            DELETE FROM verification_receipts WHERE job_id IN (
-                SELECT r.job_id FROM verification_receipts r JOIN verification_jobs j ON j.id = r.job_id WHERE j.state = 'verified' LIMIT ?)
-            RETURNING job_id
-            """, [limit]).count
+    /// Drops the receipts of up to `limit` verified jobs that still have one (settled by a version that kept them), the
+    /// first after the job id `after` in id order; returns how many, and the last id dropped (the next pass's `after`).
+    /// Rejected jobs' receipts were always dropped with the rejection.
+    ///
+    /// The receipts are walked by their key from the cursor, each job looked up by its own: led by the jobs' index on
+    /// the state, every pass would walk again the verified jobs whose receipts earlier passes dropped (seconds per pass
+    /// on SQLite's only writer with a million of them). Receipts another transaction holds are skipped (PostgreSQL).
+    func dropSettledReceipts(after: String, limit: Int) throws -> (dropped: Int, last: String?) {
+        let receipts = dialect == .postgres
+            ? """
+              SELECT r.job_id FROM verification_receipts r JOIN verification_jobs j ON j.id = r.job_id
+              WHERE r.job_id > ? AND j.state = 'verified' ORDER BY r.job_id LIMIT ? FOR UPDATE OF r SKIP LOCKED
+              """
+            // CROSS JOIN: SQLite keeps the receipts as the outer loop.
+            : """
+              SELECT r.job_id FROM verification_receipts r CROSS JOIN verification_jobs j ON j.id = r.job_id
+              WHERE r.job_id > ? AND j.state = 'verified' ORDER BY r.job_id LIMIT ?
+              """
+        let dropped = try db.query("DELETE FROM verification_receipts WHERE job_id IN (\(receipts)) RETURNING job_id", [after, limit])
+            .compactMap { $0.string("job_id") }
+        return (dropped.count, dropped.max())
     }
 
     private static let settledAssignments = [
