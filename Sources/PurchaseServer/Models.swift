@@ -282,6 +282,7 @@ public struct ServerError: Error, Sendable, CustomStringConvertible, Equatable {
         public static let missingUserToken = Code("missing_user_token", .unauthenticated)
         public static let nestedUnverifiable = Code("nested_unverifiable", .unavailable)
         public static let secretKeyRequired = Code("secret_key_required", .forbidden)
+        public static let tooManyIds = Code("too_many_ids", .invalidRequest)
         public static let tooManyWebhooks = Code("too_many_webhooks", .conflict)
         public static let trustFileUnreadable = Code("trust_file_unreadable", .internalFailure)
         public static let userMismatch = Code("user_mismatch", .forbidden)

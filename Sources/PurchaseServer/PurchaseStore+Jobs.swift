@@ -156,8 +156,15 @@ extension PurchaseStore {
         try await database.transaction { db in try self.jobs(db).dropSettledReceipts(after: after, limit: limit) }
     }
 
-    /// Puts dead (or timed-out) jobs back in the queue; returns how many.
+    /// How many jobs one replay by id may name: each is looked up on the only writer (SQLite), in one transaction.
+    public static let replayLimit = 1_000
+
+    /// Puts dead (or timed-out) jobs back in the queue: those of `ids` (at most `replayLimit`), or every dead job when
+    /// nil; returns how many.
     public func replay(ids: [String]?, now: Date) async throws -> Int {
+        if let ids, ids.count > Self.replayLimit {
+            throw ServerError(.tooManyIds, "A replay names at most \(Self.replayLimit) jobs (\(ids.count) given); send the rest in further requests.")
+        }
         let count = try await database.transaction { db in try self.jobs(db).replay(ids, now: now.milliseconds) }
         if count > 0, database.dialect == .postgres { await database.notify(Self.jobsChannel) }
         return count

@@ -327,4 +327,32 @@ struct JobCountsTests {
         #expect(replayed == ["job-dead", "job-timed_out"])
         #expect(offered == replayed)
     }
+
+    @Test("POST /admin/v1/jobs/replay takes at most 1,000 ids, and replays the dead and timed-out ones among them, each once",
+          arguments: Engine.available)
+    func replayById(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine, startWorker: false)
+        defer { Task { await world.stop() } }
+        _ = try await world.server.store.database.transaction { db in
+            for (index, state) in JobState.allCases.enumerated() {
+                try db.query("""
+                    INSERT INTO verification_jobs (id, app_id, app_user_id, kind, state, attempts, next_attempt_at, created_at, updated_at)
+                    VALUES (?, 'com.example.coins', 'alice', 'purchase', ?, 1, ?, ?, ?)
+                    """, ["job-\(state.rawValue)", state.rawValue, index, index, index])
+            }
+        }
+        let admin = ["Authorization": "Bearer \(ServerWorld.adminKey)"]
+        let tooMany = (0...PurchaseStore.replayLimit).map { "job-\($0)" }
+        let (refused, error) = try await world.client.json(.post, "/admin/v1/jobs/replay", json: ["ids": tooMany], headers: admin)
+        #expect(refused == 400 && (error["error"] as? [String: Any])?["code"] as? String == "too_many_ids", "\(error)")
+        // Every state named, one twice, among ids of no job.
+        let named = JobState.allCases.map { "job-\($0.rawValue)" } + ["job-dead", "no-such-job"] + (0..<900).map { "missing-\($0)" }
+        let (status, body) = try await world.client.json(.post, "/admin/v1/jobs/replay", json: ["ids": named], headers: admin)
+        #expect(status == 200 && body["replayed"] as? Int == 2, "\(body)")
+        let states = try await world.server.store.database.read { db in
+            try db.query("SELECT id, state FROM verification_jobs", []).reduce(into: [String: String]()) { $0[$1.string("id") ?? ""] = $1.string("state") }
+        }
+        #expect(states == ["job-pending": "pending", "job-verifying": "verifying", "job-timed_out": "pending", "job-verified": "verified",
+                           "job-rejected": "rejected", "job-dead": "pending"])
+    }
 }

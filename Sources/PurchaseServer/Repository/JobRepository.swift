@@ -252,8 +252,9 @@ struct JobRepository {
         let reset = "UPDATE verification_jobs SET state = 'pending', open_claims = 0, next_attempt_at = ?, created_at = ?, settled_at = NULL, updated_at = ?"
         guard let ids else { return try db.query(reset + " WHERE state = 'dead' RETURNING id", [now, now, now]).count }
         var total = 0
-        for id in ids {
-            total += try db.query(reset + " WHERE id = ? AND state IN (\(JobState.replayableSQL)) RETURNING id", [now, now, now, id]).count
+        for chunk in Array(Set(ids)).chunked(400) {
+            let (condition, parameters) = dialect.membership("id", in: chunk)
+            total += try db.query(reset + " WHERE \(condition) AND state IN (\(JobState.replayableSQL)) RETURNING id", [now, now, now] + parameters).count
         }
         return total
     }
