@@ -46,6 +46,14 @@ struct JobCountsTests {
     /// `counts` without the states no job is in (the oracle has no row for them, the store answers 0 for the queue's).
     static func nonZero(_ counts: [String: Int64]) -> [String: Int64] { counts.filter { $0.value != 0 } }
 
+    /// A job of com.example.coins written as it is stored, in `state`, uploaded and due at `order` (ms since 1970).
+    static func insertJob(_ db: any SQLConnection, id: String, state: String, order: Int, user: String = "alice") throws {
+        try db.query("""
+            INSERT INTO verification_jobs (id, app_id, app_user_id, kind, state, attempts, next_attempt_at, created_at, updated_at)
+            VALUES (?, 'com.example.coins', ?, 'purchase', ?, 1, ?, ?, ?)
+            """, [id, user, state, order, order, order])
+    }
+
     @Test("Counts per state equal a count of every job: jobs settled before the totals existed, refused at upload, rejected, settled, dead, replayed",
           arguments: Engine.available)
     func countsEqualTheJobs(engine: Engine) async throws {
@@ -55,10 +63,7 @@ struct JobCountsTests {
         try await database.migrate(Schema.migrations.filter { $0.version < 24 })
         _ = try await database.transaction { db in
             for (index, state) in ["verified", "verified", "verified", "rejected", "rejected", "dead", "pending"].enumerated() {
-                try db.query("""
-                    INSERT INTO verification_jobs (id, app_id, app_user_id, kind, state, attempts, next_attempt_at, created_at, updated_at)
-                    VALUES (?, 'com.example.coins', 'alice', 'purchase', ?, 1, ?, ?, ?)
-                    """, ["old-\(index)", state, index, index, index])
+                try Self.insertJob(db, id: "old-\(index)", state: state, order: index)
             }
         }
         let store = PurchaseStore(database: database)
@@ -310,10 +315,7 @@ struct JobCountsTests {
         try await store.migrate()
         _ = try await database.transaction { db in
             for (index, state) in JobState.allCases.enumerated() {
-                try db.query("""
-                    INSERT INTO verification_jobs (id, app_id, app_user_id, kind, state, attempts, next_attempt_at, created_at, updated_at)
-                    VALUES (?, 'com.example.coins', 'alice', 'purchase', ?, 1, ?, ?, ?)
-                    """, ["job-\(state.rawValue)", state.rawValue, index, index, index])
+                try Self.insertJob(db, id: "job-\(state.rawValue)", state: state.rawValue, order: index)
             }
         }
         let jobs = try await store.jobs(appId: nil, state: nil, limit: 100)
@@ -335,10 +337,7 @@ struct JobCountsTests {
         defer { Task { await world.stop() } }
         _ = try await world.server.store.database.transaction { db in
             for (index, state) in JobState.allCases.enumerated() {
-                try db.query("""
-                    INSERT INTO verification_jobs (id, app_id, app_user_id, kind, state, attempts, next_attempt_at, created_at, updated_at)
-                    VALUES (?, 'com.example.coins', 'alice', 'purchase', ?, 1, ?, ?, ?)
-                    """, ["job-\(state.rawValue)", state.rawValue, index, index, index])
+                try Self.insertJob(db, id: "job-\(state.rawValue)", state: state.rawValue, order: index)
             }
         }
         let admin = ["Authorization": "Bearer \(ServerWorld.adminKey)"]

@@ -86,10 +86,7 @@ struct JobReceiptTests {
         let states = Array(repeating: "verified", count: 5) + ["pending", "verifying", "timed_out", "dead"]
         _ = try await database.transaction { db in
             for (index, state) in states.enumerated() {
-                try db.query("""
-                    INSERT INTO verification_jobs (id, app_id, app_user_id, kind, state, attempts, next_attempt_at, created_at, updated_at)
-                    VALUES (?, 'com.example.coins', 'alice', 'purchase', ?, 1, ?, ?, ?)
-                    """, ["job-\(index)", state, index, index, index])
+                try JobCountsTests.insertJob(db, id: "job-\(index)", state: state, order: index)
                 try db.query("INSERT INTO verification_receipts (job_id, receipt_data) VALUES (?, ?)", ["job-\(index)", "receipt-\(index)"])
             }
         }
@@ -159,10 +156,8 @@ struct JobReceiptTests {
         _ = try await database.transaction { db in
             for index in 0..<count {
                 // Every hundredth job still waits: its receipt stays.
-                try db.query("""
-                    INSERT INTO verification_jobs (id, app_id, app_user_id, kind, state, attempts, next_attempt_at, created_at, updated_at)
-                    VALUES (?, 'com.example.coins', ?, 'purchase', ?, 1, ?, ?, ?)
-                    """, [String(format: "job-%06d", index), "u\(index)", index % 100 == 0 ? "pending" : "verified", index, index, index])
+                try JobCountsTests.insertJob(db, id: String(format: "job-%06d", index), state: index % 100 == 0 ? "pending" : "verified",
+                                             order: index, user: "u\(index)")
                 try db.query("INSERT INTO verification_receipts (job_id, receipt_data) VALUES (?, ?)",
                              [String(format: "job-%06d", index), String(repeating: "M", count: 200)])
             }
