@@ -270,7 +270,8 @@ public struct VerificationEngine: Sendable {
     }
 
     /// The job's receipt read again, for a call to the other environment; nil when it is gone (the customer was erased
-    /// meanwhile, or another worker took the job over after this one's lease lapsed and settled it). A database error is thrown: it is this server's failure, not Apple's, and the claim ends without an outcome.
+    /// meanwhile, or another worker took the job over after this one's lease lapsed and settled it). A database error is
+    /// thrown: it is this server's failure, not Apple's, and the claim ends without an outcome.
     @inline(never)
     private func receiptAgain(of id: String) async throws -> String? {
         guard let text = try await store.receipt(of: id), !text.isEmpty else { return nil }
