@@ -62,6 +62,9 @@ extension PurchaseServer {
                             samples: [([], ages?.2 == nil ? 0 : age(ages?.2))]))
         gauges.append(.init(name: "storekeeper_verifications_in_flight", help: "Verifications this process is working on.",
                             samples: [([], Double(worker.inFlight))]))
+        gauges.append(.init(name: "storekeeper_verifications_in_flight_limit",
+                            help: "Verifications this process keeps in flight at most (--concurrency; by default what its open-file limit allows).",
+                            samples: [([], Double(worker.configuration.concurrency))]))
         gauges.append(.init(name: "storekeeper_webhooks_sending", help: "Webhook deliveries this process is sending.",
                             samples: [([], Double(webhooks.sending))]))
         gauges.append(.init(name: "storekeeper_long_polls", help: "Requests waiting on ?wait= now.",

@@ -46,8 +46,9 @@ struct ServerOptions {
       --trust-emulator      Fetch and trust the emulator's two CAs (receipts, JWS) from --appstore-url.
       --admin-key KEY       The admin API key (default $STOREKEEPER_ADMIN_KEY, else generated once into DIR/admin-key).
       --concurrency N|auto  Verifications in flight at once (default auto: as many as the machine allows, each a
-                            socket to Apple and about 32 KiB: half the open-file limit, at most 65,536 and an eighth
-                            of memory; Apple's 3–6 s are hidden only by enough of them in flight).
+                            socket to Apple and about 32 KiB: the open-file limit less a quarter for clients, 2,048
+                            for webhooks and 256 spare, at most 65,536 and an eighth of memory; Apple's 3–6 s are
+                            hidden only by enough of them in flight; /metrics shows the limit in force).
       --call-timeout S      Seconds per verifyReceipt call (default 15).
       --max-age S           Seconds a verification keeps retrying before it is dead-lettered (default 86400).
       --retry-base S        First retry delay in seconds, doubled per attempt with jitter (default 1).
@@ -245,7 +246,7 @@ struct ServerServeCommand: Command {
         let worker = server.runWorker()
         let reconciler = server.runReconciler(every: .milliseconds(Int(options.reconcileInterval * 1000)))
         var httpConfiguration = HTTPServer.Configuration(host: host, port: port, maxBodySize: 4 << 20, connectionTimeout: 15,
-                                                         connectionLimit: FileLimits.connectionLimit(share: 0.25), accessLog: !quiet)
+                                                         connectionLimit: FileLimits.connectionLimit(share: FileLimits.serverClientShare), accessLog: !quiet)
         // Unset: unlimited on loopback (local tools and benchmarks are one address), 64 on any other address.
         httpConfiguration.logFormat = logFormat
         httpConfiguration.connectionsPerIP = options.connectionsPerIP != .max ? options.connectionsPerIP : (host.hasPrefix("127.") || host == "::1" ? 0 : 64)
@@ -291,14 +292,34 @@ enum FileLimits {
         _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
     }
 
-    /// Verifications in flight when not told: `share` of the open-file limit (the rest serves clients and the
-    /// database), an eighth of the memory this process may use at 32 KiB each, at most 65,536 and at least 256.
-    static func automaticConcurrency(share: Double = 0.5) -> Int {
-        var limit = rlimit()
-        let files = getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 ? Double(min(limit.rlim_cur, 1 << 30)) : 1024
+    /// The share of the open-file limit the emulator's listener may hold: it opens few files besides its clients,
+    /// and a purchase server's calls to it are thousands of connections when Apple's latency is emulated.
+    static let emulatorClientShare = 0.9
+    /// The share of the open-file limit a purchase server's listener may hold as client connections.
+    static let serverClientShare = 0.25
+    /// Open files a purchase server keeps for what is neither a client nor a call to Apple: the database's pool and
+    /// files, the Server API's 16 connections, the log. Webhook deliveries are counted apart, at their own limit.
+    static let serverReserve = 256
+
+    /// Verifications in flight when not told: what the open-file limit leaves once the listener's clients
+    /// (`serverClientShare`), the webhook deliveries (`webhookConnections`) and `serverReserve` are counted, each
+    /// call to Apple holding one connection. With a limit of 20,000: 20,000 − 5,000 − 2,048 − 256 = 12,696.
+    static func automaticConcurrency(webhookConnections: Int = WebhookDeliverer.Configuration().concurrency) -> Int {
+        concurrency(files: openFileLimit() - Int(connectionLimit(share: serverClientShare)) - webhookConnections - serverReserve)
+    }
+
+    /// Verifications in flight for `files` open files: one each, at most an eighth of the memory this process may use
+    /// at 32 KiB each, at most 65,536 and at least 256.
+    static func concurrency(files: Int) -> Int {
         // 32 KiB a call: measured 33 KiB per verification in flight (`bench/steady.sh`).
         let memory = Int(min(ProcessInfo.processInfo.physicalMemory, containerMemoryLimit() ?? .max) / 8 / 32_768)
-        return max(256, min(65_536, Int(files * share), memory))
+        return max(256, min(65_536, files, memory))
+    }
+
+    /// This process's open-file limit (its soft limit, which `raise` lifts to the hard one), or 1,024 when unknown.
+    static func openFileLimit() -> Int {
+        var limit = rlimit()
+        return getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 ? Int(min(limit.rlim_cur, 1 << 30)) : 1024
     }
 
     /// The cgroup's memory limit (v2 `memory.max`, v1 `memory.limit_in_bytes`), when one is set: inside a container
@@ -315,8 +336,6 @@ enum FileLimits {
     /// Connections a listener may accept: `share` of the open-file limit, between 1,024 and 65,536
     /// (the emulator must take every call a server with tens of thousands in flight makes at once).
     static func connectionLimit(share: Double) -> UInt32 {
-        var limit = rlimit()
-        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1024 }
-        return UInt32(min(65_536, max(1024, Double(min(limit.rlim_cur, 1 << 30)) * share)))
+        UInt32(min(65_536, max(1024, Double(openFileLimit()) * share)))
     }
 }

@@ -103,7 +103,7 @@ struct UpCommand: Command {
         var arguments = Arguments(["--data", root.appendingPathComponent("server").path, "--appstore-url", appstoreURL])
         var options = try ServerOptions(&arguments)
         // One process holds both ends of each call (the server's socket and the emulator's): a quarter of the file limit each.
-        options.concurrency = options.concurrency ?? FileLimits.automaticConcurrency(share: 0.25)
+        options.concurrency = options.concurrency ?? FileLimits.concurrency(files: FileLimits.openFileLimit() / 4)
         let (server, _, database) = try await options.openServer(emulatorCA: authority.root.pem + authority.intermediate.pem
                                                                               + jwsAuthority.root.pem + jwsAuthority.intermediate.pem,
                                                                           clock: DelegatingClock { [clock = emulator.clock] in clock.now() })

@@ -207,6 +207,15 @@ struct HTTPClientTests {
         await server.shutdown()
     }
 
+    @Test("Resumes gather longer the more connections are suspended: 2 µs each, between 2 and 40 ms")
+    func resumeDelay() {
+        // libmicrohttpd walks every suspended connection per batch: the walks per second fall as the list grows.
+        #expect(ResumeBatcher.delay(suspended: 513) == .microseconds(2_000))
+        #expect(ResumeBatcher.delay(suspended: 9_000) == .microseconds(18_000))
+        #expect(ResumeBatcher.delay(suspended: 20_000) == .microseconds(40_000))
+        #expect(ResumeBatcher.delay(suspended: 1 << 20) == .microseconds(40_000))
+    }
+
     @Test("Cancelling the calling task ends the request")
     func cancellation() async throws {
         let (server, base) = try Self.makeServer()

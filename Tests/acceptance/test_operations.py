@@ -1,5 +1,7 @@
 """What operators run on, against the real server: probes, the Prometheus exposition (parsed by the official
 client library), request ids, and an online SQLite backup taken while the server runs."""
+import os
+import resource
 import sqlite3
 import subprocess
 import tempfile
@@ -68,3 +70,56 @@ def test_probes_metrics_request_ids_and_backup(emulator):
 def test_emulator_probes(emulator):
     assert get(emulator.url + "/healthz")[0] == 200
     assert get(emulator.url + "/readyz")[0] == 200
+
+
+def open_file_limit(pid):
+    with open(f"/proc/{pid}/limits") as limits:
+        line = next(line for line in limits if line.startswith("Max open files"))
+    return int(line.split()[3])
+
+
+def memory_for_calls():
+    """What an eighth of the memory this process may use holds at 32 KiB a call (the machine's, or the cgroup's limit)."""
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    for path in ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]:
+        try:
+            limit = int(open(path).read().strip())
+        except (OSError, ValueError):
+            continue
+        if limit < 1 << 60:
+            memory = min(memory, limit)
+    return memory // 8 // 32_768
+
+
+def verifications_limit(files, extra=()):
+    """The server's `storekeeper_verifications_in_flight_limit` when started with `files` open files at most
+    (soft and hard limit), and the open-file limit the running process has (it may raise it, when privileged)."""
+    def limited():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
+    with tempfile.TemporaryDirectory() as data_dir:
+        process = subprocess.Popen([BIN, "server", "serve", "--data", data_dir, "--port", "0", "--quiet", "--admin-key", "sk_admin_open_file_limits", *extra],
+                                   cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=limited)
+        try:
+            line = process.stdout.readline()
+            assert "listening on" in line, line + process.stderr.read()
+            url = line.strip().split("listening on ")[1]
+            status, _, text = get(url + "/metrics", {"Authorization": "Bearer sk_admin_open_file_limits"})
+            assert status == 200
+            families = {family.name: family for family in text_string_to_metric_families(text)}
+            return families["storekeeper_verifications_in_flight_limit"].samples[0].value, open_file_limit(process.pid)
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+def test_verifications_in_flight_follow_the_open_file_limit():
+    # Each call to Apple holds a connection: by default the server keeps in flight what its open-file limit leaves
+    # once its clients (a quarter, at least 1,024), webhook deliveries (2,048) and a reserve (256) are counted.
+    measured = {files: verifications_limit(files) for files in [4096, 3000]}
+    for files, (limit, granted) in measured.items():
+        clients = min(65_536, max(1024, int(granted * 0.25)))
+        assert limit == max(256, min(65_536, granted - clients - 2048 - 256, memory_for_calls())), (files, granted)
+    if measured[3000][1] == 3000:  # not raised (an unprivileged process, or a container without CAP_SYS_RESOURCE)
+        assert measured[4096][0] == 4096 - 1024 - 2048 - 256 and measured[3000][0] == 256
+    # Told, it keeps what it is told.
+    assert verifications_limit(4096, ["--concurrency", "300"])[0] == 300
