@@ -322,8 +322,8 @@ public final class HTTPServer: Sendable {
 ///
 /// Gathering for a fixed 2 ms still left the walks at 22–30% of an emulator holding 8,000 calls: up to 500 walks a
 /// second of the whole list. So a batch waits `delay(suspended:)`, 2 µs per suspended connection (between 2 and
-/// 40 ms): the connections walked per second stay near half a million however many are suspended, and an answer
-/// waits at most that long more, only while hundreds of others wait too.
+/// 40 ms): up to 20,000 suspended the connections walked per second stay near half a million (past that they grow
+/// with the list), and an answer waits at most that long more, only while more than 512 others wait too.
 final class ResumeBatcher: Sendable {
     static let batchedAbove = 512
 

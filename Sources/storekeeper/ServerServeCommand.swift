@@ -16,7 +16,7 @@ struct ServerOptions {
     var trustFiles: [String]
     var trustEmulator: Bool
     var adminKey: String?
-    /// Verifications in flight at once; nil: as many as the machine allows (`FileLimits.automaticConcurrency`).
+    /// Verifications in flight at once; nil: as many as the machine allows (`FileLimits.ServerBudget`).
     var concurrency: Int?
     /// PostgreSQL connections of this process (the listening one aside).
     var databasePool: Int
@@ -46,9 +46,10 @@ struct ServerOptions {
       --trust-emulator      Fetch and trust the emulator's two CAs (receipts, JWS) from --appstore-url.
       --admin-key KEY       The admin API key (default $STOREKEEPER_ADMIN_KEY, else generated once into DIR/admin-key).
       --concurrency N|auto  Verifications in flight at once (default auto: as many as the machine allows, each a
-                            socket to Apple and about 32 KiB: the open-file limit less a quarter for clients, 2,048
-                            for webhooks and 256 spare, at most 65,536 and an eighth of memory; Apple's 3–6 s are
-                            hidden only by enough of them in flight; /metrics shows the limit in force).
+                            socket to Apple and about 32 KiB: the open-file limit less a quarter for clients, an
+                            eighth (at most 2,048) for webhooks, the database pool and a twentieth spare; at least
+                            256, at most 65,536 and an eighth of memory; Apple's 3–6 s are hidden only by enough of
+                            them in flight; storekeeper_verifications_in_flight_limit in /metrics shows it).
       --call-timeout S      Seconds per verifyReceipt call (default 15).
       --max-age S           Seconds a verification keeps retrying before it is dead-lettered (default 86400).
       --retry-base S        First retry delay in seconds, doubled per attempt with jitter (default 1).
@@ -155,7 +156,8 @@ struct ServerOptions {
         let (key, created) = try adminKey.map { ($0, false) } ?? Self.persistentAdminKey(in: directory)
         let recorder = try recordFile.map { try AppleTrafficRecorder(path: $0, redactReceipts: !recordReceipts) }
         // Apple's latency is hidden by calls in flight (Little's law: 4.5 s × 2,000 receipts/s is 9,000 of them).
-        let inFlight = concurrency ?? FileLimits.automaticConcurrency()
+        let budget = FileLimits.ServerBudget(files: FileLimits.openFileLimit(), databaseConnections: databasePool)
+        let inFlight = concurrency ?? budget.calls
         let client = try ClientTransport(connectionsPerHost: inFlight)
         let transport: any HTTPTransport = recorder.map { RecordingTransport(client, recorder: $0) } ?? client
         var configuration = PurchaseServer.Configuration(
@@ -166,7 +168,7 @@ struct ServerOptions {
         configuration.secrets = try SecretFiles.masterKey(in: directory)
         configuration.recorder = recorder
         configuration.uploadsPerSecond = uploadRate
-        configuration.webhooks = .init(timeout: webhookTimeout, retry: .init(baseDelay: webhookRetryBase))
+        configuration.webhooks = .init(concurrency: budget.webhooks, timeout: webhookTimeout, retry: .init(baseDelay: webhookRetryBase))
         let server = try await PurchaseServer.open(database: database, configuration: configuration, clock: clock ?? SystemClock())
         for app in try await server.store.apps() where app.userAuth == .optional {
             warn("app \(app.id) has userAuth optional: its public key may act for any user it names (set userAuth required once the app sends user tokens)")
@@ -246,7 +248,8 @@ struct ServerServeCommand: Command {
         let worker = server.runWorker()
         let reconciler = server.runReconciler(every: .milliseconds(Int(options.reconcileInterval * 1000)))
         var httpConfiguration = HTTPServer.Configuration(host: host, port: port, maxBodySize: 4 << 20, connectionTimeout: 15,
-                                                         connectionLimit: FileLimits.connectionLimit(share: FileLimits.serverClientShare), accessLog: !quiet)
+                                                         connectionLimit: UInt32(FileLimits.ServerBudget(files: FileLimits.openFileLimit(), databaseConnections: options.databasePool).clients),
+                                                         accessLog: !quiet)
         // Unset: unlimited on loopback (local tools and benchmarks are one address), 64 on any other address.
         httpConfiguration.logFormat = logFormat
         httpConfiguration.connectionsPerIP = options.connectionsPerIP != .max ? options.connectionsPerIP : (host.hasPrefix("127.") || host == "::1" ? 0 : 64)
@@ -254,7 +257,7 @@ struct ServerServeCommand: Command {
         let bound = try http.start()
         var monitoring: (server: HTTPServer, port: UInt16)?
         if let metricsPort {
-            let operations = HTTPServer(configuration: .init(host: metricsHost, port: metricsPort, accessLog: false),
+            let operations = HTTPServer(configuration: .init(host: metricsHost, port: metricsPort, connectionLimit: FileLimits.metricsConnections, accessLog: false),
                                         responder: PurchaseServerResponder.operations(server))
             monitoring = (operations, try operations.start())
         }
@@ -292,20 +295,33 @@ enum FileLimits {
         _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
     }
 
-    /// The share of the open-file limit the emulator's listener may hold: it opens few files besides its clients,
-    /// and a purchase server's calls to it are thousands of connections when Apple's latency is emulated.
+    /// The share of the open-file limit the emulator's listener may hold over plain HTTP: it opens few files besides
+    /// its clients, and a purchase server's calls to it are thousands of connections when Apple's latency is emulated.
     static let emulatorClientShare = 0.9
-    /// The share of the open-file limit a purchase server's listener may hold as client connections.
-    static let serverClientShare = 0.25
-    /// Open files a purchase server keeps for what is neither a client nor a call to Apple: the database's pool and
-    /// files, the Server API's 16 connections, the log. Webhook deliveries are counted apart, at their own limit.
-    static let serverReserve = 256
+    /// The same with TLS interception on, where a client costs three descriptors (its socket and a socket pair).
+    static let emulatorTLSClientShare = 0.3
+    /// Connections the purchase server's `--metrics-port` listener accepts (Prometheus needs one or two).
+    static let metricsConnections: UInt32 = 64
 
-    /// Verifications in flight when not told: what the open-file limit leaves once the listener's clients
-    /// (`serverClientShare`), the webhook deliveries (`webhookConnections`) and `serverReserve` are counted, each
-    /// call to Apple holding one connection. With a limit of 20,000: 20,000 − 5,000 − 2,048 − 256 = 12,696.
-    static func automaticConcurrency(webhookConnections: Int = WebhookDeliverer.Configuration().concurrency) -> Int {
-        concurrency(files: openFileLimit() - Int(connectionLimit(share: serverClientShare)) - webhookConnections - serverReserve)
+    /// How a purchase server shares its open-file limit: a descriptor per client connection, per call to Apple in
+    /// flight and per webhook delivery, and a spare for the rest.
+    struct ServerBudget: Equatable {
+        /// The listener's connection limit: a quarter of the limit, between 1,024 and 65,536.
+        let clients: Int
+        /// Webhook deliveries in flight: an eighth of the limit, between 64 and 2,048.
+        let webhooks: Int
+        /// The database's connections and its listening one, the Server API's two hosts (16 each), the metrics
+        /// listener, and a twentieth of the limit (at least 256) for files, logs and event loops.
+        let spare: Int
+        /// Calls to Apple in flight: what is left, at least 256, at most 65,536 and an eighth of memory at 32 KiB.
+        let calls: Int
+
+        init(files: Int, databaseConnections: Int) {
+            clients = Int(FileLimits.connectionLimit(share: 0.25, of: files))
+            webhooks = min(2048, max(64, files / 8))
+            spare = databaseConnections + 1 + 32 + Int(FileLimits.metricsConnections) + max(256, files / 20)
+            calls = FileLimits.concurrency(files: files - clients - webhooks - spare)
+        }
     }
 
     /// Verifications in flight for `files` open files: one each, at most an eighth of the memory this process may use
@@ -335,7 +351,7 @@ enum FileLimits {
 
     /// Connections a listener may accept: `share` of the open-file limit, between 1,024 and 65,536
     /// (the emulator must take every call a server with tens of thousands in flight makes at once).
-    static func connectionLimit(share: Double) -> UInt32 {
-        UInt32(min(65_536, max(1024, Double(openFileLimit()) * share)))
+    static func connectionLimit(share: Double, of files: Int = openFileLimit()) -> UInt32 {
+        UInt32(min(65_536, max(1024, Double(files) * share)))
     }
 }

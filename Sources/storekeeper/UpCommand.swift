@@ -102,8 +102,9 @@ struct UpCommand: Command {
         // The purchase server, trusting the emulator's chain and calling its verifyReceipt.
         var arguments = Arguments(["--data", root.appendingPathComponent("server").path, "--appstore-url", appstoreURL])
         var options = try ServerOptions(&arguments)
-        // One process holds both ends of each call (the server's socket and the emulator's): a quarter of the file limit each.
-        options.concurrency = options.concurrency ?? FileLimits.concurrency(files: FileLimits.openFileLimit() / 4)
+        // One process holds both ends of each call (the server's socket and the emulator's): a sixth of the file limit
+        // each, beside the emulator's clients (0.3), the server's (0.2) and the webhook deliveries (an eighth).
+        options.concurrency = options.concurrency ?? FileLimits.concurrency(files: FileLimits.openFileLimit() / 6)
         let (server, _, database) = try await options.openServer(emulatorCA: authority.root.pem + authority.intermediate.pem
                                                                               + jwsAuthority.root.pem + jwsAuthority.intermediate.pem,
                                                                           clock: DelegatingClock { [clock = emulator.clock] in clock.now() })
