@@ -70,7 +70,6 @@ struct AppStoreServeCommand: Command {
         }
         var configuration = HTTPServer.Configuration(host: host, port: port, maxBodySize: maxBody, connectionLimit: FileLimits.connectionLimit(share: FileLimits.emulatorClientShare), accessLog: !quiet)
         let tlsAuthority = try tls.apply(to: &configuration, directory: directory)
-        if tlsAuthority != nil { configuration.connectionLimit = FileLimits.connectionLimit(share: FileLimits.emulatorTLSClientShare) }
         let server = HTTPServer(configuration: configuration,
                                 responder: AppStoreResponder(emulator: emulator, adminToken: adminToken, tlsRoot: tlsAuthority?.root))
         let bound = try server.start()
@@ -216,7 +215,6 @@ struct ReplayCommand: Command {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         var configuration = HTTPServer.Configuration(host: host, port: port, connectionLimit: FileLimits.connectionLimit(share: FileLimits.emulatorClientShare), accessLog: !quiet)
         let tlsAuthority = try tls.apply(to: &configuration, directory: directory)
-        if tlsAuthority != nil { configuration.connectionLimit = FileLimits.connectionLimit(share: FileLimits.emulatorTLSClientShare) }
         let responder = ReplayWithCA(replay: replay, tlsRoot: tlsAuthority?.root.pem)
         let server = HTTPServer(configuration: configuration, responder: responder)
         let bound = try server.start()

@@ -295,11 +295,10 @@ enum FileLimits {
         _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
     }
 
-    /// The share of the open-file limit the emulator's listener may hold over plain HTTP: it opens few files besides
-    /// its clients, and a purchase server's calls to it are thousands of connections when Apple's latency is emulated.
+    /// The share of the open-file limit the emulator's listener may hold: it opens few files besides its clients,
+    /// and a purchase server's calls to it are thousands of connections when Apple's latency is emulated. Its TLS
+    /// tunnels, three descriptors each (the client's socket and a socket pair), are at most 256 at once.
     static let emulatorClientShare = 0.9
-    /// The same with TLS interception on, where a client costs three descriptors (its socket and a socket pair).
-    static let emulatorTLSClientShare = 0.3
     /// Connections the purchase server's `--metrics-port` listener accepts (Prometheus needs one or two).
     static let metricsConnections: UInt32 = 64
 
