@@ -15,6 +15,6 @@ SERVER=$(start server "$BIN" server serve --data "$WORK/server" --port 0 --quiet
 [ -n "$SERVER" ] || { cat "$WORK/server.log"; exit 1; }
 STAMP=$(date -u +%Y-%m-%dT%H-%M-%SZ)
 OUT=bench/results/abuse-$STAMP.txt
-echo "# Purchase server under abuse, $STAMP ($(nproc) cores); emulator, server and abusers on this machine" > "$OUT"
+echo "# Purchase server under abuse, $STAMP ($(machine)); emulator, server and abusers on this machine" > "$OUT"
 "$PYTHON" bench/abuse_load.py "$SERVER" "$APPSTORE" "$WORK/receipts-fast.txt" "$WORK/receipts-slow.txt" | tee -a "$OUT"
 echo "written: $OUT"

@@ -23,7 +23,7 @@ VERSION=$(cat bench/generate_ledger.py bench/ledger_to_postgres.py | sha256sum |
 CACHE=bench/cache/grown-$ROWS-$USERS-$VERSION
 STAMP=$(date -u +%Y-%m-%dT%H-%M-%SZ)
 OUT=bench/results/grown-$STAMP.txt
-echo "# A grown ledger, $STAMP: $(nproc) cores; $ROWS ledger rows over $USERS users; offered $RATE receipts/s, warm-up $WARMUP s, window $WINDOW s" > "$OUT"
+echo "# A grown ledger, $STAMP: $(machine); $ROWS ledger rows over $USERS users; offered $RATE receipts/s, warm-up $WARMUP s, window $WINDOW s" > "$OUT"
 
 serve() {  # name, database arguments…: starts a server (against the emulator once it runs) and echoes its URL
   local name=$1; shift

@@ -46,3 +46,13 @@ drop_schema() {
   local schema=${1##*search_path%3D}
   psql "${1%%\?*}" -qc "SET client_min_messages = warning; DROP SCHEMA $schema CASCADE" >/dev/null
 }
+
+# The machine, for a results file's header: cores, CPU model, memory, and one core's P-256 signature verifications
+# per second by OpenSSL's own `speed` (code this project does not change), so that figures from hosts of different
+# speed can be told apart: the same container has run three times slower on one day than on another.
+machine() {
+  local model verify
+  model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+  verify=$(openssl speed -seconds 1 ecdsap256 2>/dev/null | awk '/nistp256/ {print $NF}')
+  echo "$(nproc) cores (${model:-unknown CPU}), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), one core verifies ${verify:-?} P-256 signatures/s"
+}

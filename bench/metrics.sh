@@ -12,7 +12,7 @@ APP=com.example.magazine
 
 STAMP=$(date -u +%Y-%m-%dT%H-%M-%SZ)
 OUT=bench/results/metrics-$STAMP.txt
-echo "# Metrics benchmark, $STAMP ($(nproc) cores); server and client on this machine" > "$OUT"
+echo "# Metrics benchmark, $STAMP ($(machine)); server and client on this machine" > "$OUT"
 # Keyed by the generator only: the server migrates an older database forward when it starts.
 VERSION=$(sha256sum bench/generate_ledger.py | cut -c1-12)
 CACHE=bench/cache/metrics-$ROWS-$USERS-$VERSION

@@ -18,7 +18,7 @@ PG_URL=$(scripts/postgres.sh start 2>/dev/null || true)
 [ -n "$PG_URL" ] || { echo "processes: skipped (PostgreSQL not available)"; exit 0; }
 STAMP=$(date -u +%Y-%m-%dT%H-%M-%SZ)
 OUT=bench/results/processes-$STAMP.txt
-echo "# Server processes on one PostgreSQL, $STAMP: $(nproc) cores; offered $RATE receipts/s, warm-up $WARMUP s, window $WINDOW s" > "$OUT"
+echo "# Server processes on one PostgreSQL, $STAMP: $(machine); offered $RATE receipts/s, warm-up $WARMUP s, window $WINDOW s" > "$OUT"
 
 APPSTORE=$(start appstore "$BIN" appstore serve --data "$WORK/appstore" --port 0 --quiet --catalog com.example.coins=examples/coins.storekit)
 [ -n "$APPSTORE" ] || { cat "$WORK/appstore.log"; exit 1; }

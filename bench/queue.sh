@@ -16,7 +16,7 @@ ENGINES=${BENCH_ENGINES:-"sqlite postgres"}
 
 STAMP=$(date -u +%Y-%m-%dT%H-%M-%SZ)
 OUT=bench/results/queue-$STAMP.txt
-echo "# A grown job queue, $STAMP: $(nproc) cores; $JOBS settled jobs (2% rejected, a few dead) against $SMALL; median of $REPEATS requests each" | tee "$OUT"
+echo "# A grown job queue, $STAMP: $(machine); $JOBS settled jobs (2% rejected, a few dead) against $SMALL; median of $REPEATS requests each" | tee "$OUT"
 
 serve() {  # name, database arguments…: starts a server and echoes its URL
   local name=$1; shift

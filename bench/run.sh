@@ -23,7 +23,7 @@ STAMP=$(date -u +%Y-%m-%dT%H-%M-%SZ)
 OUT=bench/results/appstore-$STAMP.txt
 {
   echo "# App Store emulator benchmark, $STAMP"
-  echo "# machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); wrk -t2 -c$CONNECTIONS -d$DURATION over keep-alive; every request a different receipt"
+  echo "# machine: $(machine); wrk -t2 -c$CONNECTIONS -d$DURATION over keep-alive; every request a different receipt"
 } > "$OUT"
 
 RPS=()

@@ -15,7 +15,7 @@ echo "preparing $RECEIPTS + $SLOW_RECEIPTS receipts on the emulator…"
 
 STAMP=$(date -u +%Y-%m-%dT%H-%M-%SZ)
 OUT=bench/results/server-$STAMP.txt
-echo "# Purchase server benchmark, $STAMP ($(nproc) cores); emulator and server on this machine" > "$OUT"
+echo "# Purchase server benchmark, $STAMP ($(machine)); emulator and server on this machine" > "$OUT"
 
 PG_URL=""
 if [ -x scripts/postgres.sh ] && PG_URL=$(scripts/postgres.sh start 2>/dev/null); then :; else PG_URL=""; fi

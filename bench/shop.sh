@@ -22,7 +22,7 @@ run() {  # label, proof, purchases, concurrency
 
 STAMP=$(date -u +%Y-%m-%dT%H-%M-%SZ)
 OUT=bench/results/shop-$STAMP.txt
-echo "# Device benchmark, $STAMP ($(nproc) cores); storekeeper up (emulator + server) and the devices on this machine" > "$OUT"
+echo "# Device benchmark, $STAMP ($(machine)); storekeeper up (emulator + server) and the devices on this machine" > "$OUT"
 "$BIN" appstore fault clear --url "$APPSTORE" > /dev/null
 run "receipt, zero latency  " receipt "$PURCHASES" 16 | tee -a "$OUT"
 run "signed JWS, zero latency" jws "$PURCHASES" 16 | tee -a "$OUT"

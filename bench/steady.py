@@ -9,7 +9,11 @@ Prints one line of figures and its JSON.
 Where the machine's CPU went in the window, per settled receipt: the server, the database (STEADY_DATABASE_PID, the
 PostgreSQL postmaster, with every process it started while they run), the emulator (STEADY_APPSTORE_PID), the load
 generator, and the whole machine's busy time (steal excluded); the machine's busy and stolen cores. A part whose pid is
-not given is left out; the machine's busy time counts everything."""
+not given is left out; the machine's busy time counts everything.
+
+Uploads accepted in the window are counted too. Where they outrun the settlements (the offer is past what the server
+settles, and the rest waits in its queue), every part's CPU per settled receipt includes the uploads of receipts not yet
+settled, and reads high by up to accepted / completed."""
 import json
 import os
 import subprocess
@@ -141,6 +145,7 @@ settled_in_window = int(query(f"SELECT count(*) FROM verification_jobs WHERE set
 grants = sorted(float("inf") if row[1] == "" else int(row[1]) - int(row[0]) for row in
                 ((r + [""])[:2] for r in query(f"SELECT created_at, settled_at FROM verification_jobs WHERE created_at >= {begin_ms} AND created_at < {end_ms}")))
 unsettled = int(query(f"SELECT count(*) FROM verification_jobs WHERE created_at >= {begin_ms} AND created_at < {end_ms} AND settled_at IS NULL")[0][0])
+accepted_in_window = len(grants)
 
 
 def pick(fraction):
@@ -183,6 +188,7 @@ if len(steady) > 1:
     accounting["steal_cores"] = round(steal / TICKS / elapsed, 2)
 result = {
     "label": label, "cores": os.cpu_count(), "offered_per_second": rate, "completed_per_second": settled_in_window / window,
+    "accepted_per_second": accepted_in_window / window,
     "accepted": offered["accepted"], "refused": offered["refused"], "upload_answer_p50_ms": round(offered["answer_p50_ms"], 1), "upload_answer_p99_ms": round(offered["answer_p99_ms"], 1),
     "in_flight_mean": round(sum(s[1] for s in steady) / max(len(steady), 1)), "in_flight_max": max((s[1] for s in steady), default=0),
     "grant_p50_ms": pick(0.5), "grant_p99_ms": pick(0.99), "unsettled": unsettled,
@@ -193,7 +199,7 @@ result = {
 }
 shares = "  ".join(f"{name.replace('_', ' ')} {accounting[name]}" for name in ("server", "database", "emulator", "load_generator", "machine")
                    if accounting.get(name) is not None)
-print(f"{label:28} offered {rate:6.0f}/s  completed {result['completed_per_second']:7.0f}/s  in flight {result['in_flight_mean']:6} "
+print(f"{label:28} offered {rate:6.0f}/s  accepted {result['accepted_per_second']:6.0f}/s  completed {result['completed_per_second']:7.0f}/s  in flight {result['in_flight_mean']:6} "
       f"(max {result['in_flight_max']})  grant p50 {result['grant_p50_ms']:.0f} ms p99 {result['grant_p99_ms']:.0f} ms  "
       f"cpu {result['server_cpu_ms_per_receipt']} ms/receipt  rss {result['rss_mib_peak']} MiB  "
       f"{result['kib_per_verification_in_flight']} KiB/in-flight  refused {result['refused']} unsettled {unsettled}  "

@@ -29,7 +29,7 @@ shared=$(curl -s "$APPSTORE/admin/v1/apps/com.example.coins" | "$PYTHON" -c 'imp
 STAMP=$(date -u +%Y-%m-%dT%H-%M-%SZ)
 OUT=bench/results/steady-$STAMP.txt
 {
-  echo "# Purchase server at steady state, $STAMP: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo);"
+  echo "# Purchase server at steady state, $STAMP: $(machine);"
   echo "# emulator, server and load generator on this machine; warm-up ${WARMUP} s, window ${WINDOW} s; server defaults"
 } > "$OUT"
 

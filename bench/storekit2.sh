@@ -20,7 +20,7 @@ SERVER=$(start server "$BIN" server serve --data "$WORK/server" --port 0 --quiet
 
 STAMP=$(date -u +%Y-%m-%dT%H-%M-%SZ)
 OUT=bench/results/storekit2-$STAMP.txt
-echo "# StoreKit 2 benchmark, $STAMP ($(nproc) cores); emulator and server on this machine" > "$OUT"
+echo "# StoreKit 2 benchmark, $STAMP ($(machine)); emulator and server on this machine" > "$OUT"
 ours=$("$BIN" jws bench "$WORK/transaction.jws" --verify-with "$WORK/jws-root.pem" --seconds 5)
 echo "signed transactions verified (Storekeeper, $(echo "$ours" | sed -n 's/.*"threads" : \([0-9]*\).*/\1/p') threads): $(echo "$ours" | sed -n 's/.*"perSecond" : \([0-9]*\).*/\1/p')/s" | tee -a "$OUT"
 "$PYTHON" bench/storekit2_load.py "$SERVER" "$APPSTORE" "$WORK" "$NOTIFICATIONS" | tee -a "$OUT"

@@ -17,6 +17,6 @@ SERVER=$(start server "$BIN" server serve --data "$WORK/server" --port 0 --quiet
 
 STAMP=$(date -u +%Y-%m-%dT%H-%M-%SZ)
 OUT=bench/results/webhooks-$STAMP.txt
-echo "# Webhook benchmark, $STAMP ($(nproc) cores); emulator, server, receiver and load generator on this machine" > "$OUT"
+echo "# Webhook benchmark, $STAMP ($(machine)); emulator, server, receiver and load generator on this machine" > "$OUT"
 "$PYTHON" bench/webhooks_load.py "$SERVER" "$APPSTORE" "$LISTENER" "$WORK" | tee -a "$OUT"
 echo "written: $OUT"

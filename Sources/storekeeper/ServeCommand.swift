@@ -68,7 +68,7 @@ struct AppStoreServeCommand: Command {
         for email in testers where try await !emulator.accounts().contains(where: { $0.email.lowercased() == email.lowercased() }) {
             try await emulator.addAccount(email: email, environment: .sandbox)
         }
-        var configuration = HTTPServer.Configuration(host: host, port: port, maxBodySize: maxBody, connectionLimit: FileLimits.connectionLimit(share: FileLimits.emulatorClientShare), accessLog: !quiet)
+        var configuration = HTTPServer.Configuration(host: host, port: port, maxBodySize: maxBody, connectionLimit: FileLimits.emulatorConnectionLimit(), accessLog: !quiet)
         let tlsAuthority = try tls.apply(to: &configuration, directory: directory)
         let server = HTTPServer(configuration: configuration,
                                 responder: AppStoreResponder(emulator: emulator, adminToken: adminToken, tlsRoot: tlsAuthority?.root))
@@ -213,7 +213,7 @@ struct ReplayCommand: Command {
         do { replay = try ReplayResponder(recording: recording) } catch { throw CommandFailure(description: "\(file): \(error.description)") }
         let directory = URL(fileURLWithPath: data, isDirectory: true)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        var configuration = HTTPServer.Configuration(host: host, port: port, connectionLimit: FileLimits.connectionLimit(share: FileLimits.emulatorClientShare), accessLog: !quiet)
+        var configuration = HTTPServer.Configuration(host: host, port: port, connectionLimit: FileLimits.emulatorConnectionLimit(), accessLog: !quiet)
         let tlsAuthority = try tls.apply(to: &configuration, directory: directory)
         let responder = ReplayWithCA(replay: replay, tlsRoot: tlsAuthority?.root.pem)
         let server = HTTPServer(configuration: configuration, responder: responder)

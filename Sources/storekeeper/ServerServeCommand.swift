@@ -47,9 +47,10 @@ struct ServerOptions {
       --admin-key KEY       The admin API key (default $STOREKEEPER_ADMIN_KEY, else generated once into DIR/admin-key).
       --concurrency N|auto  Verifications in flight at once (default auto: as many as the machine allows, each a
                             socket to Apple and about 32 KiB: the open-file limit less a quarter for clients, an
-                            eighth (at most 2,048) for webhooks, the database pool and a twentieth spare; at least
-                            256, at most 65,536 and an eighth of memory; Apple's 3–6 s are hidden only by enough of
-                            them in flight; storekeeper_verifications_in_flight_limit in /metrics shows it).
+                            eighth (at most 2,048) for webhooks, the database pool, the Server API and metrics
+                            connections and a twentieth spare; at least 256, at most 65,536 and an eighth of
+                            memory; Apple's 3–6 s are hidden only by enough of them in flight;
+                            storekeeper_verifications_in_flight_limit in /metrics shows it).
       --call-timeout S      Seconds per verifyReceipt call (default 15).
       --max-age S           Seconds a verification keeps retrying before it is dead-lettered (default 86400).
       --retry-base S        First retry delay in seconds, doubled per attempt with jitter (default 1).
@@ -296,9 +297,17 @@ enum FileLimits {
     }
 
     /// The share of the open-file limit the emulator's listener may hold: it opens few files besides its clients,
-    /// and a purchase server's calls to it are thousands of connections when Apple's latency is emulated. Its TLS
-    /// tunnels, three descriptors each (the client's socket and a socket pair), are at most 256 at once.
+    /// and a purchase server's calls to it are thousands of connections when Apple's latency is emulated.
     static let emulatorClientShare = 0.9
+    /// Descriptors the emulator's TLS tunnels hold besides the listener's connections: at most 256 tunnels at once
+    /// (`ConnectionFront`), each the client's socket and the front's end of a socket pair (the other end is one of
+    /// the listener's connections).
+    static let emulatorTunnelDescriptors = 2 * 256
+
+    /// The emulator listener's connection limit: nine tenths of the open-file limit less what its tunnels may hold.
+    static func emulatorConnectionLimit(files: Int = openFileLimit()) -> UInt32 {
+        connectionLimit(share: 1, of: Int(Double(files) * emulatorClientShare) - emulatorTunnelDescriptors)
+    }
     /// Connections the purchase server's `--metrics-port` listener accepts (Prometheus needs one or two).
     static let metricsConnections: UInt32 = 64
 

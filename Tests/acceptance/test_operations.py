@@ -137,9 +137,10 @@ def test_verifications_in_flight_follow_the_open_file_limit():
 
 def test_emulator_holds_most_of_its_open_file_limit_in_connections():
     # A purchase server hides Apple's latency with thousands of calls held open at once: the emulator, serving plain
-    # HTTP and TLS interception on one port, takes nine tenths of its open-file limit in connections (3,686 of 4,096).
+    # HTTP and TLS interception on one port, takes nine tenths of its open-file limit in connections, less 512 for
+    # the descriptors its TLS tunnels may hold besides them (3,174 of 4,096).
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    if hard != resource.RLIM_INFINITY and hard < 4096 + 3300:
+    if hard != resource.RLIM_INFINITY and hard < 4096 + 3100:
         pytest.skip(f"this test and the emulator need more open files than the hard limit of {hard}")
 
     def limited():
@@ -154,12 +155,12 @@ def test_emulator_holds_most_of_its_open_file_limit_in_connections():
             if open_file_limit(process.pid) != 4096:
                 pytest.skip("the emulator raised its open-file limit (a privileged process)")
             port = int(line.strip().rsplit(":", 1)[1])
-            for _ in range(3300):
+            for _ in range(3100):
                 connections.append(socket.create_connection(("127.0.0.1", port), timeout=30))
             for connection in connections:
                 connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             answered = sum(1 for connection in connections if connection.recv(64).startswith(b"HTTP/1.1 200"))
-            assert answered == 3300
+            assert answered == 3100
         finally:
             for connection in connections:
                 connection.close()
