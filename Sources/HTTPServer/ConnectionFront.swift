@@ -35,7 +35,7 @@ final class ConnectionFront: @unchecked Sendable {
         let description: String
     }
 
-    init(host: String, ports: [UInt16], tls: TLSServerContext, tunnelLimit: Int = 256, handOff: @escaping HandOff) throws(BindError) {
+    init(host: String, ports: [UInt16], tls: TLSServerContext, tunnelLimit: Int = HTTPServer.tunnelLimit, handOff: @escaping HandOff) throws(BindError) {
         var listeners: [Int32] = []
         var bound: [UInt16] = []
         do {

@@ -208,6 +208,7 @@ struct ReplayCommand: Command {
     }
 
     func run() async throws {
+        FileLimits.raise()
         guard let recording = FileManager.default.contents(atPath: file) else { throw CommandFailure(description: "cannot read \(file)") }
         let replay: ReplayResponder
         do { replay = try ReplayResponder(recording: recording) } catch { throw CommandFailure(description: "\(file): \(error.description)") }

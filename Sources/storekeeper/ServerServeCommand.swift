@@ -299,14 +299,15 @@ enum FileLimits {
     /// The share of the open-file limit the emulator's listener may hold: it opens few files besides its clients,
     /// and a purchase server's calls to it are thousands of connections when Apple's latency is emulated.
     static let emulatorClientShare = 0.9
-    /// Descriptors the emulator's TLS tunnels hold besides the listener's connections: at most 256 tunnels at once
-    /// (`ConnectionFront`), each the client's socket and the front's end of a socket pair (the other end is one of
-    /// the listener's connections).
-    static let emulatorTunnelDescriptors = 2 * 256
+    /// Descriptors the emulator's TLS tunnels hold besides the listener's connections: each the client's socket and
+    /// the front's end of a socket pair (the other end is one of the listener's connections).
+    static let emulatorTunnelDescriptors = 2 * HTTPServer.tunnelLimit
 
-    /// The emulator listener's connection limit: nine tenths of the open-file limit less what its tunnels may hold.
+    /// The emulator listener's connection limit: nine tenths of the open-file limit less what its tunnels may hold,
+    /// at most 65,536. No floor of 1,024 as for the server's clients: at 1,024 files it would leave the tunnels no
+    /// room (at 1,024 files the limit is 409; below about 640 it is 64, and the tunnels may then run out of files).
     static func emulatorConnectionLimit(files: Int = openFileLimit()) -> UInt32 {
-        connectionLimit(share: 1, of: Int(Double(files) * emulatorClientShare) - emulatorTunnelDescriptors)
+        UInt32(min(65_536, max(64, Int(Double(files) * emulatorClientShare) - emulatorTunnelDescriptors)))
     }
     /// Connections the purchase server's `--metrics-port` listener accepts (Prometheus needs one or two).
     static let metricsConnections: UInt32 = 64
