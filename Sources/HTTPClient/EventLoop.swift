@@ -141,7 +141,11 @@ final class EventLoop: @unchecked Sendable {
 
     // Owned by the loop thread.
     private var connections: [Int32: Connection] = [:]
-    private var byRequest: [UInt64: Connection] = [:]
+    private var byRequest: [UInt64: Connection] = [:] {
+        didSet { requestsOnConnections.store(byRequest.count, ordering: .relaxed) }
+    }
+    /// Requests assigned to a connection (`byRequest`), readable from any thread.
+    let requestsOnConnections = Atomic<Int>(0)
     private var pools: [PoolKey: Pool] = [:]
     private var lastSweep: UInt64 = 0
     private var tearingDown = false
@@ -438,18 +442,27 @@ final class EventLoop: @unchecked Sendable {
         }
     }
 
+    /// Every 50 ms: ends calls past their deadline, closes idle connections past their time, and lets sent bytes go.
+    /// Thousands of connections are held while Apple takes seconds: the table is walked in place and only the
+    /// connections to close are gathered (a copy of the whole table, every sweep, grew with the calls held).
     private func sweep(now: UInt64) {
         let idleLimit = UInt64(configuration.idleTimeout * 1e9)
-        for connection in Array(connections.values) {
+        var ending: [Connection] = []
+        for connection in connections.values {
             if let request = connection.request, request.deadline <= now {
-                connection.request = nil
-                close(connection)
-                request.finish(.failure(HTTPClientError(.timedOut, "no answer from \(connection.key.host) in time")))
+                ending.append(connection)
             } else if connection.phase == .idle && now &- connection.idleSince > idleLimit {
-                close(connection)
+                ending.append(connection)
             } else if connection.phase == .reading {
                 connection.request?.release(now: now)
             }
+        }
+        for connection in ending {
+            // Closed with its request still on it, so that `close` forgets the request's id too.
+            let request = connection.request
+            close(connection)
+            connection.request = nil
+            request?.finish(.failure(HTTPClientError(.timedOut, "no answer from \(connection.key.host) in time")))
         }
         for pool in pools.values {
             for request in pool.waiting[pool.waitingHead...] where !request.isFinished && request.deadline <= now {

@@ -76,6 +76,9 @@ public final class HTTPClient: Sendable {
 
     deinit { loop.shutdown() }
 
+    /// Requests the event loop holds on a connection now (sent or being sent, not yet answered).
+    var requestsOnConnections: Int { loop.requestsOnConnections.load(ordering: .relaxed) }
+
     /// Stops the event loop; requests in flight fail with `shutDown`.
     public func shutdown() { loop.shutdown() }
 

@@ -3,7 +3,7 @@ import Foundation
 import Glibc
 #endif
 import HTTP
-import HTTPClient
+@testable import HTTPClient
 @testable import HTTPServer
 import Synchronization
 import Testing
@@ -72,6 +72,14 @@ struct HTTPClientTests {
         await #expect(throws: HTTPClientError(.timedOut, "no answer from 127.0.0.1 in time")) {
             try await client.send("GET", URL(string: base.absoluteString + "/sleep?ms=1500")!, timeout: 0.3)
         }
+        // Calls that time out are forgotten with their connections (a timed-out call's connection stayed in the
+        // loop's table of requests, with its buffers, for as long as the client lived).
+        await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<5 {
+                group.addTask { _ = try? await client.send("GET", URL(string: base.absoluteString + "/sleep?ms=1500")!, timeout: 0.3) }
+            }
+        }
+        #expect(client.requestsOnConnections == 0)
         let port = server.port
         await server.shutdown()
         do {
