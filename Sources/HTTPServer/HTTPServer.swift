@@ -11,11 +11,11 @@ import Synchronization
 /// cooperative pool, and resumed when the response is ready, so slow handlers never block
 /// libmicrohttpd's threads.
 public final class HTTPServer: Sendable {
-    /// How the server listens and limits requests.
     /// TLS tunnels (`CONNECT` to an intercepted host) open at once; each holds two descriptors besides its
     /// connection: the client's socket and the front's end of a socket pair.
     public static let tunnelLimit = 256
 
+    /// How the server listens and limits requests.
     public struct Configuration: Sendable {
         /// IPv4 address to bind, `127.0.0.1` by default.
         public var host: String

@@ -20,6 +20,10 @@ struct ServerOptions {
     var concurrency: Int?
     /// PostgreSQL connections of this process (the listening one aside).
     var databasePool: Int
+    /// How this process shares its open-file limit (read now: after `FileLimits.raise()`).
+    var fileBudget: FileLimits.ServerBudget {
+        FileLimits.ServerBudget(files: FileLimits.openFileLimit(), databaseConnections: databasePool)
+    }
     var callTimeout: Double
     var maxAge: Double
     var retryBase: Double
@@ -157,7 +161,7 @@ struct ServerOptions {
         let (key, created) = try adminKey.map { ($0, false) } ?? Self.persistentAdminKey(in: directory)
         let recorder = try recordFile.map { try AppleTrafficRecorder(path: $0, redactReceipts: !recordReceipts) }
         // Apple's latency is hidden by calls in flight (Little's law: 4.5 s × 2,000 receipts/s is 9,000 of them).
-        let budget = FileLimits.ServerBudget(files: FileLimits.openFileLimit(), databaseConnections: databasePool)
+        let budget = fileBudget
         let inFlight = concurrency ?? budget.calls
         let client = try ClientTransport(connectionsPerHost: inFlight)
         let transport: any HTTPTransport = recorder.map { RecordingTransport(client, recorder: $0) } ?? client
@@ -249,7 +253,7 @@ struct ServerServeCommand: Command {
         let worker = server.runWorker()
         let reconciler = server.runReconciler(every: .milliseconds(Int(options.reconcileInterval * 1000)))
         var httpConfiguration = HTTPServer.Configuration(host: host, port: port, maxBodySize: 4 << 20, connectionTimeout: 15,
-                                                         connectionLimit: UInt32(FileLimits.ServerBudget(files: FileLimits.openFileLimit(), databaseConnections: options.databasePool).clients),
+                                                         connectionLimit: UInt32(options.fileBudget.clients),
                                                          accessLog: !quiet)
         // Unset: unlimited on loopback (local tools and benchmarks are one address), 64 on any other address.
         httpConfiguration.logFormat = logFormat
