@@ -140,13 +140,21 @@ final class EventLoop: @unchecked Sendable {
     private let ids = Atomic<UInt64>(0)
 
     // Owned by the loop thread.
-    private var connections: [Int32: Connection] = [:]
+    private var connections: [Int32: Connection] = [:] {
+        didSet { openConnections.store(connections.count, ordering: .relaxed) }
+    }
+    /// Sockets the loop holds open (in use or idle), readable from any thread.
+    let openConnections = Atomic<Int>(0)
     private var byRequest: [UInt64: Connection] = [:] {
         didSet { requestsOnConnections.store(byRequest.count, ordering: .relaxed) }
     }
     /// Requests assigned to a connection (`byRequest`), readable from any thread.
     let requestsOnConnections = Atomic<Int>(0)
     private var pools: [PoolKey: Pool] = [:]
+    /// Every submitted request's deadline; entries of requests that ended stay until due (or a compaction).
+    private var deadlines = DeadlineHeap()
+    /// Requests by when their last byte went out, for letting their bytes go `PendingRequest.keptAfterSending` later.
+    private var sent = MomentQueue()
     private var lastSweep: UInt64 = 0
     private var tearingDown = false
     private let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 << 10, alignment: 16)
@@ -224,7 +232,9 @@ final class EventLoop: @unchecked Sendable {
             }
             for command in commands {
                 switch command {
-                case .start(let request): start(request)
+                case .start(let request):
+                    deadlines.push(deadline: request.deadline, id: request.id)
+                    start(request)
                 case .cancel(let id): cancelRequest(id)
                 }
             }
@@ -343,6 +353,7 @@ final class EventLoop: @unchecked Sendable {
                     if connection.written == request.bytes.count {
                         connection.phase = .reading
                         request.sentAt = Monotonic.now
+                        sent.append(moment: request.sentAt, id: request.id)
                     }
                 case .wouldBlock: return
                 case .closed: fail(connection, HTTPClientError(.connectionClosed, "connection closed while sending")); return
@@ -418,13 +429,15 @@ final class EventLoop: @unchecked Sendable {
         }
     }
 
-    private func close(_ connection: Connection) {
+    /// Closes the socket and forgets the connection (and its request's id); `listedIdle` is false when the caller already
+    /// took it off its pool's idle list.
+    private func close(_ connection: Connection, listedIdle: Bool = true) {
         guard connections.removeValue(forKey: connection.fd) != nil else { return }
         if let request = connection.request { byRequest[request.id] = nil }
         Glibc.close(connection.fd)
         let pool = pool(for: connection.key)
         pool.open -= 1
-        if connection.phase == .idle, let index = pool.idle.firstIndex(where: { $0 === connection }) { pool.idle.remove(at: index) }
+        if listedIdle, connection.phase == .idle, let index = pool.idle.firstIndex(where: { $0 === connection }) { pool.idle.remove(at: index) }
         if !tearingDown, pool.open < configuration.maxConnectionsPerHost, let next = pool.nextWaiting() { open(for: next, in: pool) }
     }
 
@@ -443,31 +456,46 @@ final class EventLoop: @unchecked Sendable {
     }
 
     /// Every 50 ms: ends calls past their deadline, closes idle connections past their time, and lets sent bytes go.
-    /// Thousands of connections are held while Apple takes seconds: the table is walked in place and only the
-    /// connections to close are gathered (a copy of the whole table, every sweep, grew with the calls held).
+    /// Each of the three is kept in the order it falls due (a heap of deadlines, the idle lists oldest first, the sent
+    /// requests in the order they went out), so a sweep visits what ends, not the thousands of calls held on Apple.
     private func sweep(now: UInt64) {
-        let idleLimit = UInt64(configuration.idleTimeout * 1e9)
-        var ending: [Connection] = []
-        for connection in connections.values {
-            if let request = connection.request, request.deadline <= now {
-                ending.append(connection)
-            } else if connection.phase == .idle && now &- connection.idleSince > idleLimit {
-                ending.append(connection)
-            } else if connection.phase == .reading {
-                connection.request?.release(now: now)
-            }
-        }
-        for connection in ending {
+        while let id = deadlines.popDue(now: now) {
+            guard let connection = byRequest[id], let request = connection.request, request.id == id else { continue }
             // Closed with its request still on it, so that `close` forgets the request's id too.
-            let request = connection.request
             close(connection)
             connection.request = nil
-            request?.finish(.failure(HTTPClientError(.timedOut, "no answer from \(connection.key.host) in time")))
+            request.finish(.failure(HTTPClientError(.timedOut, "no answer from \(connection.key.host) in time")))
         }
+        let idleLimit = UInt64(configuration.idleTimeout * 1e9)
+        var waiting = 0
         for pool in pools.values {
-            for request in pool.waiting[pool.waitingHead...] where !request.isFinished && request.deadline <= now {
-                request.finish(.failure(HTTPClientError(.timedOut, "timed out waiting for a connection to \(request.key.host)")))
+            for request in pool.waiting[pool.waitingHead...] where !request.isFinished {
+                if request.deadline <= now {
+                    request.finish(.failure(HTTPClientError(.timedOut, "timed out waiting for a connection to \(request.key.host)")))
+                } else {
+                    waiting += 1
+                }
             }
+            let expired = pool.idle.prefix { now &- $0.idleSince > idleLimit }.count
+            if expired > 0 {
+                let ending = Array(pool.idle[..<expired])
+                pool.idle.removeFirst(expired)
+                for connection in ending { close(connection, listedIdle: false) }
+            }
+        }
+        if now >= PendingRequest.keptAfterSending {
+            while let id = sent.popFirst(atOrBefore: now - PendingRequest.keptAfterSending) {
+                guard let connection = byRequest[id], connection.phase == .reading, let request = connection.request, request.id == id else { continue }
+                request.release(now: now)
+            }
+        }
+        // Entries of requests that ended early: dropped once they are most of the heap, so long timeouts cannot grow it.
+        if deadlines.count > 2 * (byRequest.count + waiting) + 1024 {
+            var live = Set(byRequest.keys)
+            for pool in pools.values {
+                for request in pool.waiting[pool.waitingHead...] where !request.isFinished { live.insert(request.id) }
+            }
+            deadlines.removeAll { live.contains($0) }
         }
     }
 

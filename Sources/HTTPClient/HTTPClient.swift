@@ -79,6 +79,9 @@ public final class HTTPClient: Sendable {
     /// Requests the event loop holds on a connection now (sent or being sent, not yet answered).
     var requestsOnConnections: Int { loop.requestsOnConnections.load(ordering: .relaxed) }
 
+    /// Connections the event loop holds open now, in use or idle.
+    var openConnections: Int { loop.openConnections.load(ordering: .relaxed) }
+
     /// Stops the event loop; requests in flight fail with `shutDown`.
     public func shutdown() { loop.shutdown() }
 

@@ -92,6 +92,67 @@ struct HTTPClientTests {
         client.shutdown()
     }
 
+    @Test("Calls with different timeouts each end at their own deadline, and one that outlives them is answered")
+    func deadlines() async throws {
+        let (server, base) = try Self.makeServer()
+        let client = try HTTPClient()
+        let slow = URL(string: base.absoluteString + "/sleep?ms=1200")!
+        let outcomes = await withTaskGroup(of: (Double, String).self) { group in
+            for timeout in [5, 0.5, 0.2, 3] {
+                group.addTask {
+                    do {
+                        return (timeout, "\(try await client.send("GET", slow, timeout: timeout).status)")
+                    } catch {
+                        return (timeout, (error as? HTTPClientError)?.code.rawValue ?? "\(error)")
+                    }
+                }
+            }
+            return await group.reduce(into: [Double: String]()) { $0[$1.0] = $1.1 }
+        }
+        #expect(outcomes == [0.2: "timedOut", 0.5: "timedOut", 3: "200", 5: "200"])
+        #expect(client.requestsOnConnections == 0)
+        client.shutdown()
+        await server.shutdown()
+    }
+
+    @Test("Idle kept-alive connections are closed once they have been idle for the idle timeout")
+    func idleConnectionsClose() async throws {
+        let (server, base) = try Self.makeServer()
+        let client = try HTTPClient(configuration: .init(idleTimeout: 0.3))
+        let url = URL(string: base.absoluteString + "/sleep?ms=100")!
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<3 { group.addTask { _ = try await client.send("GET", url, timeout: 5) } }
+            try await group.waitForAll()
+        }
+        #expect(client.openConnections == 3)
+        _ = try await client.send("GET", url, timeout: 5)  // one of them reused, idle again from now
+        try await Task.sleep(for: .milliseconds(1000))
+        #expect(client.openConnections == 0)
+        _ = try await client.send("GET", url, timeout: 5)
+        #expect(client.openConnections == 1)
+        client.shutdown()
+        await server.shutdown()
+    }
+
+    @Test("The deadline heap gives back due ids soonest first, and keeps only live ones when asked")
+    func deadlineHeap() {
+        var heap = DeadlineHeap()
+        var generator = SystemRandomNumberGenerator()
+        let deadlines = (0..<500).map { _ in UInt64.random(in: 1..<1_000, using: &generator) }
+        for (id, deadline) in deadlines.enumerated() { heap.push(deadline: deadline, id: UInt64(id)) }
+        #expect(heap.popDue(now: 0) == nil)
+        heap.removeAll { $0 % 2 == 0 }
+        #expect(heap.count == 250)
+        var popped: [UInt64] = []
+        while let id = heap.popDue(now: 500) { popped.append(id) }
+        let expected = deadlines.enumerated().filter { $0.offset % 2 == 0 && $0.element <= 500 }
+        #expect(popped.count == expected.count)
+        #expect(popped.map { deadlines[Int($0)] } == popped.map { deadlines[Int($0)] }.sorted())
+        #expect(Set(popped) == Set(expected.map { UInt64($0.offset) }))
+        while heap.popDue(now: .max) != nil {}
+        #expect(heap.count == 0)
+    }
+
     @Test("A kept-alive connection the server closed while idle is replaced, not reported as a failure")
     func staleConnection() async throws {
         let (server, base) = try Self.makeServer(connectionTimeout: 1)
