@@ -133,18 +133,28 @@ public struct ASN1Element: Sendable {
     /// The dotted form of an OBJECT IDENTIFIER.
     public func objectIdentifier() throws -> String {
         guard tag == 0x06, !content.isEmpty else { throw ASN1Error("expected an OBJECT IDENTIFIER") }
-        var parts: [UInt64] = []
+        // Written as it is read (every receipt's signature names several): no arrays of arcs, no joining.
+        var text = ""
+        text.reserveCapacity(content.count * 3)
         var value: UInt64 = 0
+        var first = true
         for byte in content {
             value = (value << 7) | UInt64(byte & 0x7f)
-            if byte & 0x80 == 0 {
-                parts.append(value)
-                value = 0
+            guard byte & 0x80 == 0 else { continue }
+            if first {
+                let (top, second) = value < 40 ? (0, value) : value < 80 ? (1, value - 40) : (2, value - 80)
+                text += String(top)
+                text += "."
+                text += String(second)
+                first = false
+            } else {
+                text += "."
+                text += String(value)
             }
+            value = 0
         }
-        guard let first = parts.first else { throw ASN1Error("empty OBJECT IDENTIFIER") }
-        let head: [UInt64] = first < 40 ? [0, first] : first < 80 ? [1, first - 40] : [2, first - 80]
-        return (head + parts.dropFirst()).map(String.init).joined(separator: ".")
+        guard !first else { throw ASN1Error("empty OBJECT IDENTIFIER") }
+        return text
     }
 }
 

@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import Storage
 import Synchronization
 
 /// The single owner of a `sqlite3` connection. Every call runs on the owner's serial queue, so the
@@ -10,6 +11,8 @@ public final class SQLiteDatabase: @unchecked Sendable {
     private let queue: DispatchQueue
     /// Prepared statements by SQL text, reused (reset) across calls; only touched on `queue`.
     private var statements: [String: OpaquePointer] = [:]
+    /// The texts of row writes by their parts; only touched on `queue`.
+    var sqlTexts = SQLTextCache()
     /// The file path (or `:memory:`).
     public let path: String
     /// Copies the write-ahead log into the database file on its own connection and queue (nil in memory).
@@ -157,8 +160,6 @@ public final class SQLiteDatabase: @unchecked Sendable {
         return (columns, rows)
     }
 }
-
-import Storage
 
 enum StorageErrorFactory {
     static func make(_ code: String, _ message: String) -> StorageError { StorageError(code: code, message: message) }

@@ -39,9 +39,27 @@ public final class SQLiteSQLDatabase: SQLDatabase {
     public func close() async {}
 }
 
-/// Adapts the queue-owned SQLite handle to `SQLConnection` for the duration of a transaction.
+/// Adapts the queue-owned SQLite handle to `SQLConnection` for the duration of a transaction. Row writes run at once,
+/// with their texts from the connection's `SQLTextCache`.
 struct SQLiteConnection: SQLConnection {
     let database: SQLiteDatabase
+
+    func append(into table: String, columns: [String], values: [any SQLBindable], conflict: String) throws {
+        try run(database.sqlTexts.insert(into: table, columns: columns, conflict: conflict), values)
+    }
+
+    func append(into table: String, columns: [String], values: [any SQLBindable], conflict: String, returning key: String,
+                orElse: any Error) throws {
+        try run(database.sqlTexts.insert(into: table, columns: columns, conflict: conflict, returning: key), values, orElse: orElse)
+    }
+
+    func update(_ table: String, set assignments: [String], values: [any SQLBindable], keyColumn: String, key: any SQLBindable) throws {
+        try run(database.sqlTexts.update(table, set: assignments, keyColumn: keyColumn), values + [key])
+    }
+
+    func add(_ amount: Int64, to column: String, of table: String, keyColumns: [String], key: [any SQLBindable]) throws {
+        try run(database.sqlTexts.addition(to: column, of: table, keyColumns: keyColumns), key + [amount])
+    }
 
     func query(_ sql: String, _ parameters: [any SQLBindable]) throws -> [SQLRow] {
         let values: [SQLiteDatabase.Value] = parameters.map {

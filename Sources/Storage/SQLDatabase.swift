@@ -170,6 +170,11 @@ public struct SQLStatement {
                conflict: "ON CONFLICT (\(keyColumns.joined(separator: ", "))) DO UPDATE SET \(column) = \(table).\(column) + excluded.\(column)")
     }
 
+    /// `UPDATE table SET assignments WHERE keyColumn = ?`.
+    public static func update(_ table: String, set assignments: [String], keyColumn: String) -> String {
+        "UPDATE \(table) SET \(assignments.joined(separator: ", ")) WHERE \(keyColumn) = ?"
+    }
+
     /// `INSERT INTO table (columns) VALUES (?, …), … conflict` for `rows` rows.
     public static func insert(into table: String, columns: [String], rows: Int, conflict: String) -> String {
         let row = "(" + Array(repeating: "?", count: columns.count).joined(separator: ", ") + ")"
@@ -197,7 +202,7 @@ extension SQLConnection {
 
     /// Changes the row now (databases without pipelining).
     public func update(_ table: String, set assignments: [String], values: [any SQLBindable], keyColumn: String, key: any SQLBindable) throws {
-        try run("UPDATE \(table) SET \(assignments.joined(separator: ", ")) WHERE \(keyColumn) = ?", values + [key])
+        try run(SQLStatement.update(table, set: assignments, keyColumn: keyColumn), values + [key])
     }
 
     /// Adds to the row now (databases without pipelining).

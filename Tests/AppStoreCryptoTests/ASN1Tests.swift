@@ -10,7 +10,8 @@ struct ASN1Tests {
         #expect(try ASN1Element.parse(DER.integer(value)).integer() == value)
     }
 
-    @Test("Object identifiers round-trip", arguments: [OID.signedData, OID.sha256, OID.appleReceiptSigner, OID.appleWWDRIntermediate])
+    @Test("Object identifiers round-trip", arguments: [OID.signedData, OID.sha256, OID.appleReceiptSigner, OID.appleWWDRIntermediate,
+                                                           "0.9.2342.19200300.100.1.1", "1.3.6.1.4.1.311", "2.999.3", "2.5"])
     func oids(oid: String) throws {
         #expect(try ASN1Element.parse(DER.objectIdentifier(oid)).objectIdentifier() == oid)
     }

@@ -1,0 +1,72 @@
+import Foundation
+import SQLiteStorage
+import Storage
+import Testing
+
+@Suite("Row writes' SQL texts")
+struct SQLTextCacheTests {
+    struct Skipped: Error {}
+
+    @Test("Each shape keeps its own text: the same table, as many columns, other columns or clauses get other texts")
+    func textsByShape() {
+        var cache = SQLTextCache()
+        let plain = cache.insert(into: "t", columns: ["a", "b"], conflict: "")
+        #expect(plain == SQLStatement.insert(into: "t", columns: ["a", "b"], rows: 1, conflict: ""))
+        #expect(cache.insert(into: "t", columns: ["a", "c"], conflict: "") == "INSERT INTO t (a, c) VALUES (?, ?)")
+        #expect(cache.insert(into: "t", columns: ["a", "b"], conflict: "ON CONFLICT DO NOTHING")
+                == "INSERT INTO t (a, b) VALUES (?, ?) ON CONFLICT DO NOTHING")
+        #expect(cache.insert(into: "t", columns: ["a", "b"], conflict: "ON CONFLICT DO NOTHING", returning: "a")
+                == "INSERT INTO t (a, b) VALUES (?, ?) ON CONFLICT DO NOTHING RETURNING a")
+        #expect(cache.insert(into: "u", columns: ["a", "b"], conflict: "") == "INSERT INTO u (a, b) VALUES (?, ?)")
+        #expect(cache.update("t", set: ["b = ?"], keyColumn: "a") == "UPDATE t SET b = ? WHERE a = ?")
+        #expect(cache.update("t", set: ["c = ?"], keyColumn: "a") == "UPDATE t SET c = ? WHERE a = ?")
+        #expect(cache.addition(to: "n", of: "t", keyColumns: ["a"])
+                == SQLStatement.addition(to: "n", of: "t", keyColumns: ["a"], rows: 1))
+        #expect(cache.count == 8)
+        #expect(cache.insert(into: "t", columns: ["a", "b"], conflict: "") == plain)
+        #expect(cache.count == 8)
+    }
+
+    @Test("The cache stays under its limit whatever shapes pass through it")
+    func bounded() {
+        var cache = SQLTextCache()
+        for index in 0..<(SQLTextCache.limit * 3) {
+            #expect(cache.insert(into: "t\(index)", columns: ["a"], conflict: "") == "INSERT INTO t\(index) (a) VALUES (?)")
+        }
+        #expect(cache.count <= SQLTextCache.limit)
+    }
+
+    @Test("On SQLite, appends, returning appends, updates and additions write what they say, again and again")
+    func writes() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("sqltexts-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let database = try SQLiteSQLDatabase(path: directory.appendingPathComponent("t.sqlite").path)
+        try await database.transaction { connection in
+            try connection.run("CREATE TABLE t (a TEXT PRIMARY KEY, b TEXT, c TEXT)")
+            try connection.run("CREATE TABLE n (k TEXT PRIMARY KEY, v INTEGER NOT NULL)")
+        }
+        for round in 0..<3 {
+            try await database.transaction { connection in
+                try connection.append(into: "t", columns: ["a", "b"], values: ["x\(round)", "b\(round)"], conflict: "")
+                try connection.append(into: "t", columns: ["a", "c"], values: ["y\(round)", "c\(round)"], conflict: "")
+                try connection.append(into: "t", columns: ["a", "b"], values: ["x\(round)", "again"], conflict: "ON CONFLICT DO NOTHING")
+                try connection.update("t", set: ["c = ?"], values: ["set\(round)"], keyColumn: "a", key: "x\(round)")
+                try connection.add(5, to: "v", of: "n", keyColumns: ["k"], key: ["total"])
+            }
+            await #expect(throws: Skipped.self) {
+                try await database.transaction { connection in
+                    try connection.append(into: "t", columns: ["a", "b"], values: ["x\(round)", "dup"],
+                                          conflict: "ON CONFLICT DO NOTHING", returning: "a", orElse: Skipped())
+                }
+            }
+        }
+        let rows = try await database.transaction { connection in
+            try connection.query("SELECT a, b, c FROM t ORDER BY a").map { [$0.string("a"), $0.string("b"), $0.string("c")] }
+        }
+        #expect(rows == [["x0", "b0", "set0"], ["x1", "b1", "set1"], ["x2", "b2", "set2"],
+                         ["y0", nil, "c0"], ["y1", nil, "c1"], ["y2", nil, "c2"]])
+        let total = try await database.transaction { try $0.query("SELECT v FROM n WHERE k = 'total'").first?.int("v") }
+        #expect(total == 15)
+    }
+}
