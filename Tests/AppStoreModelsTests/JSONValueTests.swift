@@ -33,6 +33,28 @@ struct JSONValueTests {
         #expect(throws: JSONParseError.self) { try JSONValue.parse(Array(text.utf8)) }
     }
 
+    @Test("Long strings read whole wherever their quote, escape or control character falls (eight bytes at a time before it)")
+    func longStrings() throws {
+        var generator = SystemRandomNumberGenerator()
+        let plain = Array("abcdefghijklmnopqrstuvwxyz0123456789+/=é😀".unicodeScalars)
+        for length in 0..<70 {
+            for special in ["", "\"", "\\", "\n", "\u{0}"] {
+                var text = String(String.UnicodeScalarView((0..<length).map { _ in plain.randomElement(using: &generator)! }))
+                let position = Int.random(in: 0...text.unicodeScalars.count, using: &generator)
+                let index = text.unicodeScalars.index(text.unicodeScalars.startIndex, offsetBy: position)
+                text.unicodeScalars.insert(contentsOf: special.unicodeScalars, at: index)
+                let encoded = try JSONSerialization.data(withJSONObject: ["s": text], options: [.fragmentsAllowed])
+                #expect(try JSONValue.parse(Array(encoded))["s"]?.text == text)
+                // A control character written raw is refused wherever it falls.
+                if special == "\n" || special == "\u{0}" {
+                    #expect(throws: JSONParseError.self) { try JSONValue.parse(Array(#"{"s":""#.utf8) + Array(text.utf8) + Array(#""}"#.utf8)) }
+                }
+            }
+            let raw = Array("[\"".utf8) + Array(repeating: UInt8(ascii: "a"), count: length) + [0x1f] + Array("\"]".utf8)
+            #expect(throws: JSONParseError.self) { try JSONValue.parse(raw) }
+        }
+    }
+
     @Test("Agrees with JSONSerialization on a verifyReceipt answer")
     func agreesWithFoundation() throws {
         let text = #"{"status":0,"environment":"Sandbox","receipt":{"bundle_id":"com.example.coins","in_app":[{"quantity":"1","product_id":"Nada.JPYF01","transaction_id":"1000000001","purchase_date_ms":"1700000000000"}]},"is_retryable":false}"#
