@@ -204,3 +204,9 @@ public enum Milliunits {
         return Int64(exactly: NSDecimalNumber(decimal: rounded).int64Value)
     }
 }
+
+extension StringProtocol {
+    /// Whether the text is one or more ASCII digits, as the App Store writes transaction ids. `Character.isNumber` also
+    /// takes other scripts' digits, fractions and Roman numerals, and costs a Unicode property lookup per character.
+    public var isASCIIDigits: Bool { !isEmpty && utf8.allSatisfy { $0 >= 0x30 && $0 <= 0x39 } }
+}

@@ -6,7 +6,7 @@ import HTTP
 extension PurchaseServerResponder {
     /// A transaction id or appTransactionId as Apple writes them: 1–20 ASCII digits.
     static func transactionIdentifier(_ text: String) throws -> String {
-        guard (1...20).contains(text.utf8.count), text.utf8.allSatisfy({ (0x30...0x39).contains($0) }) else {
+        guard text.utf8.count <= 20, text.isASCIIDigits else {
             throw HTTPError.badRequest("transactionId is a transaction id or an appTransactionId: 1–20 digits.", code: "invalid_transaction_id")
         }
         return text
@@ -36,7 +36,7 @@ extension PurchaseServerResponder {
             receiptData = try string("receiptData")
             signedTransaction = try string("signedTransaction")
             let transactionId = try string("transactionId")
-            if let transactionId, transactionId.isEmpty || transactionId.utf8.count > 32 || !transactionId.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }) {
+            if let transactionId, transactionId.utf8.count > 32 || !transactionId.isASCIIDigits {
                 throw HTTPError.badRequest("transactionId must be an App Store transaction id (digits).", code: "invalid_transaction_id")
             }
             let productId = try string("productId").map { try ClientIdentifier($0, .productId).value }

@@ -86,7 +86,7 @@ public final class ReceiptInspector: Sendable {
         guard bundleIds.contains(inspected.bundleId) else {
             throw ReceiptRejection(code: "bundle_id_not_allowed", reason: "receipt is for bundle id '\(inspected.bundleId)', which this app does not accept")
         }
-        for purchase in inspected.purchases where purchase.transactionId.isEmpty || !purchase.transactionId.allSatisfy(\.isNumber) {
+        for purchase in inspected.purchases where !purchase.transactionId.isASCIIDigits {
             throw ReceiptRejection(code: "invalid_transaction_id", reason: "transaction id '\(purchase.transactionId)' is not an App Store id")
         }
         return inspected

@@ -62,7 +62,7 @@ public final class SignedTransactionInspector: Sendable {
         guard bundleIds.contains(transaction.bundleId) else {
             throw ReceiptRejection(code: "bundle_id_not_allowed", reason: "transaction is for bundle id '\(transaction.bundleId)', which this app does not accept")
         }
-        for id in [transaction.transactionId, transaction.originalTransactionId] where id.isEmpty || !id.allSatisfy(\.isNumber) {
+        for id in [transaction.transactionId, transaction.originalTransactionId] where !id.isASCIIDigits {
             throw ReceiptRejection(code: "invalid_transaction_id", reason: "transaction id '\(id)' is not an App Store id")
         }
         return (transaction, environment)

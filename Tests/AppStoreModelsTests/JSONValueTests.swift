@@ -55,6 +55,15 @@ struct JSONValueTests {
         }
     }
 
+    @Test("App Store ids are ASCII digits only: other scripts' digits, fractions and numerals are not", arguments: [
+        ("2000000123456789", true), ("0", true), ("", false), ("12a", false), (" 12", false), ("١٢٣", false), ("１２３", false),
+        ("½", false), ("Ⅻ", false), ("12\u{0}", false), ("-1", false),
+    ])
+    func appStoreIds(text: String, digits: Bool) {
+        #expect(text.isASCIIDigits == digits)
+        #expect(text[...].isASCIIDigits == digits)
+    }
+
     @Test("Agrees with JSONSerialization on a verifyReceipt answer")
     func agreesWithFoundation() throws {
         let text = #"{"status":0,"environment":"Sandbox","receipt":{"bundle_id":"com.example.coins","in_app":[{"quantity":"1","product_id":"Nada.JPYF01","transaction_id":"1000000001","purchase_date_ms":"1700000000000"}]},"is_retryable":false}"#
