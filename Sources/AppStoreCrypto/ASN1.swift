@@ -138,8 +138,13 @@ public struct ASN1Element: Sendable {
         text.reserveCapacity(content.count * 3)
         var value: UInt64 = 0
         var first = true
+        var arcStarts = true
         for byte in content {
+            // DER: each arc in as few bytes as it takes (no leading 0x80), and no arc past 64 bits, so one identifier
+            // has one encoding.
+            guard !(arcStarts && byte == 0x80), value >> 57 == 0 else { throw ASN1Error("malformed OBJECT IDENTIFIER") }
             value = (value << 7) | UInt64(byte & 0x7f)
+            arcStarts = byte & 0x80 == 0
             guard byte & 0x80 == 0 else { continue }
             if first {
                 let (top, second) = value < 40 ? (0, value) : value < 80 ? (1, value - 40) : (2, value - 80)
@@ -154,6 +159,7 @@ public struct ASN1Element: Sendable {
             value = 0
         }
         guard !first else { throw ASN1Error("empty OBJECT IDENTIFIER") }
+        guard arcStarts else { throw ASN1Error("malformed OBJECT IDENTIFIER: its last arc is cut short") }
         return text
     }
 }

@@ -110,7 +110,9 @@ final class Pool {
     var waiting: [PendingRequest] = []
     var waitingHead = 0
 
-    func nextWaiting() -> PendingRequest? {
+    /// The oldest waiting request still due an answer; those past their deadline on the way are ended as timed out
+    /// (a connection freed in the sweep that finds them due must not carry them to the server).
+    func nextWaiting(now: UInt64) -> PendingRequest? {
         while waitingHead < waiting.count {
             let request = waiting[waitingHead]
             waitingHead += 1
@@ -118,7 +120,12 @@ final class Pool {
                 waiting.removeFirst(waitingHead)
                 waitingHead = 0
             }
-            if !request.isFinished { return request }
+            guard !request.isFinished else { continue }
+            guard request.deadline > now else {
+                request.finish(.failure(HTTPClientError(.timedOut, "timed out waiting for a connection to \(request.key.host)")))
+                continue
+            }
+            return request
         }
         return nil
     }
@@ -404,7 +411,7 @@ final class EventLoop: @unchecked Sendable {
         }
         let pool = pool(for: connection.key)
         connection.reused = true
-        if let next = pool.nextWaiting() {
+        if let next = pool.nextWaiting(now: Monotonic.now) {
             assign(next, to: connection)
             connection.phase = .writing
         } else {
@@ -418,8 +425,9 @@ final class EventLoop: @unchecked Sendable {
     private func fail(_ connection: Connection, _ error: HTTPClientError) {
         let request = connection.request
         let retry = connection.reused && !connection.parser.sawBytes && request?.retried == false && request?.released == false
-        connection.request = nil
+        // Closed with its request still on it, so that `close` forgets the request's id too.
         close(connection)
+        connection.request = nil
         guard let request else { return }
         if retry {
             request.retried = true
@@ -438,7 +446,7 @@ final class EventLoop: @unchecked Sendable {
         let pool = pool(for: connection.key)
         pool.open -= 1
         if listedIdle, connection.phase == .idle, let index = pool.idle.firstIndex(where: { $0 === connection }) { pool.idle.remove(at: index) }
-        if !tearingDown, pool.open < configuration.maxConnectionsPerHost, let next = pool.nextWaiting() { open(for: next, in: pool) }
+        if !tearingDown, pool.open < configuration.maxConnectionsPerHost, let next = pool.nextWaiting(now: Monotonic.now) { open(for: next, in: pool) }
     }
 
     private func cancelRequest(_ id: UInt64) {
@@ -459,14 +467,7 @@ final class EventLoop: @unchecked Sendable {
     /// Each of the three is kept in the order it falls due (a heap of deadlines, the idle lists oldest first, the sent
     /// requests in the order they went out), so a sweep visits what ends, not the thousands of calls held on Apple.
     private func sweep(now: UInt64) {
-        while let id = deadlines.popDue(now: now) {
-            guard let connection = byRequest[id], let request = connection.request, request.id == id else { continue }
-            // Closed with its request still on it, so that `close` forgets the request's id too.
-            close(connection)
-            connection.request = nil
-            request.finish(.failure(HTTPClientError(.timedOut, "no answer from \(connection.key.host) in time")))
-        }
-        let idleLimit = UInt64(configuration.idleTimeout * 1e9)
+        // Waiting requests first: a connection closed below takes the next waiting one, which must still be due.
         var waiting = 0
         for pool in pools.values {
             for request in pool.waiting[pool.waitingHead...] where !request.isFinished {
@@ -476,6 +477,16 @@ final class EventLoop: @unchecked Sendable {
                     waiting += 1
                 }
             }
+        }
+        while let id = deadlines.popDue(now: now) {
+            guard let connection = byRequest[id], let request = connection.request, request.id == id else { continue }
+            // Closed with its request still on it, so that `close` forgets the request's id too.
+            close(connection)
+            connection.request = nil
+            request.finish(.failure(HTTPClientError(.timedOut, "no answer from \(connection.key.host) in time")))
+        }
+        let idleLimit = UInt64(configuration.idleTimeout * 1e9)
+        for pool in pools.values {
             let expired = pool.idle.prefix { now &- $0.idleSince > idleLimit }.count
             if expired > 0 {
                 let ending = Array(pool.idle[..<expired])

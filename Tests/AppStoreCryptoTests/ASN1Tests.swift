@@ -16,6 +16,12 @@ struct ASN1Tests {
         #expect(try ASN1Element.parse(DER.objectIdentifier(oid)).objectIdentifier() == oid)
     }
 
+    @Test("Object identifiers that are not DER are refused: an arc with a leading 0x80, an arc cut short, an arc past 64 bits",
+          arguments: [[0x2a, 0x80, 0x01], [0x2a, 0x86], [0x2a, 0x81, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00], [0x80, 0x2a]])
+    func malformedOIDs(content: [UInt8]) {
+        #expect(throws: ASN1Error.self) { try ASN1Element.parse([0x06, UInt8(content.count)] + content).objectIdentifier() }
+    }
+
     @Test("SET OF is sorted by encoding, not by insertion")
     func setOrdering() throws {
         let set = DER.setOf([DER.integer(300), DER.integer(2), DER.utf8String("a")])

@@ -115,6 +115,29 @@ struct HTTPClientTests {
         await server.shutdown()
     }
 
+    @Test("A call queued for a connection times out at its own deadline, even when the call ahead of it ends in the same sweep")
+    func queuedDeadline() async throws {
+        let (server, base) = try Self.makeServer()
+        let client = try HTTPClient(configuration: .init(maxConnectionsPerHost: 1))
+        let slow = URL(string: base.absoluteString + "/sleep?ms=3000")!
+        let firstStarted = ContinuousClock.now
+        async let first: HTTPClientError.Code? = {
+            do { _ = try await client.send("GET", slow, timeout: 0.6); return nil } catch { return (error as? HTTPClientError)?.code }
+        }()
+        try await Task.sleep(for: .milliseconds(200))
+        // Queued behind the first call (one connection) and due 10 ms before it, so both usually fall due in one 50 ms
+        // sweep: the first's connection, closed, must not carry the second to the server with no deadline left.
+        let elapsed = Double((ContinuousClock.now - firstStarted).components.attoseconds) / 1e18
+            + Double((ContinuousClock.now - firstStarted).components.seconds)
+        let started = ContinuousClock.now
+        await #expect(throws: HTTPClientError.self) { try await client.send("GET", slow, timeout: max(0.05, 0.59 - elapsed)) }
+        #expect(ContinuousClock.now - started < .seconds(2))
+        #expect(await first == .timedOut)
+        #expect(client.requestsOnConnections == 0)
+        client.shutdown()
+        await server.shutdown()
+    }
+
     @Test("Idle kept-alive connections are closed once they have been idle for the idle timeout")
     func idleConnectionsClose() async throws {
         let (server, base) = try Self.makeServer()
@@ -244,6 +267,8 @@ struct HTTPClientTests {
         #expect(try await client.send("GET", url, timeout: 5).status == 200)
         await #expect(throws: HTTPClientError.self) { try await client.send("GET", url, timeout: 5) }
         #expect(server.requests == 2)
+        // The failed call is forgotten with its connection (it stayed in the loop's table of requests).
+        #expect(client.requestsOnConnections == 0)
         client.shutdown()
     }
 
