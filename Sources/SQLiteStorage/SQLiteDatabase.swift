@@ -108,21 +108,7 @@ public final class SQLiteDatabase: @unchecked Sendable {
 
     /// Executes one statement and returns the column names with the rows.
     public func queryWithColumns(_ sql: String, _ parameters: [Value] = []) throws -> (columns: [String], rows: [[Value]]) {
-        let statement: OpaquePointer
-        if let cached = statements[sql] {
-            statement = cached
-        } else {
-            var prepared: OpaquePointer?
-            guard sqlite3_prepare_v2(handle, sql, -1, &prepared, nil) == SQLITE_OK, let prepared else {
-                throw StorageErrorFactory.make("sql_failed", String(cString: sqlite3_errmsg(handle)))
-            }
-            statement = prepared
-            if statements.count > 256 {
-                for old in statements.values { sqlite3_finalize(old) }
-                statements.removeAll()
-            }
-            statements[sql] = prepared
-        }
+        let statement = try prepared(sql)
         defer {
             sqlite3_reset(statement)
             sqlite3_clear_bindings(statement)
@@ -130,34 +116,107 @@ public final class SQLiteDatabase: @unchecked Sendable {
         for (offset, parameter) in parameters.enumerated() {
             let index = Int32(offset + 1)
             switch parameter {
-            // With its byte length: text holding a NUL is stored whole, never cut at the NUL.
-            case .text(let text): _ = shim_sqlite3_bind_text_transient(statement, index, text, Int32(clamping: text.utf8.count))
+            case .text(let text): bind(text, at: index, of: statement)
             case .blob(let data): _ = data.withUnsafeBytes { shim_sqlite3_bind_blob_transient(statement, index, $0.baseAddress, Int32($0.count)) }
             case .integer(let value): sqlite3_bind_int64(statement, index, value)
             case .null: sqlite3_bind_null(statement, index)
             }
         }
         var rows: [[Value]] = []
-        let columns = (0..<sqlite3_column_count(statement)).map { String(cString: sqlite3_column_name(statement, $0)) }
-        while true {
-            let step = sqlite3_step(statement)
-            if step == SQLITE_DONE { break }
-            guard step == SQLITE_ROW else { throw StorageErrorFactory.make("sql_failed", String(cString: sqlite3_errmsg(handle))) }
+        let columns = columnNames(of: statement)
+        while try step(statement) {
             var row: [Value] = []
-            for column in 0..<sqlite3_column_count(statement) {
+            row.reserveCapacity(columns.count)
+            for column in 0..<Int32(columns.count) {
                 switch sqlite3_column_type(statement, column) {
                 case SQLITE_NULL: row.append(.null)
                 case SQLITE_INTEGER: row.append(.integer(sqlite3_column_int64(statement, column)))
                 case SQLITE_BLOB:
                     let count = Int(sqlite3_column_bytes(statement, column))
                     if let bytes = sqlite3_column_blob(statement, column) { row.append(.blob(Data(bytes: bytes, count: count))) } else { row.append(.blob(Data())) }
-                default:
-                    row.append(.text(sqlite3_column_text(statement, column).map { String(cString: $0) } ?? ""))
+                default: row.append(.text(text(of: statement, column)))
                 }
             }
             rows.append(row)
         }
         return (columns, rows)
+    }
+
+    /// Executes one statement with `SQLValue` parameters, straight into `SQLRow`s (no values in between: every
+    /// statement of a settlement passes here). Blobs read as UTF-8 text, as `SQLConnection` has no blobs.
+    func rows(_ sql: String, _ parameters: [any SQLBindable]) throws -> [SQLRow] {
+        let statement = try prepared(sql)
+        defer {
+            sqlite3_reset(statement)
+            sqlite3_clear_bindings(statement)
+        }
+        for (offset, parameter) in parameters.enumerated() {
+            let index = Int32(offset + 1)
+            switch parameter.sqlValue {
+            case .text(let text): bind(text, at: index, of: statement)
+            case .integer(let value): sqlite3_bind_int64(statement, index, value)
+            case .null: sqlite3_bind_null(statement, index)
+            }
+        }
+        guard try step(statement) else { return [] }
+        let columns = columnNames(of: statement)
+        var rows: [SQLRow] = []
+        repeat {
+            var values: [SQLValue] = []
+            values.reserveCapacity(columns.count)
+            for column in 0..<Int32(columns.count) {
+                switch sqlite3_column_type(statement, column) {
+                case SQLITE_NULL: values.append(.null)
+                case SQLITE_INTEGER: values.append(.integer(sqlite3_column_int64(statement, column)))
+                case SQLITE_BLOB:
+                    let count = Int(sqlite3_column_bytes(statement, column))
+                    let bytes = sqlite3_column_blob(statement, column).map { UnsafeRawBufferPointer(start: $0, count: count) }
+                    values.append(.text(bytes.map { String(decoding: $0, as: UTF8.self) } ?? ""))
+                default: values.append(.text(text(of: statement, column)))
+                }
+            }
+            rows.append(SQLRow(columns: columns, values: values))
+        } while try step(statement)
+        return rows
+    }
+
+    /// The statement for `sql`, prepared once and kept (at most 256; all are let go when that is passed).
+    private func prepared(_ sql: String) throws -> OpaquePointer {
+        if let cached = statements[sql] { return cached }
+        var prepared: OpaquePointer?
+        guard sqlite3_prepare_v2(handle, sql, -1, &prepared, nil) == SQLITE_OK, let prepared else {
+            throw StorageErrorFactory.make("sql_failed", String(cString: sqlite3_errmsg(handle)))
+        }
+        if statements.count > 256 {
+            for old in statements.values { sqlite3_finalize(old) }
+            statements.removeAll()
+        }
+        statements[sql] = prepared
+        return prepared
+    }
+
+    /// With its byte length: text holding a NUL is stored whole, never cut at the NUL.
+    private func bind(_ text: String, at index: Int32, of statement: OpaquePointer) {
+        _ = shim_sqlite3_bind_text_transient(statement, index, text, Int32(clamping: text.utf8.count))
+    }
+
+    /// Whether the statement produced a row (false once it is done).
+    private func step(_ statement: OpaquePointer) throws -> Bool {
+        switch sqlite3_step(statement) {
+        case SQLITE_ROW: return true
+        case SQLITE_DONE: return false
+        default: throw StorageErrorFactory.make("sql_failed", String(cString: sqlite3_errmsg(handle)))
+        }
+    }
+
+    private func columnNames(of statement: OpaquePointer) -> [String] {
+        (0..<sqlite3_column_count(statement)).map { String(cString: sqlite3_column_name(statement, $0)) }
+    }
+
+    /// A text column whole, by its byte length (a NUL inside it does not cut it short).
+    private func text(of statement: OpaquePointer, _ column: Int32) -> String {
+        guard let pointer = sqlite3_column_text(statement, column) else { return "" }
+        return String(decoding: UnsafeRawBufferPointer(start: pointer, count: Int(sqlite3_column_bytes(statement, column))), as: UTF8.self)
     }
 }
 

@@ -62,23 +62,6 @@ struct SQLiteConnection: SQLConnection {
     }
 
     func query(_ sql: String, _ parameters: [any SQLBindable]) throws -> [SQLRow] {
-        let values: [SQLiteDatabase.Value] = parameters.map {
-            switch $0.sqlValue {
-            case .null: return .null
-            case .integer(let value): return .integer(value)
-            case .text(let value): return .text(value)
-            }
-        }
-        let (columns, rows) = try database.queryWithColumns(sql, values)
-        return rows.map { row in
-            SQLRow(columns: columns, values: row.map {
-                switch $0 {
-                case .null: return .null
-                case .integer(let value): return .integer(value)
-                case .text(let value): return .text(value)
-                case .blob(let data): return .text(String(decoding: data, as: UTF8.self))
-                }
-            })
-        }
+        try database.rows(sql, parameters)
     }
 }

@@ -36,6 +36,23 @@ struct SQLTextCacheTests {
         #expect(cache.count <= SQLTextCache.limit)
     }
 
+    @Test("Text holding a NUL, or not UTF-8 as stored, comes back whole through SQLConnection")
+    func textWhole() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("sqltexts-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let database = try SQLiteSQLDatabase(path: directory.appendingPathComponent("t.sqlite").path)
+        let texts = ["a\u{0}b", "\u{0}", "", "é😀\u{0}z", String(repeating: "x", count: 10_000) + "\u{0}" + "y"]
+        let read = try await database.transaction { connection in
+            try connection.run("CREATE TABLE t (n INTEGER PRIMARY KEY, s TEXT, b BLOB)")
+            for (index, text) in texts.enumerated() {
+                try connection.append(into: "t", columns: ["n", "s", "b"], values: [index, text, text], conflict: "")
+            }
+            return try connection.query("SELECT s, CAST(b AS BLOB) AS b FROM t ORDER BY n", []).map { [$0.string("s"), $0.string("b")] }
+        }
+        #expect(read == texts.map { [$0, $0] })
+    }
+
     @Test("On SQLite, appends, returning appends, updates and additions write what they say, again and again")
     func writes() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("sqltexts-\(UUID().uuidString)")
