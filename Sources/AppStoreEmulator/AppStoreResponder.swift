@@ -71,7 +71,7 @@ public struct AppStoreResponder: Responder {
         guard let fault = emulator.fault(for: endpoint, environment: environment) else { return nil }
         if fault.latencyMax > 0 {
             let seconds = Double.random(in: fault.latencyMin...max(fault.latencyMin, fault.latencyMax))
-            try? await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
+            await HeldCalls.shared.hold(for: .milliseconds(Int(seconds * 1000)))
         }
         switch fault.behavior {
         case .none:
