@@ -1,17 +1,13 @@
 import Foundation
+import HTTPClient
 
 /// Holds calls for a fault's latency: one thread and one heap of wake-up times for every held call of the process.
 ///
 /// `Task.sleep` arms a Dispatch timer source per call; an emulator holding thousands of verifyReceipt calls for 3–6 s
 /// spent 4.3% of its CPU on those timers (bench/README.md, twentieth round). Here a held call costs a heap entry and
 /// one resume. Cancelling the waiting task ends its wait at once, as `Task.sleep` does.
-final class HeldCalls: @unchecked Sendable {  // every field is guarded by `condition`
+final class HeldCalls: @unchecked Sendable {  // every field but `wakeUps` is guarded by `lock`
     static let shared = HeldCalls()
-
-    private struct Entry {
-        let due: UInt64
-        let id: UInt64
-    }
 
     private enum Waiter {
         case pending  // its continuation not handed over yet
@@ -19,14 +15,22 @@ final class HeldCalls: @unchecked Sendable {  // every field is guarded by `cond
         case cancelled
     }
 
-    private let condition = NSCondition()
-    private var heap: [Entry] = []
+    private let lock = NSLock()
+    /// Wakes the thread early for a hold sooner than the one it waits for; its waits are on the monotonic clock
+    /// (`DispatchTime`), so setting the wall clock back delays nothing.
+    private let wakeUps = DispatchSemaphore(value: 0)
+    private var heap = DeadlineHeap()
     private var waiters: [UInt64: Waiter] = [:]
     private var lastID: UInt64 = 0
-    private var started = false
+    private var running = false
+
+    init() {}
 
     /// Calls held now (for tests).
-    var count: Int { condition.withLock { waiters.count } }
+    var count: Int { lock.withLock { waiters.count } }
+
+    /// Whether the thread runs (for tests): it ends when nothing is held.
+    var threadRunning: Bool { lock.withLock { running } }
 
     /// Returns after `duration`, or at once when the task is cancelled.
     func hold(for duration: Duration) async {
@@ -34,102 +38,72 @@ final class HeldCalls: @unchecked Sendable {  // every field is guarded by `cond
         let (seconds, attoseconds) = duration.components
         // At most a day (a fault's latency is seconds).
         let nanoseconds = seconds >= 86_400 ? 86_400 * 1_000_000_000 : UInt64(seconds) * 1_000_000_000 + UInt64(attoseconds / 1_000_000_000)
-        let id: UInt64 = condition.withLock {
+        let id: UInt64 = lock.withLock {
             lastID += 1
             waiters[lastID] = .pending
             return lastID
         }
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                condition.lock()
+                lock.lock()
                 if case .cancelled = waiters[id] {
                     waiters[id] = nil
-                    condition.unlock()
+                    lock.unlock()
                     continuation.resume()
                     return
                 }
                 waiters[id] = .waiting(continuation)
-                let due = Self.now + nanoseconds
-                push(Entry(due: due, id: id))
-                if !started {
-                    started = true
+                let due = Monotonic.now + nanoseconds
+                heap.push(deadline: due, id: id)
+                let soonest = heap.soonest == due
+                let start = !running
+                running = true
+                lock.unlock()
+                if start {
                     let thread = Thread { [self] in run() }
                     thread.name = "storekeeper-held-calls"
                     thread.start()
+                } else if soonest {
+                    wakeUps.signal()
                 }
-                if heap[0].id == id { condition.signal() }  // sooner than the thread is waiting for
-                condition.unlock()
             }
         } onCancel: {
-            condition.lock()
+            lock.lock()
             switch waiters[id] {
             case .waiting(let continuation):
                 waiters[id] = nil
-                condition.unlock()
+                lock.unlock()
                 continuation.resume()
             case .pending:
                 waiters[id] = .cancelled  // `hold` resumes at once when it hands its continuation over
-                condition.unlock()
+                lock.unlock()
             case .cancelled, nil:  // nil: already woken
-                condition.unlock()
+                lock.unlock()
             }
         }
     }
 
+    /// Wakes what is due, then waits for the next (at most a second) or a sooner hold; ends when nothing is held.
     private func run() {
-        condition.lock()
         while true {
-            guard let first = heap.first else {
-                condition.wait()
-                continue
-            }
-            let now = Self.now
-            guard first.due <= now else {
-                // At most a second: the wait is on the wall clock, which may be set back.
-                _ = condition.wait(until: Date(timeIntervalSinceNow: min(1, Double(first.due - now) / 1e9)))
-                continue
-            }
             var due: [CheckedContinuation<Void, Never>] = []
-            while let entry = heap.first, entry.due <= now {
-                popFirst()
-                if case .waiting(let continuation) = waiters.removeValue(forKey: entry.id) { due.append(continuation) }
+            let now = Monotonic.now
+            lock.lock()
+            while let id = heap.popDue(now: now) {
+                if case .waiting(let continuation) = waiters.removeValue(forKey: id) { due.append(continuation) }
             }
-            condition.unlock()
+            if waiters.isEmpty {
+                // Every entry left belongs to a cancelled hold.
+                heap = DeadlineHeap()
+                running = false
+                lock.unlock()
+                for continuation in due { continuation.resume() }
+                return
+            }
+            let wait = heap.soonest.map { min($0 - now, 1_000_000_000) } ?? 1_000_000_000
+            lock.unlock()
             for continuation in due { continuation.resume() }
-            condition.lock()
+            _ = wakeUps.wait(timeout: .now() + .nanoseconds(Int(wait)))
         }
-    }
-
-    private func push(_ entry: Entry) {
-        heap.append(entry)
-        var child = heap.count - 1
-        while child > 0 {
-            let parent = (child - 1) / 2
-            guard heap[child].due < heap[parent].due else { break }
-            heap.swapAt(child, parent)
-            child = parent
-        }
-    }
-
-    private func popFirst() {
-        let last = heap.removeLast()
-        guard !heap.isEmpty else { return }
-        heap[0] = last
-        var parent = 0
-        while true {
-            let left = 2 * parent + 1
-            guard left < heap.count else { break }
-            let right = left + 1
-            let smaller = right < heap.count && heap[right].due < heap[left].due ? right : left
-            guard heap[smaller].due < heap[parent].due else { break }
-            heap.swapAt(parent, smaller)
-            parent = smaller
-        }
-    }
-
-    private static var now: UInt64 {
-        var spec = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &spec)
-        return UInt64(spec.tv_sec) * 1_000_000_000 + UInt64(spec.tv_nsec)
     }
 }

@@ -161,8 +161,8 @@ enum RequestBytes {
 }
 
 /// Nanoseconds on the monotonic clock.
-enum Monotonic {
-    static var now: UInt64 {
+public enum Monotonic {
+    public static var now: UInt64 {
         var spec = timespec()
         clock_gettime(CLOCK_MONOTONIC, &spec)
         return UInt64(spec.tv_sec) * 1_000_000_000 + UInt64(spec.tv_nsec)

@@ -1,10 +1,11 @@
-/// Requests' deadlines, soonest first (a binary min-heap of monotonic nanoseconds and request ids).
+/// Ids by deadline, soonest first (a binary min-heap of monotonic nanoseconds and ids): requests' deadlines here, the
+/// emulator's held calls too.
 ///
 /// The event loop pushes each request once, when it is submitted, and pops only the entries that are due, so a sweep
 /// costs what ends rather than what is held: thousands of calls wait seconds on Apple. An entry is not removed when
 /// its request finishes early; the loop skips ids it no longer holds, and drops the stale entries with
 /// `removeAll(keeping:)` once they outnumber the live ones (callers may give timeouts of hours).
-struct DeadlineHeap {
+public struct DeadlineHeap {
     struct Entry {
         let deadline: UInt64
         let id: UInt64
@@ -12,9 +13,14 @@ struct DeadlineHeap {
 
     private(set) var entries: [Entry] = []
 
-    var count: Int { entries.count }
+    public init() {}
 
-    mutating func push(deadline: UInt64, id: UInt64) {
+    public var count: Int { entries.count }
+
+    /// The soonest deadline, if any.
+    public var soonest: UInt64? { entries.first?.deadline }
+
+    public mutating func push(deadline: UInt64, id: UInt64) {
         entries.append(Entry(deadline: deadline, id: id))
         var child = entries.count - 1
         while child > 0 {
@@ -26,7 +32,7 @@ struct DeadlineHeap {
     }
 
     /// The id of the soonest entry if its deadline is at or before `now`, removed from the heap.
-    mutating func popDue(now: UInt64) -> UInt64? {
+    public mutating func popDue(now: UInt64) -> UInt64? {
         guard let first = entries.first, first.deadline <= now else { return nil }
         let last = entries.removeLast()
         guard !entries.isEmpty else { return first.id }
@@ -45,7 +51,7 @@ struct DeadlineHeap {
     }
 
     /// Keeps only the entries whose id `live` accepts, in heap order again.
-    mutating func removeAll(keeping live: (UInt64) -> Bool) {
+    public mutating func removeAll(keeping live: (UInt64) -> Bool) {
         let kept = entries.filter { live($0.id) }
         entries = []
         entries.reserveCapacity(kept.count)

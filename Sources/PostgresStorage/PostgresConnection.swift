@@ -127,6 +127,7 @@ final class PostgresConnection: @unchecked Sendable {
         var names: [String?] = []
         names.reserveCapacity(batch.count)
         for item in batch {
+            try Self.refuseNUL(item.texts)
             names.append(try preparedName(for: item.sql, parameterCount: item.texts.count))
         }
         guard PQenterPipelineMode(handle) == 1 else { throw connectionError() }
@@ -180,6 +181,17 @@ final class PostgresConnection: @unchecked Sendable {
         }
         if let failure { throw failure }
         return rows
+    }
+
+    /// PostgreSQL's text holds no NUL, and libpq takes parameters as C strings: a NUL would cut the value there without
+    /// a word, so a statement with one fails instead.
+    static func refuseNUL(_ texts: [String?]) throws {
+        for case let text? in texts {
+            let holdsNUL = text.utf8.withContiguousStorageIfAvailable { bytes in
+                bytes.baseAddress.map { memchr($0, 0, bytes.count) != nil } ?? false
+            } ?? text.utf8.contains(0)
+            if holdsNUL { throw PostgresError.make("text_with_nul", "PostgreSQL text cannot hold a NUL character (U+0000)") }
+        }
     }
 
     private static func rows(of result: OpaquePointer) -> [SQLRow] {

@@ -35,6 +35,13 @@ extension PurchaseServerResponder {
             appUserId = try string("appUserId")
             receiptData = try string("receiptData")
             signedTransaction = try string("signedTransaction")
+            // Base64 and JWS hold no NUL; PostgreSQL's text cannot hold one (SQLite keeps it), so one is refused here.
+            if receiptData?.utf8.contains(0) == true {
+                throw HTTPError.badRequest("receiptData holds a NUL character; it is Base64.", code: "invalid_receipt")
+            }
+            if signedTransaction?.utf8.contains(0) == true {
+                throw HTTPError.badRequest("signedTransaction holds a NUL character; it is a compact JWS.", code: "invalid_transaction")
+            }
             let transactionId = try string("transactionId")
             if let transactionId, transactionId.utf8.count > 32 || !transactionId.isASCIIDigits {
                 throw HTTPError.badRequest("transactionId must be an App Store transaction id (digits).", code: "invalid_transaction_id")

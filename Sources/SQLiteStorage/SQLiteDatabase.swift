@@ -108,76 +108,68 @@ public final class SQLiteDatabase: @unchecked Sendable {
 
     /// Executes one statement and returns the column names with the rows.
     public func queryWithColumns(_ sql: String, _ parameters: [Value] = []) throws -> (columns: [String], rows: [[Value]]) {
-        let statement = try prepared(sql)
-        defer {
-            sqlite3_reset(statement)
-            sqlite3_clear_bindings(statement)
-        }
-        for (offset, parameter) in parameters.enumerated() {
-            let index = Int32(offset + 1)
-            switch parameter {
-            case .text(let text): bind(text, at: index, of: statement)
-            case .blob(let data): _ = data.withUnsafeBytes { shim_sqlite3_bind_blob_transient(statement, index, $0.baseAddress, Int32($0.count)) }
-            case .integer(let value): sqlite3_bind_int64(statement, index, value)
-            case .null: sqlite3_bind_null(statement, index)
-            }
-        }
-        var rows: [[Value]] = []
-        let columns = columnNames(of: statement)
-        while try step(statement) {
-            var row: [Value] = []
-            row.reserveCapacity(columns.count)
-            for column in 0..<Int32(columns.count) {
-                switch sqlite3_column_type(statement, column) {
-                case SQLITE_NULL: row.append(.null)
-                case SQLITE_INTEGER: row.append(.integer(sqlite3_column_int64(statement, column)))
-                case SQLITE_BLOB:
-                    let count = Int(sqlite3_column_bytes(statement, column))
-                    if let bytes = sqlite3_column_blob(statement, column) { row.append(.blob(Data(bytes: bytes, count: count))) } else { row.append(.blob(Data())) }
-                default: row.append(.text(text(of: statement, column)))
+        try readRows(sql, bind: { statement in
+            for (offset, parameter) in parameters.enumerated() {
+                let index = Int32(offset + 1)
+                switch parameter {
+                case .text(let text): bind(text, at: index, of: statement)
+                case .blob(let data): _ = data.withUnsafeBytes { shim_sqlite3_bind_blob_transient(statement, index, $0.baseAddress, Int32($0.count)) }
+                case .integer(let value): sqlite3_bind_int64(statement, index, value)
+                case .null: sqlite3_bind_null(statement, index)
                 }
             }
-            rows.append(row)
-        }
-        return (columns, rows)
+        }, value: { statement, column in
+            switch sqlite3_column_type(statement, column) {
+            case SQLITE_NULL: return .null
+            case SQLITE_INTEGER: return .integer(sqlite3_column_int64(statement, column))
+            case SQLITE_BLOB: return .blob(blob(of: statement, column).map { Data($0) } ?? Data())
+            default: return .text(text(of: statement, column))
+            }
+        })
     }
 
     /// Executes one statement with `SQLValue` parameters, straight into `SQLRow`s (no values in between: every
     /// statement of a settlement passes here). Blobs read as UTF-8 text, as `SQLConnection` has no blobs.
     func rows(_ sql: String, _ parameters: [any SQLBindable]) throws -> [SQLRow] {
+        let (columns, rows) = try readRows(sql, bind: { statement in
+            for (offset, parameter) in parameters.enumerated() {
+                let index = Int32(offset + 1)
+                switch parameter.sqlValue {
+                case .text(let text): bind(text, at: index, of: statement)
+                case .integer(let value): sqlite3_bind_int64(statement, index, value)
+                case .null: sqlite3_bind_null(statement, index)
+                }
+            }
+        }, value: { statement, column -> SQLValue in
+            switch sqlite3_column_type(statement, column) {
+            case SQLITE_NULL: return .null
+            case SQLITE_INTEGER: return .integer(sqlite3_column_int64(statement, column))
+            case SQLITE_BLOB: return .text(blob(of: statement, column).map { String(decoding: $0, as: UTF8.self) } ?? "")
+            default: return .text(text(of: statement, column))
+            }
+        })
+        return rows.map { SQLRow(columns: columns, values: $0) }
+    }
+
+    /// Prepares (or reuses) `sql`, binds its parameters, and reads every row a value at a time; the statement is reset
+    /// on every path.
+    private func readRows<V>(_ sql: String, bind: (OpaquePointer) -> Void,
+                            value: (OpaquePointer, Int32) -> V) throws -> (columns: [String], rows: [[V]]) {
         let statement = try prepared(sql)
         defer {
             sqlite3_reset(statement)
             sqlite3_clear_bindings(statement)
         }
-        for (offset, parameter) in parameters.enumerated() {
-            let index = Int32(offset + 1)
-            switch parameter.sqlValue {
-            case .text(let text): bind(text, at: index, of: statement)
-            case .integer(let value): sqlite3_bind_int64(statement, index, value)
-            case .null: sqlite3_bind_null(statement, index)
-            }
-        }
-        guard try step(statement) else { return [] }
+        bind(statement)
         let columns = columnNames(of: statement)
-        var rows: [SQLRow] = []
-        repeat {
-            var values: [SQLValue] = []
-            values.reserveCapacity(columns.count)
-            for column in 0..<Int32(columns.count) {
-                switch sqlite3_column_type(statement, column) {
-                case SQLITE_NULL: values.append(.null)
-                case SQLITE_INTEGER: values.append(.integer(sqlite3_column_int64(statement, column)))
-                case SQLITE_BLOB:
-                    let count = Int(sqlite3_column_bytes(statement, column))
-                    let bytes = sqlite3_column_blob(statement, column).map { UnsafeRawBufferPointer(start: $0, count: count) }
-                    values.append(.text(bytes.map { String(decoding: $0, as: UTF8.self) } ?? ""))
-                default: values.append(.text(text(of: statement, column)))
-                }
-            }
-            rows.append(SQLRow(columns: columns, values: values))
-        } while try step(statement)
-        return rows
+        var rows: [[V]] = []
+        while try step(statement) {
+            var row: [V] = []
+            row.reserveCapacity(columns.count)
+            for column in 0..<Int32(columns.count) { row.append(value(statement, column)) }
+            rows.append(row)
+        }
+        return (columns, rows)
     }
 
     /// The statement for `sql`, prepared once and kept (at most 256; all are let go when that is passed).
@@ -211,6 +203,12 @@ public final class SQLiteDatabase: @unchecked Sendable {
 
     private func columnNames(of statement: OpaquePointer) -> [String] {
         (0..<sqlite3_column_count(statement)).map { String(cString: sqlite3_column_name(statement, $0)) }
+    }
+
+    /// A blob column's bytes (the blob first, then its length: SQLite's order), or nil for an empty one.
+    private func blob(of statement: OpaquePointer, _ column: Int32) -> UnsafeRawBufferPointer? {
+        guard let bytes = sqlite3_column_blob(statement, column) else { return nil }
+        return UnsafeRawBufferPointer(start: bytes, count: Int(sqlite3_column_bytes(statement, column)))
     }
 
     /// A text column whole, by its byte length (a NUL inside it does not cut it short).

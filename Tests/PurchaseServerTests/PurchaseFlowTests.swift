@@ -183,6 +183,12 @@ struct PurchaseFlowTests {
         let (status, bad) = try await world.client.json(.post, "/v1/receipts", json: ["appUserId": "bob", "receiptData": receipt, "transactionId": "12a"],
                                                         headers: ["Authorization": "Bearer \(world.keys["com.example.coins"]!)"])
         #expect(status == 400 && (bad["error"] as? [String: Any])?["code"] as? String == "invalid_transaction_id")
+        // A NUL inside the receipt or the signed transaction is refused at the edge (PostgreSQL's text cannot hold one).
+        for (field, path, code) in [("receiptData", "/v1/receipts", "invalid_receipt"), ("signedTransaction", "/v1/transactions", "invalid_transaction")] {
+            let (status, refused) = try await world.client.json(.post, path, json: ["appUserId": "bob", field: String(receipt.prefix(100)) + "\u{0}" + String(receipt.dropFirst(100))],
+                                                                headers: ["Authorization": "Bearer \(world.keys["com.example.coins"]!)"])
+            #expect(status == 400 && (refused["error"] as? [String: Any])?["code"] as? String == code)
+        }
     }
 
     @Test("A refund revokes the entitlement and claws back credit; a negative balance flags the user", arguments: Engine.available)

@@ -25,6 +25,24 @@ struct StatementPipelineTests {
         try await database.transaction { db in try db.query("SELECT COUNT(*) AS n FROM items").first?.int("n") ?? -1 }
     }
 
+    @Test("Text holding a NUL is stored and read whole on SQLite, and refused on PostgreSQL (never cut short)", arguments: Engine.available)
+    func textWithNUL(engine: Engine) async throws {
+        let database = try await database(engine, "CREATE TABLE notes (id TEXT PRIMARY KEY, body TEXT NOT NULL)")
+        defer { Task { await database.close() } }
+        let body = "before\u{0}after"
+        do {
+            let read = try await database.transaction { db -> String? in
+                try db.run("INSERT INTO notes (id, body) VALUES (?, ?)", ["a", body])
+                return try db.query("SELECT body FROM notes WHERE id = ?", ["a"]).first?.string("body")
+            }
+            #expect(database.dialect == .sqlite && read == body)
+        } catch let error as StorageError {
+            #expect(database.dialect == .postgres && error.code == "text_with_nul")
+            let count = try await database.transaction { db in try db.query("SELECT COUNT(*) AS n FROM notes").first?.int("n") }
+            #expect(count == 0)
+        }
+    }
+
     @Test("A held statement is seen by the next query of its transaction, and commits", arguments: Engine.available)
     func heldStatementsAreSeen(engine: Engine) async throws {
         let database = try await table(engine)
