@@ -186,11 +186,8 @@ final class PostgresConnection: @unchecked Sendable {
     /// PostgreSQL's text holds no NUL, and libpq takes parameters as C strings: a NUL would cut the value there without
     /// a word, so a statement with one fails instead.
     static func refuseNUL(_ texts: [String?]) throws {
-        for case let text? in texts {
-            let holdsNUL = text.utf8.withContiguousStorageIfAvailable { bytes in
-                bytes.baseAddress.map { memchr($0, 0, bytes.count) != nil } ?? false
-            } ?? text.utf8.contains(0)
-            if holdsNUL { throw PostgresError.make("text_with_nul", "PostgreSQL text cannot hold a NUL character (U+0000)") }
+        for case let text? in texts where text.containsNUL {
+            throw PostgresError.make("text_with_nul", "PostgreSQL text cannot hold a NUL character (U+0000)")
         }
     }
 

@@ -2,6 +2,7 @@ import AppStoreModels
 import Clocks
 import Foundation
 import HTTP
+import Storage
 
 extension PurchaseServerResponder {
     /// A transaction id or appTransactionId as Apple writes them: 1–20 ASCII digits.
@@ -36,10 +37,10 @@ extension PurchaseServerResponder {
             receiptData = try string("receiptData")
             signedTransaction = try string("signedTransaction")
             // Base64 and JWS hold no NUL; PostgreSQL's text cannot hold one (SQLite keeps it), so one is refused here.
-            if receiptData?.utf8.contains(0) == true {
+            if receiptData?.containsNUL == true {
                 throw HTTPError.badRequest("receiptData holds a NUL character; it is Base64.", code: "invalid_receipt")
             }
-            if signedTransaction?.utf8.contains(0) == true {
+            if signedTransaction?.containsNUL == true {
                 throw HTTPError.badRequest("signedTransaction holds a NUL character; it is a compact JWS.", code: "invalid_transaction")
             }
             let transactionId = try string("transactionId")

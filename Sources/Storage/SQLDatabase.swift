@@ -15,6 +15,16 @@ public enum SQLValue: Sendable, Equatable, CustomStringConvertible {
     }
 }
 
+extension String {
+    /// Whether the text holds a NUL (U+0000), found with `memchr`: receipts are kilobytes. PostgreSQL's text cannot hold
+    /// one, and C strings end at it.
+    public var containsNUL: Bool {
+        utf8.withContiguousStorageIfAvailable { bytes in
+            bytes.baseAddress.map { memchr($0, 0, bytes.count) != nil } ?? false
+        } ?? utf8.contains(0)
+    }
+}
+
 /// Conversions into bound parameters.
 public protocol SQLBindable {
     var sqlValue: SQLValue { get }
