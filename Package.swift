@@ -31,7 +31,7 @@ let package = Package(
         .target(name: "HTTP", swiftSettings: swiftSettings),
         .target(name: "HTTPServer", dependencies: ["HTTP", "CMicroHTTPD", "COpenSSL", "COpenSSLSetup", "CSystem", "Locking"], swiftSettings: swiftSettings),
         .target(name: "HTTPClient", dependencies: ["COpenSSL", "COpenSSLSetup", "CSystem", "Locking"], swiftSettings: swiftSettings),
-        .target(name: "AppStoreCrypto", dependencies: ["AppStoreModels", "COpenSSL", "COpenSSLSetup"], swiftSettings: swiftSettings),
+        .target(name: "AppStoreCrypto", dependencies: ["AppStoreModels", "COpenSSL", "COpenSSLSetup", "Locking"], swiftSettings: swiftSettings),
         .target(name: "Storage", dependencies: ["Locking"], swiftSettings: swiftSettings),
         .target(name: "SQLiteStorage", dependencies: ["Storage", "CSQLite"], swiftSettings: swiftSettings),
         .target(name: "PostgresStorage", dependencies: ["Storage", "CLibPQ", "COpenSSLSetup", "Locking"], swiftSettings: swiftSettings),

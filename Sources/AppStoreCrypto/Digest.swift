@@ -1,5 +1,11 @@
 import COpenSSL
 
+// Fetched once and never freed: EVP_MD objects are reference counted and safe to share between threads. A failed
+// fetch (no default provider) falls back to the implicit fetch of the legacy getters.
+nonisolated(unsafe) private let fetchedSHA1 = EVP_MD_fetch(nil, "SHA1", nil) ?? EVP_sha1()
+nonisolated(unsafe) private let fetchedSHA256 = EVP_MD_fetch(nil, "SHA256", nil) ?? EVP_sha256()
+nonisolated(unsafe) private let fetchedSHA384 = EVP_MD_fetch(nil, "SHA384", nil) ?? EVP_sha384()
+
 /// The message digests receipts use.
 public enum Digest: Sendable {
     case sha1
@@ -7,11 +13,22 @@ public enum Digest: Sendable {
     /// For StoreKit 2's `deviceVerification`; receipts never use it.
     case sha384
 
+    /// The algorithm, fetched from OpenSSL's default provider once per process. `EVP_sha256()` and its kind are
+    /// fetched again by name inside every `EVP_Digest` and every signing or verifying set-up.
     var md: OpaquePointer? {
         switch self {
-        case .sha1: return EVP_sha1()
-        case .sha256: return EVP_sha256()
-        case .sha384: return EVP_sha384()
+        case .sha1: return fetchedSHA1
+        case .sha256: return fetchedSHA256
+        case .sha384: return fetchedSHA384
+        }
+    }
+
+    /// A small number for each case, for tables (`DigestContextTemplates`).
+    var index: Int {
+        switch self {
+        case .sha1: return 0
+        case .sha256: return 1
+        case .sha384: return 2
         }
     }
 

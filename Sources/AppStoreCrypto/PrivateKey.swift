@@ -6,9 +6,14 @@ import Foundation
 // operation creates its own EVP_MD_CTX, so sharing across threads is safe.
 public final class PrivateKey: @unchecked Sendable {
     let pointer: OpaquePointer
+    /// Signing contexts set up once per digest; each signature starts from a copy.
+    private let signers: DigestContextTemplates
 
-    init(owning pointer: OpaquePointer) { self.pointer = pointer }
-    deinit { EVP_PKEY_free(pointer) }
+    init(owning pointer: OpaquePointer) {
+        self.pointer = pointer
+        signers = DigestContextTemplates(key: pointer, operation: .sign)
+    }
+    deinit { EVP_PKEY_free(pointer) }  // the templates' contexts hold references of their own until they go
 
     /// Generates an RSA key.
     public static func generateRSA(bits: Int32 = 2048) throws -> PrivateKey {
@@ -65,9 +70,8 @@ public final class PrivateKey: @unchecked Sendable {
 
     /// Signs `data` over the digest: RSA PKCS#1 v1.5 for RSA keys, DER ECDSA for EC keys.
     public func sign(_ data: [UInt8], digest: Digest) throws -> [UInt8] {
-        guard let context = EVP_MD_CTX_new() else { throw CryptoError.openSSL("signing_failed", "no digest context") }
+        guard let context = signers.context(for: digest) else { throw CryptoError.openSSL("signing_failed", "cannot start signing") }
         defer { EVP_MD_CTX_free(context) }
-        guard EVP_DigestSignInit(context, nil, digest.md, nil, pointer) == 1 else { throw CryptoError.openSSL("signing_failed", "cannot start signing") }
         var length = 0
         guard EVP_DigestSign(context, nil, &length, data, data.count) == 1 else { throw CryptoError.openSSL("signing_failed", "cannot size the signature") }
         var signature = [UInt8](repeating: 0, count: length)
@@ -80,17 +84,19 @@ public final class PrivateKey: @unchecked Sendable {
 // Immutable after creation; verification creates per-call contexts (see PrivateKey).
 public final class PublicKey: @unchecked Sendable {
     let pointer: OpaquePointer
-    init(owning pointer: OpaquePointer) { self.pointer = pointer }
+    /// Verifying contexts set up once per digest; each verification starts from a copy.
+    private let verifiers: DigestContextTemplates
+
+    init(owning pointer: OpaquePointer) {
+        self.pointer = pointer
+        verifiers = DigestContextTemplates(key: pointer, operation: .verify)
+    }
     deinit { EVP_PKEY_free(pointer) }
 
     /// Whether `signature` is a valid RSA PKCS#1 v1.5 signature of `data` under `digest`.
     public func isValidSignature<Data: Collection>(_ signature: [UInt8], for data: Data, digest: Digest) -> Bool where Data.Element == UInt8 {
-        guard let context = EVP_MD_CTX_new() else { return false }
+        guard let context = verifiers.context(for: digest) else { return false }
         defer { EVP_MD_CTX_free(context) }
-        guard EVP_DigestVerifyInit(context, nil, digest.md, nil, pointer) == 1 else {
-            ERR_clear_error()
-            return false
-        }
         let bytes = Array(data)
         let result = EVP_DigestVerify(context, signature, signature.count, bytes, bytes.count)
         if result != 1 { ERR_clear_error() }

@@ -23,3 +23,56 @@ struct DigestTests {
         #expect(stride(from: UInt8(0), through: 3, by: 1).hexString == "00010203")
     }
 }
+
+@Suite("Signing and verifying from set-up contexts")
+struct SignatureContextTests {
+    static let message = Array("receipt payload".utf8)
+
+    @Test("One key signs and verifies again and again, under each digest in turn, a bad signature between good ones",
+          arguments: ["RSA", "EC"])
+    func repeated(kind: String) throws {
+        let key = kind == "RSA" ? try PrivateKey.generateRSA() : try PrivateKey.generateEC()
+        let publicKey = key.publicKey
+        for round in 0..<3 {
+            for digest in [Digest.sha1, .sha256, .sha384] {
+                let message = Self.message + [UInt8(round)]
+                let signature = try key.sign(message, digest: digest)
+                // A verification finishes its context: a second one from the same context would fail.
+                #expect(publicKey.isValidSignature(signature, for: message, digest: digest))
+                #expect(publicKey.isValidSignature(signature, for: message, digest: digest))
+                #expect(!publicKey.isValidSignature(signature, for: message + [0], digest: digest))
+                #expect(!publicKey.isValidSignature(Array(signature.dropLast()), for: message, digest: digest))
+                #expect(publicKey.isValidSignature(signature, for: message, digest: digest))
+                // Signed under one digest, checked under another: refused.
+                let other: Digest = digest == .sha256 ? .sha384 : .sha256
+                #expect(!publicKey.isValidSignature(signature, for: message, digest: other))
+            }
+        }
+        // Another key's signature is refused by this one.
+        let stranger = kind == "RSA" ? try PrivateKey.generateRSA() : try PrivateKey.generateEC()
+        #expect(!publicKey.isValidSignature(try stranger.sign(Self.message, digest: .sha256), for: Self.message, digest: .sha256))
+    }
+
+    @Test("Eight threads share one key pair: every signature verifies and every forgery is refused")
+    func concurrent() async throws {
+        let key = try PrivateKey.generateEC()
+        let publicKey = key.publicKey
+        let outcomes = try await withThrowingTaskGroup(of: (good: Int, refused: Int).self) { group in
+            for worker in 0..<8 {
+                group.addTask {
+                    var good = 0, refused = 0
+                    for index in 0..<50 {
+                        let message = Self.message + [UInt8(worker), UInt8(index)]
+                        let signature = try key.signES256(message)
+                        if publicKey.isValidES256(signature, for: message) { good += 1 }
+                        if !publicKey.isValidES256(signature, for: message + [1]) { refused += 1 }
+                    }
+                    return (good, refused)
+                }
+            }
+            return try await group.reduce(into: [(good: Int, refused: Int)]()) { $0.append($1) }
+        }
+        #expect(outcomes.map(\.good) == Array(repeating: 50, count: 8))
+        #expect(outcomes.map(\.refused) == Array(repeating: 50, count: 8))
+    }
+}
