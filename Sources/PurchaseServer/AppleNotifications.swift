@@ -148,7 +148,7 @@ extension PurchaseServer {
         // Everything in one transaction: the record (or finding it already recorded), the renewal state, the
         // owner, and the settlement's job. A crash leaves either all of it or nothing, and Apple's retry finds nothing.
         // Notifications arriving together share the transaction (group commit), each applied in arrival order.
-        let (outcome, verificationId) = try await notificationWrites.write({ db in
+        let record: @Sendable (any SQLConnection) throws -> (NotificationReceipt.Outcome, String?) = { db in
             let notifications = NotificationRepository(db: db)
             guard try notifications.insert(uuid, appId: app.id, type: type, subtype: subtype, environment: env, signedDate: signedDate,
                                            signed: signed, transaction: transaction, state: "received", reason: nil, now: now) else {
@@ -173,14 +173,17 @@ extension PurchaseServer {
                 try notifications.mark(uuid, state: "queued", verificationId: job.id)
                 return (.queued, job.id)
             }
-        }, in: store.database) { write, db in try write(db) }
+        }
+        // Webhook events it wrote go out now rather than at the deliverer's next poll.
+        let (outcome, verificationId) = try await store.wakingWebhooks {
+            try await notificationWrites.write(record, in: store.database) { write, db in try write(db) }
+        }
         guard outcome != .duplicate else {
             // Usually Apple sending again. It may also be this very request's batch, committed although its commit
             // answered an error and retried alone: a wake-up costs one claim and finds its job if so.
             worker.wake()
             return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .duplicate)
         }
-        store.webhookSignal.wake()
         switch outcome {
         case .queued:
             worker.wake()

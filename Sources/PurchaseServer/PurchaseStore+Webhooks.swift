@@ -130,6 +130,17 @@ extension PurchaseStore {
             }
         }
         try repository.insert(events: stored)
+        if !stored.isEmpty { webhookEventsWritten.wrappingAdd(1, ordering: .relaxed) }
+    }
+
+    /// Runs a write that may record webhook events and wakes the deliverer after it, if events were written while it
+    /// ran: its own, committed now, or another write's, which wakes the deliverer after its own commit too (a wake-up
+    /// too many costs one claim). Nothing is woken for writes that wrote no event.
+    func wakingWebhooks<T>(_ write: () async throws -> T) async rethrows -> T {
+        let before = webhookEventsWritten.load(ordering: .relaxed)
+        let result = try await write()
+        if webhookEventsWritten.load(ordering: .relaxed) != before { webhookSignal.wake() }
+        return result
     }
 
     private func event(_ draft: WebhookEventDraft, appId: String, view: UserView?, sequence: Int64, now: Date) -> StoredWebhookEvent {
@@ -146,6 +157,7 @@ extension PurchaseStore {
         let body = String(decoding: body, as: UTF8.self)  // made only when an endpoint takes it
         try webhooks(db).insert(event: StoredWebhookEvent(id: ids.nextString(), appId: appId, appUserId: "", type: .appleNotification, sequence: 0,
                                                           occurredAt: now.milliseconds, body: body), endpointIds: targets)
+        webhookEventsWritten.wrappingAdd(1, ordering: .relaxed)
     }
 
     private func store(_ draft: WebhookEventDraft, appId: String, endpoints: [String], view: UserView?, sequence: Int64,

@@ -36,6 +36,11 @@ public final class PurchaseStore: Sendable {
     let settlements: GroupCommit<Settlement, (JobState, SettlementResult)?>
     /// Woken when webhook events are written (the deliverer sleeps on it between passes).
     let webhookSignal = WakeSignal()
+    /// Counts webhook events written, in the writing transaction (so also those rolled back): a write that saw it move
+    /// while it ran wakes the deliverer after its commit (`wakingWebhooks`). Waking after every settlement and
+    /// notification ran the deliverer's claim, a write transaction, for apps with no endpoint at all (68 a second of
+    /// SQLite's 570 transactions a second at 900 receipts a second).
+    let webhookEventsWritten = Atomic<Int>(0)
     /// Console password hashing and checks (scrypt, ~32 MB and tens of ms each): two at a time off the shared threads, 8 in flight at most.
     let passwordChecks = BoundedWork(label: "storekeeper.passwords", width: 2, maximumPending: 8)
 

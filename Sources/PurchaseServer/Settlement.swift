@@ -189,9 +189,10 @@ extension PurchaseStore {
     /// Returns nil when the lease was lost (another worker settles the job).
     /// Each settlement is stamped with `clock`'s time when its transaction runs.
     public func settle(_ settlement: Settlement, clock: any WallClock) async throws -> (JobState, SettlementResult)? {
-        let outcome = try await settlements.write(settlement) { [self] batch in await self.settle(batch: batch, clock: clock) }
-        webhookSignal.wake()  // cheap when no deliverer waits; events it wrote go out now rather than at the next poll
-        return outcome
+        // Events it wrote go out now rather than at the deliverer's next poll.
+        try await wakingWebhooks {
+            try await settlements.write(settlement) { [self] batch in await self.settle(batch: batch, clock: clock) }
+        }
     }
 
     /// Settles a batch in one transaction (one commit for many jobs, applied in order, as if one by

@@ -29,6 +29,9 @@ final class WakeSignal: Sendable {
         waiter?.resume()
     }
 
+    /// Whether a wake-up is waiting for the next `wait` (nobody was waiting when it came).
+    var isPending: Bool { state.withLock { $0.pending } }
+
     /// Returns when woken, or at the latest after `timeout` (the ticker's next beat).
     func wait(timeout: Duration) async {
         startTicker(every: max(timeout, .milliseconds(10)))

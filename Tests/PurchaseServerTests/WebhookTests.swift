@@ -130,6 +130,54 @@ struct WebhookTests {
         #expect(log.flatMap(\.log).filter { $0.outcome == "http_status" }.allSatisfy { $0.responseExcerpt == "down for maintenance" })
     }
 
+    @Test("The deliverer is woken by the settlements and notifications that wrote events, not by those of an app without an endpoint",
+          arguments: Engine.available)
+    func wokenForEventsOnly(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine, startWorker: false)
+        defer { Task { await world.stop() } }
+        // Verification only: no deliverer runs to take the wake-ups, so each one stays pending.
+        let worker = Task { await world.server.worker.run() }
+        defer { worker.cancel() }
+        let signal = world.server.store.webhookSignal
+        func woken() async throws -> Bool {
+            for _ in 0..<100 where !signal.isPending { try await Task.sleep(for: .milliseconds(10)) }
+            return signal.isPending
+        }
+        try await NotificationTests.prepare(world, ["com.example.coins"])
+
+        let (first, receipt) = try await world.buy("com.example.coins", "Nada.JPYF02")
+        _ = try await world.upload("com.example.coins", user: "alice", receipt: receipt)
+        _ = try await world.emulator.refund(transactionId: first.id)
+        let refund = try #require(try await NotificationTests.notifications(world, "com.example.coins", type: "REFUND").first)
+        let (_, answer) = try await NotificationTests.post(world, refund.signedPayload)
+        try await NotificationTests.settle(world, answer, bundle: "com.example.coins")
+        #expect(try await world.user("com.example.coins", "alice").balances == ["coins": 0])
+        #expect(try await !woken(), "nothing was written for an app without an endpoint")
+
+        let receiver = try WebhookReceiver()
+        defer { Task { await receiver.server.shutdown(grace: .zero) } }
+        _ = try await Self.addEndpoint(world, "com.example.coins", url: receiver.url)
+        let (_, second) = try await world.buy("com.example.coins", "Nada.JPYF01")
+        _ = try await world.upload("com.example.coins", user: "alice", receipt: second)
+        #expect(try await woken(), "the settlement wrote a purchase's events")
+        await signal.wait(timeout: .milliseconds(10))
+
+        // Apple's notification, forwarded to an endpoint of format apple.
+        let (status, _) = try await world.client.json(.post, "/admin/v1/apps/com.example.coins/webhooks",
+                                                      json: ["url": receiver.url, "format": "apple"], headers: Self.admin)
+        #expect(status == 201)
+        // A refund of a purchase nobody uploaded: kept unmatched, no event of ours, only the forwarded copy.
+        let (stranger, _) = try await world.buy("com.example.coins", "Nada.JPYF01")
+        _ = try await world.emulator.refund(transactionId: stranger.id)
+        let refunds = try await NotificationTests.notifications(world, "com.example.coins", type: "REFUND")
+        let strangerRefund = try #require(try refunds.first {
+            try JWS(compact: NotificationTests.nestedTransaction($0.signedPayload)).payloadJSON()["transactionId"]?.text == stranger.id
+        })
+        let (_, unmatched) = try await NotificationTests.post(world, strangerRefund.signedPayload)
+        #expect(unmatched["outcome"] as? String == "unmatched")
+        #expect(try await woken(), "the notification was forwarded")
+    }
+
     @Test("An endpoint gets only the types it asked for; a test event and a redelivery go to it on request")
     func filteredTestAndRedeliver() async throws {
         let world = try await ServerWorld.make(.sqlite)
