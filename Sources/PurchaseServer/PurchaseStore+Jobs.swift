@@ -37,7 +37,7 @@ extension PurchaseStore {
     /// A new pending job, not yet written.
     func newJob(appId: String, appUserId: String, kind: VerificationJob.Kind, receiptData: String, userAuthenticated: Bool = true,
                 deliver: DeliveryHint? = nil, now: Date) -> VerificationJob {
-        VerificationJob(id: ids.nextString(), appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData, state: .pending,
+        VerificationJob(id: ids.nextOrderedString(), appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData, state: .pending,
                         attempts: 0, nextAttemptAt: now, createdAt: now, updatedAt: now, userAuthenticated: userAuthenticated, deliver: deliver)
     }
 

@@ -144,7 +144,7 @@ extension PurchaseStore {
     }
 
     private func event(_ draft: WebhookEventDraft, appId: String, view: UserView?, sequence: Int64, now: Date) -> StoredWebhookEvent {
-        let id = ids.nextString()
+        let id = ids.nextOrderedString()
         return StoredWebhookEvent(id: id, appId: appId, appUserId: draft.appUserId, type: draft.type, sequence: sequence, occurredAt: now.milliseconds,
                                   body: WebhookEventBody.json(id: id, draft: draft, appId: appId, sequence: sequence, occurredAt: now.milliseconds, view: view))
     }
@@ -155,7 +155,7 @@ extension PurchaseStore {
         let targets = try webhooks(db).endpoints(appId: appId).map(\.endpoint).filter { $0.accepts(.appleNotification) }.map(\.id)
         guard !targets.isEmpty else { return }
         let body = String(decoding: body, as: UTF8.self)  // made only when an endpoint takes it
-        try webhooks(db).insert(event: StoredWebhookEvent(id: ids.nextString(), appId: appId, appUserId: "", type: .appleNotification, sequence: 0,
+        try webhooks(db).insert(event: StoredWebhookEvent(id: ids.nextOrderedString(), appId: appId, appUserId: "", type: .appleNotification, sequence: 0,
                                                           occurredAt: now.milliseconds, body: body), endpointIds: targets)
         webhookEventsWritten.wrappingAdd(1, ordering: .relaxed)
     }

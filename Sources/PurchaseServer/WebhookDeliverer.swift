@@ -171,7 +171,7 @@ public final class WebhookDeliverer: Sendable {
                             state = "failed"
                         }
                     }
-                    try repository.finish(delivery, attempt: attempt, attemptId: self.store.ids.nextString(), state: state, nextAttemptAt: next, owner: self.owner)
+                    try repository.finish(delivery, attempt: attempt, attemptId: self.store.ids.nextOrderedString(), state: state, nextAttemptAt: next, owner: self.owner)
                 }
             }
         } catch {

@@ -208,6 +208,37 @@ struct ServerIdentifierTests {
         #expect(all == [0, 0, 0, 0, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, 0, 0])
     }
 
+    @Test("Ordered ids are distinct version-7 UUIDs: the time in milliseconds, then random bits; a later millisecond sorts after")
+    func orderedIDs() async throws {
+        let ids = RandomIDs()
+        let before = UInt64(Date().timeIntervalSince1970 * 1000)
+        var seen = Set<String>()
+        var batches: [[String]] = []
+        for _ in 0..<3 {
+            batches.append((0..<2_000).map { _ in ids.nextOrderedString() })
+            try await Task.sleep(for: .milliseconds(3))
+        }
+        let after = UInt64(Date().timeIntervalSince1970 * 1000)
+        for id in batches.joined() {
+            #expect(id.wholeMatch(of: /[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}/) != nil, "\(id)")
+            let milliseconds = try #require(UInt64(id.replacingOccurrences(of: "-", with: "").prefix(12), radix: 16))
+            #expect((before...after).contains(milliseconds), "\(id)")
+            seen.insert(id)
+        }
+        #expect(seen.count == 6_000)
+        // Every id of a batch sorts before every id of the batches made milliseconds later.
+        #expect(batches[0].max()! < batches[1].min()! && batches[1].max()! < batches[2].min()!)
+        // The random part varies in every bit outside version and variant.
+        var any = [UInt8](repeating: 0, count: 10)
+        for _ in 0..<2_000 {
+            withUnsafeBytes(of: ids.nextOrdered().uuid) { bytes in for index in 6..<16 { any[index - 6] |= bytes[index] } }
+        }
+        #expect(any == [0x7f, 0xff, 0xbf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff])
+        // Generators whose ids are in order already give the same ids either way.
+        let sequential = SequentialIDs()
+        #expect([sequential.nextOrderedString(), sequential.nextString()] == ["00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002"])
+    }
+
     @Test("Bearer token read from the Authorization header", arguments: [
         ("Bearer sk_live_1", "sk_live_1"), ("bearer sk_live_1", "sk_live_1"), ("BEARER sk_live_1", "sk_live_1"),
         ("Bearer   sk_live_1 \t", "sk_live_1"), ("Bearer \tsk_live_1", "sk_live_1"),

@@ -16,7 +16,7 @@ struct AuditRepository {
         }
         // A log: rows may be gathered and written together (`append`).
         try db.append(into: "audit_events", columns: ["id", "app_id", "app_user_id", "kind", "detail", "created_at"],
-                      values: [ids.nextString(), appId, userId, kind, String(decoding: json.bytes, as: UTF8.self), now.milliseconds])
+                      values: [ids.nextOrderedString(), appId, userId, kind, String(decoding: json.bytes, as: UTF8.self), now.milliseconds])
     }
 
     /// A user's events, newest first.
