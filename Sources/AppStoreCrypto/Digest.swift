@@ -1,10 +1,17 @@
 import COpenSSL
 
 // Fetched once and never freed: EVP_MD objects are reference counted and safe to share between threads. A failed
-// fetch (no default provider) falls back to the implicit fetch of the legacy getters.
-nonisolated(unsafe) private let fetchedSHA1 = EVP_MD_fetch(nil, "SHA1", nil) ?? EVP_sha1()
-nonisolated(unsafe) private let fetchedSHA256 = EVP_MD_fetch(nil, "SHA256", nil) ?? EVP_sha256()
-nonisolated(unsafe) private let fetchedSHA384 = EVP_MD_fetch(nil, "SHA384", nil) ?? EVP_sha384()
+// fetch (no default provider) falls back to the implicit fetch of the legacy getters, and leaves no error behind
+// for a later, unrelated message.
+nonisolated(unsafe) private let fetchedSHA1 = fetch("SHA1") ?? EVP_sha1()
+nonisolated(unsafe) private let fetchedSHA256 = fetch("SHA256") ?? EVP_sha256()
+nonisolated(unsafe) private let fetchedSHA384 = fetch("SHA384") ?? EVP_sha384()
+
+private func fetch(_ name: String) -> OpaquePointer? {
+    ERR_set_mark()
+    defer { ERR_pop_to_mark() }
+    return EVP_MD_fetch(nil, name, nil)
+}
 
 /// The message digests receipts use.
 public enum Digest: Sendable {

@@ -95,7 +95,10 @@ public final class PublicKey: @unchecked Sendable {
 
     /// Whether `signature` is a valid RSA PKCS#1 v1.5 signature of `data` under `digest`.
     public func isValidSignature<Data: Collection>(_ signature: [UInt8], for data: Data, digest: Digest) -> Bool where Data.Element == UInt8 {
-        guard let context = verifiers.context(for: digest) else { return false }
+        guard let context = verifiers.context(for: digest) else {
+            ERR_clear_error()
+            return false
+        }
         defer { EVP_MD_CTX_free(context) }
         let bytes = Array(data)
         let result = EVP_DigestVerify(context, signature, signature.count, bytes, bytes.count)

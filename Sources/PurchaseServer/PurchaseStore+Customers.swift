@@ -17,7 +17,7 @@ extension PurchaseStore {
                 throw ServerError(.invalidDuration, "expiresDate must be in the future and at most \(Self.maximumGrantDays) days away.")
             }
         }
-        return try await database.transaction { db in
+        return try await transactionWakingWebhooks { db in
             guard try self.apps(db).exists(appId) else { throw ServerError(.appNotFound, "App \(appId) is not registered.") }
             let users = UserRepository(db: db, appId: appId)
             try users.ensureUser(appUserId, now: now.milliseconds)
@@ -35,7 +35,7 @@ extension PurchaseStore {
     public func revokePromotional(appId: String, appUserId: String, entitlement: String, reason: String, now: Date) async throws -> UserView {
         let entitlement = try ClientIdentifier(entitlement, .entitlement).value
         let reason = try ClientIdentifier(reason, .reason).value
-        return try await database.transaction { db in
+        return try await transactionWakingWebhooks { db in
             guard try UserRepository(db: db, appId: appId).revoke(appUserId, entitlement: entitlement, now: now.milliseconds) else {
                 throw ServerError(.grantNotFound, "\(appUserId) has no promotional \(entitlement) to revoke.")
             }
@@ -69,7 +69,7 @@ extension PurchaseStore {
         let idempotencyKey = try ClientIdentifier(idempotencyKey, .idempotencyKey).value
         let currency = try ClientIdentifier(currency, .currency).value
         let reason = try ClientIdentifier(reason, .reason).value
-        return try await database.transaction { db in
+        return try await transactionWakingWebhooks { db in
             guard try self.apps(db).exists(appId) else { throw ServerError(.appNotFound, "App \(appId) is not registered.") }
             let users = UserRepository(db: db, appId: appId)
             if let previous = try users.adjustment(appUserId, idempotencyKey: idempotencyKey) {
@@ -126,7 +126,7 @@ extension PurchaseStore {
     /// (`TRANSFER`, with `fromUsers`). Merging a user into itself is refused.
     public func alias(appId: String, appUserId: String, alias: String, now: Date) async throws -> AliasResult {
         guard alias != appUserId else { throw ServerError(.invalidAlias, "A user cannot be its own alias.") }
-        return try await database.transaction { db in
+        return try await transactionWakingWebhooks { db in
             guard let app = try self.apps(db).app(appId) else { throw ServerError(.appNotFound, "App \(appId) is not registered.") }
             let users = UserRepository(db: db, appId: appId)
             try users.ensureUser(appUserId, now: now.milliseconds)

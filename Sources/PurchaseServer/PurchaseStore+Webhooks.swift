@@ -135,12 +135,17 @@ extension PurchaseStore {
 
     /// Runs a write that may record webhook events and wakes the deliverer after it, if events were written while it
     /// ran: its own, committed now, or another write's, which wakes the deliverer after its own commit too (a wake-up
-    /// too many costs one claim). Nothing is woken for writes that wrote no event.
+    /// too many costs one claim). Also when the write throws: a commit whose answer was lost may have committed.
+    /// Nothing is woken for writes that wrote no event.
+    /// One transaction that may record webhook events, the deliverer woken after it if it did (`wakingWebhooks`).
+    func transactionWakingWebhooks<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+        try await wakingWebhooks { try await database.transaction(body) }
+    }
+
     func wakingWebhooks<T>(_ write: () async throws -> T) async rethrows -> T {
         let before = webhookEventsWritten.load(ordering: .relaxed)
-        let result = try await write()
-        if webhookEventsWritten.load(ordering: .relaxed) != before { webhookSignal.wake() }
-        return result
+        defer { if webhookEventsWritten.load(ordering: .relaxed) != before { webhookSignal.wake() } }
+        return try await write()
     }
 
     private func event(_ draft: WebhookEventDraft, appId: String, view: UserView?, sequence: Int64, now: Date) -> StoredWebhookEvent {

@@ -112,7 +112,7 @@ extension PurchaseStore {
         }
         let idempotencyKey = try ClientIdentifier(idempotencyKey, .idempotencyKey).value
         let currency = try ClientIdentifier(currency, .currency).value
-        return try await database.transaction { db in
+        return try await transactionWakingWebhooks { db in
             let users = UserRepository(db: db, appId: appId)
             if let previous = try users.spend(appUserId, idempotencyKey: idempotencyKey) {
                 guard previous.currency == currency, previous.amount == amount else {

@@ -161,6 +161,12 @@ struct WebhookTests {
         _ = try await world.upload("com.example.coins", user: "alice", receipt: second)
         #expect(try await woken(), "the settlement wrote a purchase's events")
         await signal.wait(timeout: .milliseconds(10))
+        // Spending (as the customer tools' grants and adjustments) records events in its own transaction.
+        let (spent, _) = try await world.client.json(.post, "/v1/users/alice/balances/coins/spend", json: ["amount": 10],
+                                                     headers: ["Authorization": "Bearer \(world.keys["com.example.coins"]!)", "Idempotency-Key": "spend-1"])
+        #expect(spent == 200)
+        #expect(try await woken(), "spending wrote a balance event")
+        await signal.wait(timeout: .milliseconds(10))
 
         // Apple's notification, forwarded to an endpoint of format apple.
         let (status, _) = try await world.client.json(.post, "/admin/v1/apps/com.example.coins/webhooks",
