@@ -32,6 +32,18 @@ public struct APIKeyRecord: Sendable, Equatable, Codable {
     static func id(forHash hash: String) -> String { "key_" + hash.prefix(16) }
 }
 
+/// The live keys by hash, and how many changes this process made to them: a reload that read the database before
+/// one of them committed must not put back what it changed (a new key missing, a revoked one live) for a second.
+struct KeyRing {
+    var records: [String: APIKeyRecord] = [:]
+    var changes = 0
+
+    mutating func set(_ record: APIKeyRecord?, hash: String) {
+        records[hash] = record
+        changes += 1
+    }
+}
+
 extension PurchaseStore {
     /// Creates an API key of `kind` for an app and returns it; only its SHA-256 is stored.
     public func createKey(appId: String, label: String?, kind: APIKeyKind = .secret, now: Date) async throws -> String {
@@ -43,7 +55,7 @@ extension PurchaseStore {
             guard try self.apps(db).exists(appId) else { throw ServerError(.appNotFound, "App \(appId) is not registered.") }
             try KeyRepository(db: db).insert(hash: hash, record)
         }
-        keyRing.withLock { $0[hash] = record }
+        keyRing.withLock { $0.set(record, hash: hash) }
         return key
     }
 
@@ -55,13 +67,22 @@ extension PurchaseStore {
         // Hashed outside the lock, which every request takes (on libmicrohttpd's threads and the pool alike):
         // held for a dictionary lookup only.
         let hash = APIKey.hash(key)
-        return keyRing.withLock { $0[hash] }.flatMap { $0.isLive(at: nowMs) ? $0 : nil }
+        return keyRing.withLock { $0.records[hash] }.flatMap { $0.isLive(at: nowMs) ? $0 : nil }
     }
 
     /// Reloads every key that has not been revoked (or whose revocation is still ahead).
+    /// A change this process made while the keys were read is read again (at most three times; else the next reload).
     public func refreshKeys(now: Date) async throws {
-        let ring = try await database.transaction { db in try KeyRepository(db: db).live(now: now) }
-        keyRing.withLock { $0 = ring }
+        for _ in 0..<3 {
+            let changes = keyRing.withLock { $0.changes }
+            let live = try await database.transaction { db in try KeyRepository(db: db).live(now: now) }
+            let replaced = keyRing.withLock { ring -> Bool in
+                guard ring.changes == changes else { return false }
+                ring.records = live
+                return true
+            }
+            if replaced { return }
+        }
     }
 
     /// Every key of an app, revoked ones included, oldest first.
@@ -88,9 +109,7 @@ extension PurchaseStore {
             return nil
         }
         guard let (hash, record) = revoked else { throw ServerError(.keyNotFound, "App \(appId) has no key \(id).") }
-        keyRing.withLock { ring in
-            if record.isLive(at: now.milliseconds) { ring[hash] = record } else { ring[hash] = nil }
-        }
+        keyRing.withLock { $0.set(record.isLive(at: now.milliseconds) ? record : nil, hash: hash) }
         return record
     }
 

@@ -15,7 +15,7 @@ public final class PurchaseStore: Sendable {
     let ids: any IDGenerator
     static let jobsChannel = "storekeeper_jobs"
     /// Every live API key by hash, loaded at start and refreshed every second (`refreshKeys`).
-    let keyRing = Locked<[String: APIKeyRecord]>([:])
+    let keyRing = Locked(KeyRing())
     /// Seals shared secrets, Server API private keys and user-token secrets at rest (nil: stored as given).
     let secrets: SecretBox?
     private let appCache = Locked<[String: (app: ServerApp, expires: Date)]>([:])

@@ -158,6 +158,31 @@ struct AuthorizationTests {
         try await store.refreshKeys(now: world.server.clock.now())
         #expect(store.liveKey(secretKey, now: world.server.clock.now()) == nil)
     }
+
+    @Test("A key made or revoked while the keys are reloaded works, or is refused, at once: the reload does not put back what it read before",
+          arguments: Engine.available)
+    func reloadDuringChange(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine, startWorker: false)
+        defer { Task { await world.stop() } }
+        let store = world.server.store
+        var missing = 0, revived = 0
+        for _ in 0..<40 {
+            let now = world.server.clock.now()
+            async let reloaded: Void = store.refreshKeys(now: now)
+            let key = try await store.createKey(appId: "com.example.coins", label: nil, now: now)
+            try await reloaded
+            guard let id = store.liveKey(key, now: now)?.id else {
+                missing += 1
+                continue
+            }
+            async let reloadedAgain: Void = store.refreshKeys(now: now)
+            _ = try await store.revokeKey(appId: "com.example.coins", id: id, effective: now, now: now)
+            try await reloadedAgain
+            if store.liveKey(key, now: now) != nil { revived += 1 }
+        }
+        #expect(missing == 0, "new keys refused until the next reload")
+        #expect(revived == 0, "revoked keys working until the next reload")
+    }
 }
 
 extension ServerWorld {
