@@ -133,15 +133,15 @@ extension PurchaseStore {
         if !stored.isEmpty { webhookEventsWritten.wrappingAdd(1, ordering: .relaxed) }
     }
 
-    /// Runs a write that may record webhook events and wakes the deliverer after it, if events were written while it
-    /// ran: its own, committed now, or another write's, which wakes the deliverer after its own commit too (a wake-up
-    /// too many costs one claim). Also when the write throws: a commit whose answer was lost may have committed.
-    /// Nothing is woken for writes that wrote no event.
     /// One transaction that may record webhook events, the deliverer woken after it if it did (`wakingWebhooks`).
     func transactionWakingWebhooks<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
         try await wakingWebhooks { try await database.transaction(body) }
     }
 
+    /// Runs a write that may record webhook events and wakes the deliverer after it, if events were written while it
+    /// ran: its own, committed now, or another write's, which wakes the deliverer after its own commit too (a wake-up
+    /// too many costs one claim). Also when the write throws: a commit whose answer was lost may have committed.
+    /// Nothing is woken for writes that wrote no event.
     func wakingWebhooks<T>(_ write: () async throws -> T) async rethrows -> T {
         let before = webhookEventsWritten.load(ordering: .relaxed)
         defer { if webhookEventsWritten.load(ordering: .relaxed) != before { webhookSignal.wake() } }
