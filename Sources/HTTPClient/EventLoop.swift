@@ -152,6 +152,8 @@ final class EventLoop: @unchecked Sendable {
     }
     /// Sockets the loop holds open (in use or idle), readable from any thread.
     let openConnections = Atomic<Int>(0)
+    /// Connections the loop has opened since it started, readable from any thread.
+    let connectionsOpened = Atomic<Int>(0)
     private var byRequest: [UInt64: Connection] = [:] {
         didSet { requestsOnConnections.store(byRequest.count, ordering: .relaxed) }
     }
@@ -309,6 +311,7 @@ final class EventLoop: @unchecked Sendable {
         event.data.fd = fd
         epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event)
         connections[fd] = connection
+        connectionsOpened.add(1, ordering: .relaxed)
         pool.open += 1
         assign(request, to: connection)
         drive(connection)

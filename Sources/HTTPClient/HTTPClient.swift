@@ -82,6 +82,9 @@ public final class HTTPClient: Sendable {
     /// Connections the event loop holds open now, in use or idle.
     var openConnections: Int { loop.openConnections.load(ordering: .relaxed) }
 
+    /// Connections the event loop has opened since the client was made.
+    var connectionsOpened: Int { loop.connectionsOpened.load(ordering: .relaxed) }
+
     /// Stops the event loop; requests in flight fail with `shutDown`.
     public func shutdown() { loop.shutdown() }
 

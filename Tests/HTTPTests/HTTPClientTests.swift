@@ -141,18 +141,20 @@ struct HTTPClientTests {
     @Test("Idle kept-alive connections are closed once they have been idle for the idle timeout")
     func idleConnectionsClose() async throws {
         let (server, base) = try Self.makeServer()
-        let client = try HTTPClient(configuration: .init(idleTimeout: 0.3))
+        let client = try HTTPClient(configuration: .init(idleTimeout: 1))
         let url = URL(string: base.absoluteString + "/sleep?ms=100")!
         try await withThrowingTaskGroup(of: Void.self) { group in
             for _ in 0..<3 { group.addTask { _ = try await client.send("GET", url, timeout: 5) } }
             try await group.waitForAll()
         }
-        #expect(client.openConnections == 3)
+        #expect(client.connectionsOpened == 3)
         _ = try await client.send("GET", url, timeout: 5)  // one of them reused, idle again from now
-        try await Task.sleep(for: .milliseconds(1000))
+        #expect(client.connectionsOpened == 3)
+        try await Task.sleep(for: .milliseconds(2500))
         #expect(client.openConnections == 0)
+        // Counted, not looked at: on a loaded machine the new connection may already be idle long enough to close.
         _ = try await client.send("GET", url, timeout: 5)
-        #expect(client.openConnections == 1)
+        #expect(client.connectionsOpened == 4)
         client.shutdown()
         await server.shutdown()
     }
