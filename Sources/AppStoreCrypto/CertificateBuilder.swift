@@ -68,7 +68,7 @@ public struct CertificateBuilder: Sendable {
             X509_add_ext(x509, ext, -1)
             X509_EXTENSION_free(ext)
         }
-        guard X509_sign(x509, issuerKey.pointer, EVP_sha256()) > 0 else { throw CryptoError.openSSL("certificate_failed", "signing failed") }
+        guard X509_sign(x509, issuerKey.pointer, Digest.sha256.md) > 0 else { throw CryptoError.openSSL("certificate_failed", "signing failed") }
         owned = false
         return try Certificate(owning: x509)
     }

@@ -7,12 +7,12 @@ public enum HMAC {
         let key = Array(key), message = Array(message)
         var output = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
         var length: UInt32 = 0
-        key.withUnsafeBytes { keyBuffer in
+        // A zero-length key still needs a non-null pointer: the empty key is passed as one zero byte, length 0.
+        let keyBytes = key.isEmpty ? [0] : key
+        keyBytes.withUnsafeBytes { keyBuffer in
             message.withUnsafeBufferPointer { messageBuffer in
-                // A zero-length key still needs a non-null pointer.
-                var empty: UInt8 = 0
-                let keyPointer = keyBuffer.baseAddress ?? withUnsafePointer(to: &empty) { UnsafeRawPointer($0) }
-                _ = COpenSSL.HMAC(EVP_sha256(), keyPointer, Int32(keyBuffer.count), messageBuffer.baseAddress, messageBuffer.count, &output, &length)
+                _ = COpenSSL.HMAC(Digest.sha256.md, keyBuffer.baseAddress, Int32(key.count), messageBuffer.baseAddress, messageBuffer.count,
+                                  &output, &length)
             }
         }
         return Array(output.prefix(Int(length)))

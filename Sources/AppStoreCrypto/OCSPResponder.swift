@@ -78,7 +78,7 @@ public struct OCSPResponder: Sendable {
             }
         }
         _ = OCSP_copy_nonce(basic, parsed)
-        guard OCSP_basic_sign(basic, signer.issuer.pointer, signer.issuerKey.pointer, EVP_sha256(), nil, UInt(OCSP_RESPID_KEY)) == 1 else {
+        guard OCSP_basic_sign(basic, signer.issuer.pointer, signer.issuerKey.pointer, Digest.sha256.md, nil, UInt(OCSP_RESPID_KEY)) == 1 else {
             ERR_clear_error()
             return Self.bare(OCSP_RESPONSE_STATUS_INTERNALERROR)
         }

@@ -15,6 +15,20 @@ struct DigestTests {
         #expect(Digest.sha256.hash([UInt8]()).hexString == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
     }
 
+    @Test("HMAC-SHA256 of RFC 4231's vectors, an empty key and message, and a key longer than a block")
+    func hmacVectors() {
+        #expect(HMAC.sha256(key: Array("Jefe".utf8), message: Array("what do ya want for nothing?".utf8)).hexString
+            == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+        #expect(HMAC.sha256(key: [UInt8](repeating: 0x0b, count: 20), message: Array("Hi There".utf8)).hexString
+            == "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7")
+        // Test case 6: a 131-byte key is hashed first.
+        #expect(HMAC.sha256(key: [UInt8](repeating: 0xaa, count: 131),
+                            message: Array("Test Using Larger Than Block-Size Key - Hash Key First".utf8)).hexString
+            == "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54")
+        #expect(HMAC.sha256(key: [UInt8](), message: [UInt8]()).hexString
+            == "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad")
+    }
+
     @Test("Hex is two lower-case digits per byte, from any sequence")
     func hex() {
         #expect([UInt8]().hexString == "")
