@@ -22,7 +22,8 @@ struct HTTPServerTests {
         var router = Router()
         router.on(.post, "/echo") { request in Response(status: .ok, headers: ["Content-Type": "application/octet-stream"], body: request.body) }
         router.on(.get, "/slow") { _ in
-            try await Task.sleep(for: .milliseconds(500))
+            // Long enough for a poll every 10 ms to see it in flight on a loaded machine, shorter than shutdown's grace.
+            try await Task.sleep(for: .milliseconds(2000))
             return .text("slow")
         }
         router.on(.get, "/fast") { request in .text("fast \(request.query["n"] ?? "")") }

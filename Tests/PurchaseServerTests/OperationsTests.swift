@@ -104,7 +104,9 @@ struct OperationsTests {
         #expect(notReady == 503 && body["ready"] as? Bool == false && body["database"] as? String == "ok")
         let worker = world.server.runWorker()
         defer { worker.cancel() }
-        try await Task.sleep(for: .milliseconds(1100))   // the answer is cached for a second
+        // The worker starts a few task hops later; then the cached answer (a second) must age out.
+        for _ in 0..<1000 where !world.server.worker.isRunning { try await Task.sleep(for: .milliseconds(10)) }
+        try await Task.sleep(for: .milliseconds(1100))
         let (ready, readyBody) = try await world.client.json(.get, "/readyz")
         #expect(ready == 200 && readyBody["schemaVersion"] as? Int == readyBody["expectedSchemaVersion"] as? Int)
         #expect(try await world.client.send(.get, "/metrics").status.code == 401)

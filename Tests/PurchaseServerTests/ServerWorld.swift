@@ -102,7 +102,8 @@ struct ServerWorld {
             worker: .init(concurrency: 64, batchSize: 16, lease: 30, pollInterval: .milliseconds(50)), retry: retry, callTimeout: 5)
         var configured = configuration
         // Webhook retries in tens of milliseconds, not seconds, so a receiver's outage passes within a test.
-        configured.webhooks = .init(timeout: 2, retry: .init(baseDelay: 0.02, maxDelay: 0.2), pollInterval: .milliseconds(50))
+        // A 30 s call timeout: a receiver in this process answering late on a loaded machine must not count as a timeout (and a duplicate).
+        configured.webhooks = .init(timeout: 30, retry: .init(baseDelay: 0.02, maxDelay: 0.2), pollInterval: .milliseconds(50))
         let server = try await PurchaseServer.open(database: try await engine.makeDatabase(), configuration: configured, clock: EmulatorBackedClock(clock),
                                                 ids: ids)
         var keys: [String: String] = [:]

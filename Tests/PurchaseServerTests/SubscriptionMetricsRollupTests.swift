@@ -163,7 +163,7 @@ struct SubscriptionMetricsRollupTests {
                 let (from, to) = (now.addingTimeInterval(-3 * 86_400), now.addingTimeInterval(86_400))
                 let ledger = try await world.server.subscriptionMetricsFromLedger(appId: app, from: from, to: to, interval: interval, environment: nil)
                 var rollup = try await world.server.subscriptionMetrics(appId: app, from: from, to: to, interval: interval, environment: nil)
-                for _ in 0..<30 where rollup != ledger {
+                for _ in 0..<150 where rollup != ledger {
                     try await Task.sleep(for: .milliseconds(100))
                     rollup = try await world.server.subscriptionMetrics(appId: app, from: from, to: to, interval: interval, environment: nil)
                 }

@@ -20,7 +20,7 @@ struct WorkerWakeupTests {
         var rejected = job("rejected")
         rejected.state = .rejected
         func eventually(_ condition: () -> Bool) async throws {
-            for _ in 0..<200 where !condition() { try await Task.sleep(for: .milliseconds(10)) }
+            for _ in 0..<1500 where !condition() { try await Task.sleep(for: .milliseconds(10)) }
         }
 
         // No worker running here: others must take the jobs.
@@ -73,7 +73,7 @@ struct UploadHandOffTests {
                 return server.worker.inFlight == 0
             }
             transport.open()
-            for _ in 0..<200 where try await !done() { try await Task.sleep(for: .milliseconds(10)) }
+            for _ in 0..<1500 where try await !done() { try await Task.sleep(for: .milliseconds(10)) }
             transport.close()
         }
 
@@ -83,7 +83,7 @@ struct UploadHandOffTests {
         #expect(try await row(alice.id)?.string("lease_owner") == nil)
         let worker = server.runWorker()
         defer { worker.cancel() }
-        for _ in 0..<200 where server.worker.inFlight == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        for _ in 0..<1500 where server.worker.inFlight == 0 { try await Task.sleep(for: .milliseconds(10)) }
         #expect(server.worker.inFlight == 1, "the running worker claimed the queued job")
 
         // The worker's one place is taken: the upload is written pending, for a claim.
@@ -96,7 +96,7 @@ struct UploadHandOffTests {
         #expect(server.worker.inFlight == 0)
 
         // Once a claim has found the queue empty, uploads are handed over.
-        for _ in 0..<200 where !server.worker.places.takesUploads { try await Task.sleep(for: .milliseconds(10)) }
+        for _ in 0..<1500 where !server.worker.places.takesUploads { try await Task.sleep(for: .milliseconds(10)) }
         // A free place: the upload is written claimed by the worker, its first attempt counted as a claim counts it,
         // and holds the place as soon as the upload is answered, with no claim in between.
         let start = Date()

@@ -119,7 +119,8 @@ struct StoreKitAPITests {
             return seen
         }
         // The stream's first look only learns what exists (nothing is yielded): the purchase must come after it.
-        try await Task.sleep(for: .seconds(1))
+        // One poll to an emulator in this process; 3 s leave room for a loaded machine.
+        try await Task.sleep(for: .seconds(3))
         let other = try StoreKit2(connection: try await Self.connection(world), rootsPEM: root)
         guard case .success(let bought) = try await other.purchase("ProtectiveGloves") else { Issue.record("no purchase"); return }
         try await Task.sleep(for: .milliseconds(1200))  // the refund lands in a later second than the purchase

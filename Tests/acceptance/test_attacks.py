@@ -214,7 +214,7 @@ def test_10_spoofed_notifications_are_refused(world):
     header = b64url(json.dumps({"alg": "ES256", "x5c": ["MIIB"] * 5000}).encode())
     started = time.time()
     status, body = world.server.request("POST", "/v1/notifications/apple", {"signedPayload": header + "." + b64url(b"{}") + ".AAAA"})
-    assert status == 400 and time.time() - started < 2
+    assert status == 400 and time.time() - started < 4.5  # answered, not parsed for long (generous for a loaded machine)
 
 
 # ── the findings of issue 9 ──────────────────────────────────────────────────────────────────────
@@ -263,11 +263,12 @@ def test_a_public_key_acts_only_for_its_user(world, emulator):
 def test_limits_answer_before_the_body(world):
     huge = (b"POST /v1/receipts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + world.secret.encode() +
             b"\r\nContent-Type: application/json\r\nContent-Length: 100000000000\r\n\r\n")
-    answer, seconds = raw_exchange(world.server.url, huge)
-    assert b" 413 " in answer.split(b"\r\n")[0] and seconds < 2
+    # Answered before the body: a server waiting for it would send nothing within the read timeout (10 s).
+    answer, seconds = raw_exchange(world.server.url, huge, read_timeout=10)
+    assert b" 413 " in answer.split(b"\r\n")[0] and seconds < 4.5
     unauthenticated = b"POST /v1/receipts HTTP/1.1\r\nHost: x\r\nContent-Length: 50000000\r\n\r\n"
-    answer, seconds = raw_exchange(world.server.url, unauthenticated)
-    assert b" 401 " in answer.split(b"\r\n")[0] and seconds < 2
+    answer, seconds = raw_exchange(world.server.url, unauthenticated, read_timeout=10)
+    assert b" 401 " in answer.split(b"\r\n")[0] and seconds < 4.5
     world.alive()
 
 

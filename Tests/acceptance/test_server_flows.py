@@ -244,15 +244,19 @@ def test_reconciler_catches_missed_notifications_and_new_transactions(emulator, 
     """Apple's notifications never reach the server (a dead URL, or none at all): a reconciliation pass finds
     the refund in Notification History (onlyFailures) and the renewal in Transaction History."""
     import time
-    pems = {}
+    from appstoreserverlibrary.api_client import AppStoreServerAPIClient
+    from appstoreserverlibrary.models.Environment import Environment
+    from appstoreserverlibrary.models.NotificationHistoryRequest import NotificationHistoryRequest
+    pems, keys = {}, {}
     for bundle in ("com.example.coins", "com.example.magazine"):
-        key = json.loads(emulator.cli("appstore", "key", "create", "--app", bundle).stdout)
+        key = keys[bundle] = json.loads(emulator.cli("appstore", "key", "create", "--app", bundle).stdout)
         pem = tmp_path / f"{bundle}.p8"
         pem.write_text(key["privateKey"])
         pems[bundle] = server.setup_app(bundle, server_api_key_id=key["keyId"], server_api_issuer=key["issuerId"], server_api_private_key=str(pem))
     emulator.cli("appstore", "notifications", "set", "--app", "com.example.coins", "--sandbox-url", "http://127.0.0.1:9/nobody-listens")
     try:
         coins = emulator_buy(emulator, "com.example.coins", "Nada.JPYF02", new_tester(emulator))
+        refunded_at = int(json.loads(emulator.request("GET", "/admin/v1/time")[1])["now_ms"])
         assert server.upload(pems["com.example.coins"], "missed", coins["receipt"])["state"] == "verified"
         emulator.request("POST", f"/admin/v1/transactions/{coins['transaction_id']}/refund")
         magazine = emulator_buy(emulator, "com.example.magazine", "com.example.magazine.yearly", new_tester(emulator))
@@ -260,7 +264,14 @@ def test_reconciler_catches_missed_notifications_and_new_transactions(emulator, 
         before = server.user(pems["com.example.magazine"], "reader")["entitlements"][0]["expiresDate"]
         emulator.cli("appstore", "time", "advance", "61m")  # a sandbox year: the subscription renews
         emulator.cli("appstore", "time", "show")
-        time.sleep(0.5)  # the failed delivery attempt lands in the history
+        # The failed delivery of the refund lands in the history a moment later: waited for, as Apple's API shows it.
+        history = AppStoreServerAPIClient(keys["com.example.coins"]["privateKey"].encode(), keys["com.example.coins"]["keyId"],
+                                          keys["com.example.coins"]["issuerId"], "com.example.coins", Environment.SANDBOX)
+        history._base_url = f"{emulator.url}/sandbox"  # the library only knows Apple's hosts
+        failures = NotificationHistoryRequest(startDate=refunded_at, endDate=refunded_at + 2 * 86_400_000, onlyFailures=True)
+        deadline = time.time() + 20
+        while time.time() < deadline and not history.get_notification_history(None, failures).notificationHistory:
+            time.sleep(0.1)
         report = server.cli("server", "reconcile")
         assert report["apps"] == 2 and report["missedNotifications"] >= 1 and report["transactionsQueued"] >= 1, report
         deadline = time.time() + 20
