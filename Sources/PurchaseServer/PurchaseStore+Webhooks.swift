@@ -129,8 +129,14 @@ extension PurchaseStore {
                 stored.append((event(draft, appId: appId, view: view, sequence: last - Int64(mine.count - 1 - offset), now: now), targets))
             }
         }
-        try repository.insert(events: stored)
-        if !stored.isEmpty { webhookEventsWritten.wrappingAdd(1, ordering: .relaxed) }
+        try insertCounted(stored, db)
+    }
+
+    /// Inserts events in the caller's transaction and counts the write, so that `wakingWebhooks` wakes the deliverer after it.
+    private func insertCounted(_ events: [(event: StoredWebhookEvent, endpointIds: [String])], _ db: any SQLConnection) throws {
+        guard !events.isEmpty else { return }
+        try webhooks(db).insert(events: events)
+        webhookEventsWritten.wrappingAdd(1, ordering: .relaxed)
     }
 
     /// One transaction that may record webhook events, the deliverer woken after it if it did (`wakingWebhooks`).
@@ -160,9 +166,8 @@ extension PurchaseStore {
         let targets = try webhooks(db).endpoints(appId: appId).map(\.endpoint).filter { $0.accepts(.appleNotification) }.map(\.id)
         guard !targets.isEmpty else { return }
         let body = String(decoding: body, as: UTF8.self)  // made only when an endpoint takes it
-        try webhooks(db).insert(event: StoredWebhookEvent(id: ids.nextOrderedString(), appId: appId, appUserId: "", type: .appleNotification, sequence: 0,
-                                                          occurredAt: now.milliseconds, body: body), endpointIds: targets)
-        webhookEventsWritten.wrappingAdd(1, ordering: .relaxed)
+        try insertCounted([(StoredWebhookEvent(id: ids.nextOrderedString(), appId: appId, appUserId: "", type: .appleNotification, sequence: 0,
+                                               occurredAt: now.milliseconds, body: body), targets)], db)
     }
 
     private func store(_ draft: WebhookEventDraft, appId: String, endpoints: [String], view: UserView?, sequence: Int64,
