@@ -63,23 +63,29 @@ extension AppStoreEmulator {
         }
         let built = try await read { state, now -> (VerifyReceiptResponse, (AppReceipt)?) in
             let app = state.apps[receipt.bundleId]
-            let receiptProducts = receipt.inApp.compactMap { purchase in app?.products.first { $0.productId == purchase.productId } }
+            // Looked up in place: a receipt of a thousand purchases copies no product and no transaction it does not answer with.
+            func receiptHas(_ type: ProductType) -> Bool {
+                guard let products = app?.products else { return false }
+                return receipt.inApp.contains { purchase in products.contains { $0.productId == purchase.productId && $0.type == type } }
+            }
             if receiptEnvironment != environment {
-                if environment == .production, state.quirks.sandboxConsumableAnswers21002InProduction,
-                   receiptProducts.contains(where: { $0.type == .consumable }) {
+                if environment == .production, state.quirks.sandboxConsumableAnswers21002InProduction, receiptHas(.consumable) {
                     return (VerifyReceiptResponse(status: VerifyReceiptStatus.malformedReceipt, environment: environment), nil)
                 }
                 let code = environment == .production ? VerifyReceiptStatus.sandboxReceiptInProduction : VerifyReceiptStatus.productionReceiptInSandbox
                 return (VerifyReceiptResponse(status: code, environment: environment), nil)
             }
             guard let app else { return (VerifyReceiptResponse(status: VerifyReceiptStatus.notAuthenticated, environment: environment), nil) }
-            let known = receipt.inApp.compactMap { state.transactions[$0.transactionId] }
-            let account = known.first.flatMap { state.accounts[$0.accountEmail.lowercased()] }
+            let buyer = receipt.inApp.lazy.compactMap { state.transactions[$0.transactionId]?.accountEmail }.first
+            let account = buyer.flatMap { state.accounts[$0.lowercased()] }
             if let account, account.deleted {
                 return (VerifyReceiptResponse(status: VerifyReceiptStatus.accountNotFound, environment: environment), nil)
             }
-            let records = account.map { state.transactions(account: $0.email, bundle: app.bundleId, environment: environment) } ?? []
-            let hasSubscriptions = receiptProducts.contains { $0.type == .autoRenewable } || records.contains { $0.productType == .autoRenewable && $0.state == .purchased }
+            let hasSubscriptions = receiptHas(.autoRenewable) || account.map { account in
+                state.containsTransaction(account: account.email, bundle: app.bundleId, environment: environment) { record in
+                    record.productType == .autoRenewable && record.state == .purchased
+                }
+            } == true
             if let password = request.password, password != app.sharedSecret {
                 return (VerifyReceiptResponse(status: VerifyReceiptStatus.sharedSecretMismatch, environment: environment), nil)
             }
@@ -89,6 +95,7 @@ extension AppStoreEmulator {
             var response = VerifyReceiptResponse(status: VerifyReceiptStatus.valid, environment: environment,
                                                  receipt: ReceiptInfo(receipt, requestDate: now))
             guard hasSubscriptions, let account else { return (response, nil) }
+            let records = state.transactions(account: account.email, bundle: app.bundleId, environment: environment)
             var latest = records.filter(\.belongsInReceipt)
             if request.excludeOldTransactions == true {
                 var newest: [String: TransactionRecord] = [:]

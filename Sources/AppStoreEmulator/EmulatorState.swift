@@ -83,6 +83,12 @@ struct EmulatorState: Sendable {
         (transactionIndex[EmulatorState.indexKey(account, bundle, environment)] ?? []).compactMap { transactions[$0] }
     }
 
+    /// Whether one of the account's transactions for the app meets `condition`, without copying them into an array.
+    func containsTransaction(account: String, bundle: String, environment: AppStoreEnvironment,
+                             where condition: (TransactionRecord) -> Bool) -> Bool {
+        (transactionIndex[EmulatorState.indexKey(account, bundle, environment)] ?? []).contains { id in transactions[id].map(condition) ?? false }
+    }
+
     func product(_ bundle: String, _ productId: String) -> CatalogProduct? {
         apps[bundle]?.products.first { $0.productId == productId }
     }

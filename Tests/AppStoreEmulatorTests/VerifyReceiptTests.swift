@@ -99,6 +99,22 @@ struct VerifyReceiptTests {
         #expect(try await world.verify(text, .production).status == 21003)
     }
 
+    @Test("A receipt made before the account subscribed still needs the shared secret, and its answer carries the subscription")
+    func subscriptionBoughtAfterTheReceipt() async throws {
+        let world = try await World.make()
+        let free = try await world.buy("com.example.magazine", "com.example.magazine.free")
+        let older = try await world.receipt("com.example.magazine")
+        let secret = try await world.secret("com.example.magazine")
+        let before = try await world.verify(older, password: secret)
+        #expect(before.status == 0 && before["latest_receipt_info"] == nil)
+        let subscription = try await world.buy("com.example.magazine", "com.example.magazine.monthly")
+        #expect(try await world.verify(older).status == 21004)
+        let after = try await world.verify(older, password: secret)
+        #expect(after.status == 0)
+        let latest = try #require(after["latest_receipt_info"] as? [[String: Any]])
+        #expect(latest.map { $0["transaction_id"] as? String } == [subscription.id, free.id])  // every purchase, newest first
+    }
+
     @Test("Subscriptions need the shared secret (21004); a wrong secret is always refused")
     func sharedSecret() async throws {
         let world = try await World.make()
