@@ -45,7 +45,7 @@ public struct JSONBuffer {
         // Most values need no escaping: copy them in one go (scanning the contiguous UTF-8 directly;
         // a receipt's kilobytes of Base64 pass through here on every verifyReceipt call).
         let clean = value.utf8.withContiguousStorageIfAvailable { buffer -> Bool in
-            for byte in buffer where byte < 0x20 || byte == 34 || byte == 92 { return false }
+            if JSONBytes.needsEscaping(buffer) { return false }
             bytes.append(contentsOf: buffer)
             return true
         }

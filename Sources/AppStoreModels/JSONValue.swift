@@ -178,7 +178,7 @@ private struct JSONParser {
         if let base = bytes.baseAddress {
             while offset + 8 <= bytes.count {
                 let word = UnsafeRawPointer(base + offset).loadUnaligned(as: UInt64.self)
-                guard !Self.holdsSpecialByte(word) else { break }
+                guard !JSONBytes.holdsSpecialByte(word) else { break }
                 offset += 8
             }
         }
@@ -237,19 +237,6 @@ private struct JSONParser {
         throw error("unterminated string")
     }
 
-    /// Whether any byte of `word` is `"`, `\` or below 0x20: a byte that is zero after the XOR, or below 0x20 (the
-    /// borrow trick of "Determine if a word has a byte less than n", Sean Anderson's Bit Twiddling Hacks). Exact about
-    /// whether one exists, which is all the caller asks.
-    @inline(__always)
-    static func holdsSpecialByte(_ word: UInt64) -> Bool {
-        let ones: UInt64 = 0x0101_0101_0101_0101
-        let highs: UInt64 = 0x8080_8080_8080_8080
-        let quote = word ^ (ones &* 0x22)
-        let backslash = word ^ (ones &* 0x5C)
-        let below = ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash) | ((word &- ones &* 0x20) & ~word)
-        return below & highs != 0
-    }
-
     mutating func hex4() throws(JSONParseError) -> UInt32 {
         guard offset + 4 <= bytes.count else { throw error("unexpected end of input") }
         var value: UInt32 = 0
@@ -266,5 +253,38 @@ private struct JSONParser {
             value = value << 4 | UInt32(digit)
         }
         return value
+    }
+}
+
+/// Byte tests shared by the parser and the writer.
+enum JSONBytes {
+    /// Whether any byte of `word` is `"`, `\` or below 0x20: a byte that is zero after the XOR, or below 0x20 (the
+    /// borrow trick of "Determine if a word has a byte less than n", Sean Anderson's Bit Twiddling Hacks). Exact about
+    /// whether one exists, which is all the callers ask.
+    @inline(__always)
+    static func holdsSpecialByte(_ word: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        let quote = word ^ (ones &* 0x22)
+        let backslash = word ^ (ones &* 0x5C)
+        let below = ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash) | ((word &- ones &* 0x20) & ~word)
+        return below & highs != 0
+    }
+
+    /// Whether `buffer` holds a byte that a JSON string must escape: eight bytes at a time, then the rest one by one.
+    static func needsEscaping(_ buffer: UnsafeBufferPointer<UInt8>) -> Bool {
+        var offset = 0
+        if let base = buffer.baseAddress {
+            while offset + 8 <= buffer.count {
+                if holdsSpecialByte(UnsafeRawPointer(base + offset).loadUnaligned(as: UInt64.self)) { return true }
+                offset += 8
+            }
+        }
+        while offset < buffer.count {
+            let byte = buffer[offset]
+            if byte < 0x20 || byte == 34 || byte == 92 { return true }
+            offset += 1
+        }
+        return false
     }
 }

@@ -56,4 +56,23 @@ struct JSONBufferTests {
         #expect(fast != nil)
         #expect(fast == codable)
     }
+
+    @Test("Strings are escaped wherever their quote, backslash or control character falls (eight bytes at a time before it)")
+    func escapesAnywhere() throws {
+        var generator = SystemRandomNumberGenerator()
+        let plain = Array("abcdefghijklmnopqrstuvwxyz0123456789+/=é😀".unicodeScalars)
+        for length in 0..<70 {
+            for special in ["", "\"", "\\", "\n", "\u{0}", "\u{1f}"] {
+                var text = String(String.UnicodeScalarView((0..<length).map { _ in plain.randomElement(using: &generator)! }))
+                let position = Int.random(in: 0...text.unicodeScalars.count, using: &generator)
+                text.unicodeScalars.insert(contentsOf: special.unicodeScalars,
+                                           at: text.unicodeScalars.index(text.unicodeScalars.startIndex, offsetBy: position))
+                var buffer = JSONBuffer()
+                buffer.object { $0.key("s"); $0.string(text) }
+                // Foundation's reader refuses a raw control character or a bare quote: what it reads back is what was written.
+                let read = try JSONSerialization.jsonObject(with: Data(buffer.bytes)) as? [String: String]
+                #expect(read == ["s": text], "length \(length), \(special.debugDescription) at \(position)")
+            }
+        }
+    }
 }
