@@ -61,7 +61,9 @@ extension AppStoreEmulator {
         guard let receiptEnvironment = receipt.receiptType.environment else {
             return VerifyReceiptResponse(status: VerifyReceiptStatus.notAuthenticated, environment: environment)
         }
-        let built = try await read { state, now -> (VerifyReceiptResponse, (AppReceipt)?) in
+        // Under the state's lock only what needs the state: the receipt's own rendering (a thousand purchases' worth
+        // of strings) is made after it, so verifications of different receipts do not wait on each other for it.
+        let built = try await read { state, now -> (VerifyReceiptResponse, (AppReceipt)?, Date) in
             let app = state.apps[receipt.bundleId]
             // Looked up in place: a receipt of a thousand purchases copies no product and no transaction it does not answer with.
             func receiptHas(_ type: ProductType) -> Bool {
@@ -70,16 +72,16 @@ extension AppStoreEmulator {
             }
             if receiptEnvironment != environment {
                 if environment == .production, state.quirks.sandboxConsumableAnswers21002InProduction, receiptHas(.consumable) {
-                    return (VerifyReceiptResponse(status: VerifyReceiptStatus.malformedReceipt, environment: environment), nil)
+                    return (VerifyReceiptResponse(status: VerifyReceiptStatus.malformedReceipt, environment: environment), nil, now)
                 }
                 let code = environment == .production ? VerifyReceiptStatus.sandboxReceiptInProduction : VerifyReceiptStatus.productionReceiptInSandbox
-                return (VerifyReceiptResponse(status: code, environment: environment), nil)
+                return (VerifyReceiptResponse(status: code, environment: environment), nil, now)
             }
-            guard let app else { return (VerifyReceiptResponse(status: VerifyReceiptStatus.notAuthenticated, environment: environment), nil) }
+            guard let app else { return (VerifyReceiptResponse(status: VerifyReceiptStatus.notAuthenticated, environment: environment), nil, now) }
             let buyer = receipt.inApp.lazy.compactMap { state.transactions[$0.transactionId]?.accountEmail }.first
             let account = buyer.flatMap { state.accounts[$0.lowercased()] }
             if let account, account.deleted {
-                return (VerifyReceiptResponse(status: VerifyReceiptStatus.accountNotFound, environment: environment), nil)
+                return (VerifyReceiptResponse(status: VerifyReceiptStatus.accountNotFound, environment: environment), nil, now)
             }
             let hasSubscriptions = receiptHas(.autoRenewable) || account.map { account in
                 state.containsTransaction(account: account.email, bundle: app.bundleId, environment: environment) { record in
@@ -87,14 +89,13 @@ extension AppStoreEmulator {
                 }
             } == true
             if let password = request.password, password != app.sharedSecret {
-                return (VerifyReceiptResponse(status: VerifyReceiptStatus.sharedSecretMismatch, environment: environment), nil)
+                return (VerifyReceiptResponse(status: VerifyReceiptStatus.sharedSecretMismatch, environment: environment), nil, now)
             }
             if hasSubscriptions && request.password == nil {
-                return (VerifyReceiptResponse(status: VerifyReceiptStatus.sharedSecretMismatch, environment: environment), nil)
+                return (VerifyReceiptResponse(status: VerifyReceiptStatus.sharedSecretMismatch, environment: environment), nil, now)
             }
-            var response = VerifyReceiptResponse(status: VerifyReceiptStatus.valid, environment: environment,
-                                                 receipt: ReceiptInfo(receipt, requestDate: now))
-            guard hasSubscriptions, let account else { return (response, nil) }
+            var response = VerifyReceiptResponse(status: VerifyReceiptStatus.valid, environment: environment)
+            guard hasSubscriptions, let account else { return (response, nil, now) }
             let records = state.transactions(account: account.email, bundle: app.bundleId, environment: environment)
             var latest = records.filter(\.belongsInReceipt)
             if request.excludeOldTransactions == true {
@@ -113,9 +114,10 @@ extension AppStoreEmulator {
                 .map(AppStoreEmulator.pendingRenewalInfo)
             let deviceId = records.last?.deviceId ?? ""
             let device = state.devices[deviceId] ?? Device(id: deviceId, accountEmail: account.email)
-            return (response, self.makeReceipt(app: app, account: account, device: device, records: records, now: now))
+            return (response, self.makeReceipt(app: app, account: account, device: device, records: records, now: now), now)
         }
         var response = built.0
+        if response.status == VerifyReceiptStatus.valid { response.receipt = ReceiptInfo(receipt, requestDate: built.2) }
         if let fresh = built.1 {
             response.latestReceipt = Data(try sign(fresh)).base64EncodedString()
         }
