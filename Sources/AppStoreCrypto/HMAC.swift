@@ -2,7 +2,8 @@ import COpenSSL
 
 /// HMAC over OpenSSL's one-shot `HMAC()`: user tokens (HS256) and webhook-style signatures.
 public enum HMAC {
-    /// HMAC-SHA256 of `message` under `key`.
+    /// HMAC-SHA256 of `message` under `key`: 32 bytes, or none when OpenSSL could not compute it (callers comparing MACs
+    /// must refuse an empty one).
     public static func sha256(key: some Collection<UInt8>, message: some Collection<UInt8>) -> [UInt8] {
         let key = Array(key), message = Array(message)
         var output = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))

@@ -33,7 +33,10 @@ public struct UserToken: Sendable, Equatable {
                 throw refuse(.invalidUserToken, "This app has no userTokenSecret; sign user tokens with the registered ES256 key.")
             }
             let expected = HMAC.sha256(key: Array(secret.utf8), message: jws.signingInput)
-            guard HMAC.constantTimeEqual(expected, jws.signature) else { throw refuse(.invalidUserToken, "The user token's signature is invalid.") }
+            // A MAC that could not be computed is empty: never equal to an empty signature.
+            guard expected.count == 32, HMAC.constantTimeEqual(expected, jws.signature) else {
+                throw refuse(.invalidUserToken, "The user token's signature is invalid.")
+            }
         case "ES256"?:
             guard let pem = app.userTokenPublicKey, let key = try? PublicKey(pem: pem) else {
                 throw refuse(.invalidUserToken, "This app has no userTokenPublicKey; sign user tokens with HS256 and the userTokenSecret.")

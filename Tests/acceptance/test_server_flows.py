@@ -243,6 +243,7 @@ def test_consumption_requests_are_answered_through_the_server_api(emulator, serv
 def test_reconciler_catches_missed_notifications_and_new_transactions(emulator, server, tmp_path):
     """Apple's notifications never reach the server (a dead URL, or none at all): a reconciliation pass finds
     the refund in Notification History (onlyFailures) and the renewal in Transaction History."""
+    import base64
     import time
     from appstoreserverlibrary.api_client import AppStoreServerAPIClient
     from appstoreserverlibrary.models.Environment import Environment
@@ -269,9 +270,22 @@ def test_reconciler_catches_missed_notifications_and_new_transactions(emulator, 
                                           keys["com.example.coins"]["issuerId"], "com.example.coins", Environment.SANDBOX)
         history._base_url = f"{emulator.url}/sandbox"  # the library only knows Apple's hosts
         failures = NotificationHistoryRequest(startDate=refunded_at, endDate=refunded_at + 2 * 86_400_000, onlyFailures=True)
+
+        def payload(jws):
+            part = jws.split(".")[1]
+            return json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+
+        def refund_attempted():  # the refund's notification, tried at least once, in the failures
+            for item in history.get_notification_history(None, failures).notificationHistory:
+                body = payload(item.signedPayload)
+                if (body.get("notificationType") == "REFUND" and item.sendAttempts
+                        and payload(body["data"]["signedTransactionInfo"]).get("transactionId") == coins["transaction_id"]):
+                    return True
+            return False
         deadline = time.time() + 20
-        while time.time() < deadline and not history.get_notification_history(None, failures).notificationHistory:
+        while time.time() < deadline and not refund_attempted():
             time.sleep(0.1)
+        assert refund_attempted()
         report = server.cli("server", "reconcile")
         assert report["apps"] == 2 and report["missedNotifications"] >= 1 and report["transactionsQueued"] >= 1, report
         deadline = time.time() + 20
