@@ -56,7 +56,7 @@ extension ReceiptPayload {
 
     private static func string(_ bytes: UnsafeBufferPointer<UInt8>, _ element: Element) -> String? {
         guard ASN1Element.isString(tag: element.tag) else { return nil }
-        return String(validating: UnsafeBufferPointer(rebasing: bytes[element.start..<element.end]), as: UTF8.self)
+        return String(validUTF8: UnsafeBufferPointer(rebasing: bytes[element.start..<element.end]))
     }
 
     /// A date attribute: absent (an empty string), a date, or something the fast path leaves to the general decoder.

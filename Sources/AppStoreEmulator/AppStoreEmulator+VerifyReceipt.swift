@@ -65,10 +65,12 @@ extension AppStoreEmulator {
         // of strings) is made after it, so verifications of different receipts do not wait on each other for it.
         let built = try await read { state, now -> (VerifyReceiptResponse, (AppReceipt)?, Date) in
             let app = state.apps[receipt.bundleId]
-            // Looked up in place: a receipt of a thousand purchases copies no product and no transaction it does not answer with.
+            // Looked up in place: a receipt of a thousand purchases copies no product and no transaction it does not answer with,
+            // and is searched only for the app's products of the type (usually none or a few), one hash per purchase.
             func receiptHas(_ type: ProductType) -> Bool {
-                guard let products = app?.products else { return false }
-                return receipt.inApp.contains { purchase in products.contains { $0.productId == purchase.productId && $0.type == type } }
+                var ids = Set<String>()
+                for product in app?.products ?? [] where product.type == type { ids.insert(product.productId) }
+                return !ids.isEmpty && receipt.inApp.contains { ids.contains($0.productId) }
             }
             if receiptEnvironment != environment {
                 if environment == .production, state.quirks.sandboxConsumableAnswers21002InProduction, receiptHas(.consumable) {
@@ -84,9 +86,7 @@ extension AppStoreEmulator {
                 return (VerifyReceiptResponse(status: VerifyReceiptStatus.accountNotFound, environment: environment), nil, now)
             }
             let hasSubscriptions = receiptHas(.autoRenewable) || account.map { account in
-                state.containsTransaction(account: account.email, bundle: app.bundleId, environment: environment) { record in
-                    record.productType == .autoRenewable && record.state == .purchased
-                }
+                state.hasPurchasedSubscription(account: account.email, bundle: app.bundleId, environment: environment)
             } == true
             if let password = request.password, password != app.sharedSecret {
                 return (VerifyReceiptResponse(status: VerifyReceiptStatus.sharedSecretMismatch, environment: environment), nil, now)

@@ -83,10 +83,14 @@ struct EmulatorState: Sendable {
         (transactionIndex[EmulatorState.indexKey(account, bundle, environment)] ?? []).compactMap { transactions[$0] }
     }
 
-    /// Whether one of the account's transactions for the app meets `condition`, without copying them into an array.
-    func containsTransaction(account: String, bundle: String, environment: AppStoreEnvironment,
-                             where condition: (TransactionRecord) -> Bool) -> Bool {
-        (transactionIndex[EmulatorState.indexKey(account, bundle, environment)] ?? []).contains { id in transactions[id].map(condition) ?? false }
+    /// Whether one of the account's transactions for the app is an auto-renewable subscription in the purchased state.
+    /// Reads the two fields in place: neither the records nor their list are copied (an account of a thousand purchases
+    /// is searched on every verifyReceipt call of its receipts).
+    func hasPurchasedSubscription(account: String, bundle: String, environment: AppStoreEnvironment) -> Bool {
+        (transactionIndex[EmulatorState.indexKey(account, bundle, environment)] ?? []).contains { id in
+            guard let index = transactions.index(forKey: id) else { return false }
+            return transactions.values[index].productType == .autoRenewable && transactions.values[index].state == .purchased
+        }
     }
 
     func product(_ bundle: String, _ productId: String) -> CatalogProduct? {

@@ -1,3 +1,5 @@
+import Foundation
+
 /// A small, allocation-light JSON writer for the hot verifyReceipt path (Foundation's JSONEncoder
 /// costs several microseconds per field there). Keys are written in the order given, as Apple does.
 public struct JSONBuffer {
@@ -124,6 +126,157 @@ public struct JSONBuffer {
     }
 }
 
+extension JSONBuffer {
+    /// `"key":` (or `"key<suffix>":`) for a key of ours that needs no escaping, after a comma where needed.
+    mutating func key(literal key: StaticString, suffix: StaticString = "") {
+        let room = key.utf8CodeUnitCount + suffix.utf8CodeUnitCount + 4
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: room) { buffer in
+            var out = ByteWriter(buffer)
+            if !first { out.put(UInt8(ascii: ",")) }
+            out.put(UInt8(ascii: "\""))
+            out.put(key)
+            out.put(suffix)
+            out.put(UInt8(ascii: "\""))
+            out.put(UInt8(ascii: ":"))
+            bytes.append(contentsOf: out.written)
+        }
+        first = false
+    }
+
+    /// `"key":"value"`
+    mutating func field(literal name: StaticString, _ value: String) {
+        key(literal: name)
+        string(value)
+    }
+
+    /// `"key":"123"`: a number written as a string, as verifyReceipt writes them.
+    mutating func field(literal name: StaticString, quoted value: Int64) {
+        key(literal: name)
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 23) { buffer in
+            var out = ByteWriter(buffer)
+            out.put(UInt8(ascii: "\""))
+            out.put(decimal: value)
+            out.put(UInt8(ascii: "\""))
+            bytes.append(contentsOf: out.written)
+        }
+    }
+
+    /// `"key":"true"` or `"key":"false"`, as verifyReceipt writes flags.
+    mutating func field(literal name: StaticString, quoted value: Bool) {
+        key(literal: name)
+        bytes.append(contentsOf: (value ? "\"true\"" : "\"false\"").utf8)
+    }
+
+    /// A date's three forms, `name`, `name_ms` and `name_pst`, written straight from the date: the bytes that
+    /// `field(name, ReceiptDateTriple(date))` writes, assembled in one piece without making the triple's three strings.
+    mutating func field(literal name: StaticString, date: Date) {
+        let seconds = ReceiptDate.seconds(date)
+        guard let gmt = ReceiptDate.CivilTime(seconds: seconds),
+              let pacific = ReceiptDate.CivilTime(seconds: seconds &+ ReceiptDate.pacificOffset(seconds, year: gmt.year)) else {
+            // A year outside 0…9999 (a saturated date) is written in full, which the fixed room below does not allow for.
+            field(name.description, ReceiptDateTriple(date))
+            return
+        }
+        let gmtSuffix: StaticString = " Etc/GMT\"", pacificSuffix: StaticString = " America/Los_Angeles\""
+        // Three keys (a comma, quotes, the name, a suffix of at most four, a colon), two dates and twenty digits, quoted.
+        let room = 3 * (name.utf8CodeUnitCount + 8) + 2 * ReceiptDate.CivilTime.length + gmtSuffix.utf8CodeUnitCount
+            + pacificSuffix.utf8CodeUnitCount + 24
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: room) { buffer in
+            var out = ByteWriter(buffer)
+            func key(_ suffix: StaticString, comma: Bool) {
+                if comma { out.put(UInt8(ascii: ",")) }
+                out.put(UInt8(ascii: "\""))
+                out.put(name)
+                out.put(suffix)
+                out.put(UInt8(ascii: "\""))
+                out.put(UInt8(ascii: ":"))
+                out.put(UInt8(ascii: "\""))
+            }
+            key("", comma: !first)
+            out.put(civil: gmt)
+            out.put(gmtSuffix)
+            key("_ms", comma: true)
+            out.put(decimal: ReceiptDate.milliseconds(date))
+            out.put(UInt8(ascii: "\""))
+            key("_pst", comma: true)
+            out.put(civil: pacific)
+            out.put(pacificSuffix)
+            bytes.append(contentsOf: out.written)
+        }
+        first = false
+    }
+}
+
+/// Writes into a buffer its caller sized for what it writes, so that a field is appended to the answer in one piece.
+struct ByteWriter {
+    private let buffer: UnsafeMutableBufferPointer<UInt8>
+    private var count = 0
+
+    init(_ buffer: UnsafeMutableBufferPointer<UInt8>) { self.buffer = buffer }
+
+    /// The bytes written so far.
+    var written: UnsafeMutableBufferPointer<UInt8> { UnsafeMutableBufferPointer(rebasing: buffer[..<count]) }
+
+    mutating func put(_ byte: UInt8) {
+        buffer[count] = byte
+        count += 1
+    }
+
+    mutating func put(_ text: StaticString) {
+        text.withUTF8Buffer { text in
+            guard let source = text.baseAddress, let target = buffer.baseAddress else { return }
+            (target + count).update(from: source, count: text.count)
+            count += text.count
+        }
+    }
+
+    /// The Base-10 digits of `value` (with a minus sign when negative): at most twenty bytes.
+    mutating func put(decimal value: Int64) {
+        if value < 0 { put(45) }
+        var magnitude = value.magnitude
+        var digits = 1
+        var power: UInt64 = 10
+        while digits < 20, magnitude >= power {
+            digits += 1
+            power = power.multipliedReportingOverflow(by: 10).partialValue
+        }
+        for index in stride(from: count + digits - 1, through: count, by: -1) {
+            buffer[index] = UInt8(truncatingIfNeeded: 48 + magnitude % 10)
+            magnitude /= 10
+        }
+        count += digits
+    }
+
+    /// `YYYY-MM-DD HH:MM:SS`: nineteen bytes.
+    mutating func put(civil time: ReceiptDate.CivilTime) {
+        time.write(separator: 32, into: UnsafeMutableBufferPointer(rebasing: buffer[count..<(count + ReceiptDate.CivilTime.length)]))
+        count += ReceiptDate.CivilTime.length
+    }
+}
+
+extension InAppPurchase {
+    /// Writes the purchase as verifyReceipt renders it in `receipt.in_app`, straight from its fields: the bytes that
+    /// `ReceiptTransactionInfo(self).write(to:)` writes, without the seventeen strings that entry would hold. A receipt
+    /// of a thousand purchases is answered this way.
+    public func writeReceiptEntry(to json: inout JSONBuffer) {
+        json.object { json in
+            json.field(literal: "quantity", quoted: Int64(quantity))
+            json.field(literal: "product_id", productId)
+            json.field(literal: "transaction_id", transactionId)
+            if let originalTransactionId { json.field(literal: "original_transaction_id", originalTransactionId) }
+            if let purchaseDate { json.field(literal: "purchase_date", date: purchaseDate) }
+            if let originalPurchaseDate { json.field(literal: "original_purchase_date", date: originalPurchaseDate) }
+            if let expiresDate { json.field(literal: "expires_date", date: expiresDate) }
+            if let webOrderLineItemId { json.field(literal: "web_order_line_item_id", quoted: webOrderLineItemId) }
+            json.field(literal: "is_trial_period", quoted: isTrialPeriod)
+            if let isInIntroOfferPeriod { json.field(literal: "is_in_intro_offer_period", quoted: isInIntroOfferPeriod) }
+            if let cancellationDate { json.field(literal: "cancellation_date", date: cancellationDate) }
+            if let cancellationReason { json.field(literal: "cancellation_reason", quoted: Int64(cancellationReason)) }
+            if let promotionalOfferId { json.field(literal: "promotional_offer_id", promotionalOfferId) }
+        }
+    }
+}
+
 extension ReceiptTransactionInfo {
     /// Writes the entry as verifyReceipt does.
     public func write(to json: inout JSONBuffer) {
@@ -166,7 +319,7 @@ extension ReceiptInfo {
             json.field("original_application_version", originalApplicationVersion)
             json.field("expiration_date", expirationDate)
             json.key("in_app")
-            json.array(inApp) { json, entry in entry.write(to: &json) }
+            entries.write(to: &json)
         }
     }
 }
@@ -190,7 +343,7 @@ extension PendingRenewalInfo {
 extension VerifyReceiptResponse {
     /// The response body, keys in Apple's order.
     public func jsonBytes() -> [UInt8] {
-        var json = JSONBuffer(capacity: 512 + (receipt?.inApp.count ?? 0) * 700 + (latestReceiptInfo?.count ?? 0) * 800 + (latestReceipt?.utf8.count ?? 0))
+        var json = JSONBuffer(capacity: 512 + (receipt?.entries.count ?? 0) * 700 + (latestReceiptInfo?.count ?? 0) * 800 + (latestReceipt?.utf8.count ?? 0))
         json.object { json in
             json.field("status", Int64(status))
             json.field("environment", environment?.rawValue)

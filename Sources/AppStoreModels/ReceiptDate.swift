@@ -52,6 +52,11 @@ public enum ReceiptDate {
     /// directly is much faster than asking the time zone database, which older dates still use.
     static func pacificOffset(_ seconds: Int64) -> Int64 {
         let (year, _, _) = civilFromDays(seconds >= 0 ? seconds / 86400 : (seconds &- 86399) / 86400)
+        return pacificOffset(seconds, year: year)
+    }
+
+    /// `pacificOffset(seconds)` when the UTC year of `seconds` is already known.
+    static func pacificOffset(_ seconds: Int64, year: Int64) -> Int64 {
         guard year >= 2007 else { return Int64(pacific.secondsFromGMT(for: Date(timeIntervalSince1970: Double(seconds)))) }
         func sunday(month: Int, nth: Int) -> Int64 {
             let firstDay = daysFromCivil(year: Int(year), month: month, day: 1)
@@ -125,18 +130,48 @@ public enum ReceiptDate {
     /// Formats Unix seconds as `YYYY-MM-DD<separator>HH:MM:SS<suffix>`, written digit by digit into one buffer: verifyReceipt
     /// writes three forms of every date of every purchase, and joining small strings cost more than the rest of a date.
     static func civil(seconds: Int64, separator: UInt8, suffix: StaticString) -> String {
-        var days = seconds / 86400
-        var remainder = seconds % 86400
-        if remainder < 0 { remainder += 86400; days -= 1 }
-        let (year, month, day) = civilFromDays(days)
-        let hour = remainder / 3600, minute = (remainder % 3600) / 60, second = remainder % 60
-        // Years outside 0…9999 (a saturated date) are written in full; every other field has two digits.
-        guard (0...9999).contains(year) else {
-            let text = String(year) + "-" + String(month) + "-" + String(day)
-            return text + String(decoding: [separator], as: UTF8.self) + "\(hour):\(minute):\(second)" + suffix.description
-        }
-        let length = 19 + suffix.utf8CodeUnitCount
+        guard let time = CivilTime(seconds: seconds) else { return unusualCivil(seconds: seconds, separator: separator, suffix: suffix) }
+        let length = CivilTime.length + suffix.utf8CodeUnitCount
         return String(unsafeUninitializedCapacity: length) { buffer in
+            time.write(separator: separator, into: buffer)
+            suffix.withUTF8Buffer { tail in
+                for index in 0..<tail.count { buffer[CivilTime.length + index] = tail[index] }
+            }
+            return length
+        }
+    }
+
+    /// A year outside 0…9999 (a saturated date): every field written in full.
+    private static func unusualCivil(seconds: Int64, separator: UInt8, suffix: StaticString) -> String {
+        let time = CivilTime(unboundedSeconds: seconds)
+        let text = String(time.year) + "-" + String(time.month) + "-" + String(time.day)
+        return text + String(decoding: [separator], as: UTF8.self) + "\(time.hour):\(time.minute):\(time.second)" + suffix.description
+    }
+
+    /// The calendar fields of a UTC instant.
+    struct CivilTime {
+        /// `YYYY-MM-DD HH:MM:SS`
+        static let length = 19
+        var year, month, day, hour, minute, second: Int64
+
+        init(unboundedSeconds seconds: Int64) {
+            var days = seconds / 86400
+            var remainder = seconds % 86400
+            if remainder < 0 { remainder += 86400; days -= 1 }
+            (year, month, day) = ReceiptDate.civilFromDays(days)
+            hour = remainder / 3600
+            minute = (remainder % 3600) / 60
+            second = remainder % 60
+        }
+
+        /// Nil for years outside 0…9999, which do not fit four digits.
+        init?(seconds: Int64) {
+            self.init(unboundedSeconds: seconds)
+            guard (0...9999).contains(year) else { return nil }
+        }
+
+        /// Writes `YYYY-MM-DD<separator>HH:MM:SS` at `buffer[0..<19]`.
+        func write(separator: UInt8, into buffer: UnsafeMutableBufferPointer<UInt8>) {
             func two(_ value: Int64, at index: Int) {
                 buffer[index] = UInt8(truncatingIfNeeded: 48 + value / 10)
                 buffer[index + 1] = UInt8(truncatingIfNeeded: 48 + value % 10)
@@ -153,10 +188,6 @@ public enum ReceiptDate {
             two(minute, at: 14)
             buffer[16] = 58
             two(second, at: 17)
-            suffix.withUTF8Buffer { tail in
-                for index in 0..<tail.count { buffer[19 + index] = tail[index] }
-            }
-            return length
         }
     }
 

@@ -168,7 +168,13 @@ public struct ReceiptInfo: Encodable, Sendable, Equatable {
     public var originalPurchaseDate: ReceiptDateTriple?
     public var originalApplicationVersion: String?
     public var expirationDate: ReceiptDateTriple?
-    public var inApp: [ReceiptTransactionInfo]
+    /// The purchases as `in_app` entries. For a decoded receipt they are made when first asked for: writing the
+    /// answer renders them from the purchases directly.
+    public var inApp: [ReceiptTransactionInfo] {
+        get { entries.rendered }
+        set { entries = InAppEntries(rendered: newValue) }
+    }
+    var entries: InAppEntries
 
     /// Renders a decoded receipt; `requestDate` is when verifyReceipt handled it (nil for offline decoding).
     public init(_ receipt: AppReceipt, requestDate: Date?) {
@@ -184,7 +190,7 @@ public struct ReceiptInfo: Encodable, Sendable, Equatable {
         originalPurchaseDate = receipt.originalPurchaseDate.map(ReceiptDateTriple.init)
         originalApplicationVersion = receipt.originalApplicationVersion
         expirationDate = receipt.expirationDate.map(ReceiptDateTriple.init)
-        inApp = receipt.inApp.map(ReceiptTransactionInfo.init)
+        entries = InAppEntries(purchases: receipt.inApp)
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -219,8 +225,45 @@ public struct ReceiptInfo: Encodable, Sendable, Equatable {
         originalPurchaseDate = c.triple("original_purchase_date")
         originalApplicationVersion = c.string("original_application_version")
         expirationDate = c.triple("expiration_date")
-        inApp = (json["in_app"]?.array ?? []).compactMap(ReceiptTransactionInfo.init(json:))
+        entries = InAppEntries(rendered: (json["in_app"]?.array ?? []).compactMap(ReceiptTransactionInfo.init(json:)))
     }
+}
+
+/// A receipt's `in_app` entries: given as entries, or a decoded receipt's purchases, which are rendered only when asked
+/// for (equal when their entries are).
+struct InAppEntries: Sendable, Equatable {
+    private enum Source: Sendable {
+        case rendered([ReceiptTransactionInfo])
+        case purchases([InAppPurchase])
+    }
+    private let source: Source
+
+    init(rendered: [ReceiptTransactionInfo]) { source = .rendered(rendered) }
+    init(purchases: [InAppPurchase]) { source = .purchases(purchases) }
+
+    var count: Int {
+        switch source {
+        case .rendered(let entries): entries.count
+        case .purchases(let purchases): purchases.count
+        }
+    }
+
+    var rendered: [ReceiptTransactionInfo] {
+        switch source {
+        case .rendered(let entries): entries
+        case .purchases(let purchases): purchases.map(ReceiptTransactionInfo.init)
+        }
+    }
+
+    /// Writes the `in_app` array.
+    func write(to json: inout JSONBuffer) {
+        switch source {
+        case .rendered(let entries): json.array(entries) { json, entry in entry.write(to: &json) }
+        case .purchases(let purchases): json.array(purchases) { json, purchase in purchase.writeReceiptEntry(to: &json) }
+        }
+    }
+
+    static func == (lhs: InAppEntries, rhs: InAppEntries) -> Bool { lhs.rendered == rhs.rendered }
 }
 
 /// One `pending_renewal_info` element.

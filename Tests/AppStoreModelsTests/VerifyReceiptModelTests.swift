@@ -57,6 +57,44 @@ struct JSONBufferTests {
         #expect(fast == codable)
     }
 
+    @Test("A decoded receipt's in_app entries are written straight from its purchases, byte for byte as their rendered entries are")
+    func directEntriesMatchRendered() throws {
+        var generator = SystemRandomNumberGenerator()
+        // Every span the writer treats apart: before 1970, before 2007 (the time zone database's offsets), around daylight
+        // saving's changes, fractions of a millisecond, a Pacific year outside 0…9999 on either side of a UTC one inside it,
+        // years past 9999 and dates no integer holds (saturated).
+        let edges: [Double] = [0, -1, -86_400.5, 1_173_600_000, 1_173_596_399.999, 1_194_155_999, 1_194_156_000, 1_741_514_400,
+                               253_402_300_799.999, 253_402_300_800, 253_402_304_400, -62_167_215_600, -62_167_219_201, 1e17, -1e17, 1e300, -1e300, .infinity, -.infinity, .nan]
+        func someDate() -> Date? {
+            switch Int.random(in: 0..<4, using: &generator) {
+            case 0: nil
+            case 1: Date(timeIntervalSince1970: edges.randomElement(using: &generator)!)
+            default: Date(timeIntervalSince1970: Double.random(in: -4e9...4e10, using: &generator))
+            }
+        }
+        let texts = ["", "coins", "com.example.coins.100", "quote\" backslash\\ nul\u{0} é 😀", String(repeating: "x", count: 300)]
+        let purchases = (0..<2_000).map { _ in
+            InAppPurchase(quantity: Int.random(in: -1...1_000_000, using: &generator), productId: texts.randomElement(using: &generator)!,
+                          transactionId: String(UInt64.random(in: 0...UInt64.max, using: &generator)),
+                          originalTransactionId: Bool.random(using: &generator) ? nil : texts.randomElement(using: &generator)!,
+                          purchaseDate: someDate(), originalPurchaseDate: someDate(), expiresDate: someDate(),
+                          webOrderLineItemId: Bool.random(using: &generator) ? nil : [Int64.min, -1, 0, Int64.max, 1_000_000_123].randomElement(using: &generator)!,
+                          cancellationDate: someDate(), cancellationReason: Bool.random(using: &generator) ? nil : Int.random(in: -1...1, using: &generator),
+                          isTrialPeriod: Bool.random(using: &generator), isInIntroOfferPeriod: [nil, true, false].randomElement(using: &generator)!,
+                          promotionalOfferId: Bool.random(using: &generator) ? nil : texts.randomElement(using: &generator)!)
+        }
+        let receipt = AppReceipt(receiptType: .productionSandbox, bundleId: "com.example.coins", applicationVersion: "1",
+                                 creationDate: someDate(), inApp: purchases)
+        let direct = ReceiptInfo(receipt, requestDate: Date(timeIntervalSince1970: 1_764_000_000))
+        var rendered = direct
+        rendered.inApp = purchases.map(ReceiptTransactionInfo.init)
+        let written = VerifyReceiptResponse(status: 0, environment: .sandbox, receipt: direct).jsonBytes()
+        let expected = VerifyReceiptResponse(status: 0, environment: .sandbox, receipt: rendered).jsonBytes()
+        #expect(written.count > 2_000 * 100)
+        #expect(String(decoding: written, as: UTF8.self) == String(decoding: expected, as: UTF8.self))
+        #expect(direct == rendered && direct.inApp == rendered.inApp)
+    }
+
     @Test("Strings are escaped wherever their quote, backslash or control character falls (eight bytes at a time before it): every position of strings of 0-39 characters")
     func escapesAnywhere() throws {
         var generator = SystemRandomNumberGenerator()
