@@ -11,14 +11,20 @@ public enum JSONValue: Sendable, Equatable {
 
     /// Parses a complete JSON text (RFC 8259); throws on anything else, including trailing bytes.
     public static func parse<Bytes: Collection<UInt8>>(_ bytes: Bytes) throws(JSONParseError) -> JSONValue {
-        let array = bytes as? [UInt8] ?? Array(bytes)
-        return try array.withUnsafeBufferPointer { buffer throws(JSONParseError) -> JSONValue in
-            var parser = JSONParser(bytes: buffer)
-            let value = try parser.value(depth: 0)
-            parser.skipSpace()
-            guard parser.offset == buffer.count else { throw parser.error("unexpected bytes after the JSON value") }
-            return value
+        // Read in place where the bytes are contiguous (an array, or a request body's Data): a verifyReceipt body is half
+        // a megabyte, and copying it cost as much as a tenth of its parsing.
+        if let parsed = bytes.withContiguousStorageIfAvailable({ buffer in Result { () throws(JSONParseError) in try parse(buffer: buffer) } }) {
+            return try parsed.get()
         }
+        return try Array(bytes).withUnsafeBufferPointer { buffer throws(JSONParseError) -> JSONValue in try parse(buffer: buffer) }
+    }
+
+    private static func parse(buffer: UnsafeBufferPointer<UInt8>) throws(JSONParseError) -> JSONValue {
+        var parser = JSONParser(bytes: buffer)
+        let value = try parser.value(depth: 0)
+        parser.skipSpace()
+        guard parser.offset == buffer.count else { throw parser.error("unexpected bytes after the JSON value") }
+        return value
     }
 
     public subscript(key: String) -> JSONValue? {
