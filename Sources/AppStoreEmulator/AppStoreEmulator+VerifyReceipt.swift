@@ -63,7 +63,10 @@ extension AppStoreEmulator {
         }
         // Under the state's lock only what needs the state: the receipt's own rendering (a thousand purchases' worth
         // of strings) is made after it, so verifications of different receipts do not wait on each other for it.
-        let built = try await read { state, now -> (VerifyReceiptResponse, (AppReceipt)?, Date) in
+        let built = try await read { state, now -> LockedAnswer in
+            func refused(_ status: Int) -> LockedAnswer {
+                LockedAnswer(response: VerifyReceiptResponse(status: status, environment: environment), requestDate: now)
+            }
             let app = state.apps[receipt.bundleId]
             // Looked up in place: a receipt of a thousand purchases copies no product and no transaction it does not answer with,
             // and is searched only for the app's products of the type (usually none or a few), one hash per purchase.
@@ -74,28 +77,28 @@ extension AppStoreEmulator {
             }
             if receiptEnvironment != environment {
                 if environment == .production, state.quirks.sandboxConsumableAnswers21002InProduction, receiptHas(.consumable) {
-                    return (VerifyReceiptResponse(status: VerifyReceiptStatus.malformedReceipt, environment: environment), nil, now)
+                    return refused(VerifyReceiptStatus.malformedReceipt)
                 }
                 let code = environment == .production ? VerifyReceiptStatus.sandboxReceiptInProduction : VerifyReceiptStatus.productionReceiptInSandbox
-                return (VerifyReceiptResponse(status: code, environment: environment), nil, now)
+                return refused(code)
             }
-            guard let app else { return (VerifyReceiptResponse(status: VerifyReceiptStatus.notAuthenticated, environment: environment), nil, now) }
+            guard let app else { return refused(VerifyReceiptStatus.notAuthenticated) }
             let buyer = receipt.inApp.lazy.compactMap { state.transactions[$0.transactionId]?.accountEmail }.first
             let account = buyer.flatMap { state.accounts[$0.lowercased()] }
             if let account, account.deleted {
-                return (VerifyReceiptResponse(status: VerifyReceiptStatus.accountNotFound, environment: environment), nil, now)
+                return refused(VerifyReceiptStatus.accountNotFound)
             }
             let hasSubscriptions = receiptHas(.autoRenewable) || account.map { account in
                 state.hasPurchasedSubscription(account: account.email, bundle: app.bundleId, environment: environment)
             } == true
             if let password = request.password, password != app.sharedSecret {
-                return (VerifyReceiptResponse(status: VerifyReceiptStatus.sharedSecretMismatch, environment: environment), nil, now)
+                return refused(VerifyReceiptStatus.sharedSecretMismatch)
             }
             if hasSubscriptions && request.password == nil {
-                return (VerifyReceiptResponse(status: VerifyReceiptStatus.sharedSecretMismatch, environment: environment), nil, now)
+                return refused(VerifyReceiptStatus.sharedSecretMismatch)
             }
             var response = VerifyReceiptResponse(status: VerifyReceiptStatus.valid, environment: environment)
-            guard hasSubscriptions, let account else { return (response, nil, now) }
+            guard hasSubscriptions, let account else { return LockedAnswer(response: response, requestDate: now) }
             let records = state.transactions(account: account.email, bundle: app.bundleId, environment: environment)
             var latest = records.filter(\.belongsInReceipt)
             if request.excludeOldTransactions == true {
@@ -107,21 +110,31 @@ extension AppStoreEmulator {
                 latest = Array(newest.values)
             }
             latest.sort { ($0.purchaseDate, $0.id) > ($1.purchaseDate, $1.id) }
-            response.latestReceiptInfo = latest.map(\.latestReceiptInfo)
             response.pendingRenewalInfo = state.chains.values
                 .filter { $0.accountEmail.lowercased() == account.email.lowercased() && $0.bundleId == app.bundleId && $0.environment == environment }
                 .sorted { $0.originalTransactionId < $1.originalTransactionId }
                 .map(AppStoreEmulator.pendingRenewalInfo)
             let deviceId = records.last?.deviceId ?? ""
             let device = state.devices[deviceId] ?? Device(id: deviceId, accountEmail: account.email)
-            return (response, self.makeReceipt(app: app, account: account, device: device, records: records, now: now), now)
+            let fresh = self.makeReceipt(app: app, account: account, device: device, records: records, now: now)
+            return LockedAnswer(response: response, requestDate: now, subscription: (fresh, latest))
         }
-        var response = built.0
-        if response.status == VerifyReceiptStatus.valid { response.receipt = ReceiptInfo(receipt, requestDate: built.2) }
-        if let fresh = built.1 {
+        var response = built.response
+        if response.status == VerifyReceiptStatus.valid { response.receipt = ReceiptInfo(receipt, requestDate: built.requestDate) }
+        if let (fresh, latest) = built.subscription {
+            // The subscription's entries are rendered here, after the lock, like the receipt's own.
+            response.latestReceiptInfo = latest.map(\.latestReceiptInfo)
             response.latestReceipt = Data(try sign(fresh)).base64EncodedString()
         }
         return response
+    }
+
+    /// What verifyReceipt learns under the state's lock: the answer's status, when it was asked, and for a subscriber the
+    /// fresh receipt and the transactions of `latest_receipt_info` (rendered after the lock).
+    private struct LockedAnswer: Sendable {
+        var response: VerifyReceiptResponse
+        var requestDate: Date
+        var subscription: (fresh: AppReceipt, latest: [TransactionRecord])?
     }
 
     func verifyTransactionReceipt(_ legacy: LegacyTransactionReceipt, request: VerifyReceiptRequest, environment: AppStoreEnvironment) async throws -> Data {
