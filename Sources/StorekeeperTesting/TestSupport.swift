@@ -17,6 +17,21 @@ public enum TestSupport {
         do { return try CertificateAuthority.generate(algorithm: .ecP256) } catch { fatalError("cannot generate the test JWS CA: \(error)") }
     }()
 
+    /// Checks `condition` every `interval` until it holds or `limit` passes, and says whether it held. Every test that
+    /// waits for something to happen waits here, with one deadline generous enough for a loaded CI machine (what takes
+    /// milliseconds on a laptop can take seconds there); the test then expects what it waited for, so a wait that runs
+    /// out fails on that expectation. A check that something does *not* happen is a plain sleep instead.
+    @discardableResult
+    public static func eventually(within limit: Duration = .seconds(15), every interval: Duration = .milliseconds(10),
+                                  _ condition: () async throws -> Bool) async throws -> Bool {
+        let deadline = ContinuousClock.now + limit
+        while true {
+            if try await condition() { return true }
+            if ContinuousClock.now >= deadline { return false }
+            try await Task.sleep(for: interval)
+        }
+    }
+
     /// 2026-01-15T10:00:00Z, a fixed "now" for tests.
     public static let referenceDate = Date(timeIntervalSince1970: 1_768_471_200)
 

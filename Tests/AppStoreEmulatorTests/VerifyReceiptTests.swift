@@ -305,7 +305,7 @@ struct FaultTests {
         await early.value
         #expect(held.count == 0)
         // The thread waits at most a second at a time, then ends: polled, for a loaded machine.
-        for _ in 0..<1000 where held.threadRunning { try await Task.sleep(for: .milliseconds(10)) }
+        try await TestSupport.eventually { !held.threadRunning }
         #expect(!held.threadRunning)
     }
 

@@ -85,10 +85,9 @@ struct OperationsTests {
         let worker = world.server.runWorker()
         defer { worker.cancel() }
         try await receiver.wait(for: 2)
-        for _ in 0..<100 {
+        try await TestSupport.eventually {
             samples = try await Self.metrics(world)
-            if samples[#"storekeeper_webhook_deliveries{state="delivered"}"#] == 2 { break }
-            try await Task.sleep(for: .milliseconds(50))
+            return samples[#"storekeeper_webhook_deliveries{state="delivered"}"#] == 2
         }
         #expect(samples[#"storekeeper_webhook_attempts_total{outcome="http_status"}"#] == 1)
         #expect(samples[#"storekeeper_webhook_attempts_total{outcome="delivered"}"#] == 2)
@@ -105,7 +104,7 @@ struct OperationsTests {
         let worker = world.server.runWorker()
         defer { worker.cancel() }
         // The worker starts a few task hops later; then the cached answer (a second) must age out.
-        for _ in 0..<1000 where !world.server.worker.isRunning { try await Task.sleep(for: .milliseconds(10)) }
+        try await TestSupport.eventually { world.server.worker.isRunning }
         try await Task.sleep(for: .milliseconds(1100))
         let (ready, readyBody) = try await world.client.json(.get, "/readyz")
         #expect(ready == 200 && readyBody["schemaVersion"] as? Int == readyBody["expectedSchemaVersion"] as? Int)

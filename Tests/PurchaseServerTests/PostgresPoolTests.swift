@@ -1,6 +1,7 @@
 import Foundation
 import PostgresStorage
 import Storage
+import StorekeeperTesting
 import Testing
 
 /// The connection pool hands waiting work to the connection that frees up (no task waits for a connection).
@@ -33,7 +34,7 @@ struct PostgresPoolTests {
         #expect(Set(answers.map(\.2)).count == 2)
         // A caller is answered before its connection goes back to the idle list: waited for, briefly.
         func settled() async throws {
-            for _ in 0..<1000 where database.poolStatistics?.idle != 2 { try await Task.sleep(for: .milliseconds(10)) }
+            try await TestSupport.eventually { database.poolStatistics?.idle == 2 }
         }
         try await settled()
         let statistics = try #require(database.poolStatistics)

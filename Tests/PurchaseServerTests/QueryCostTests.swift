@@ -3,6 +3,7 @@ import Foundation
 import PostgresStorage
 import SQLiteStorage
 import Storage
+import StorekeeperTesting
 import Testing
 
 /// Work that must not grow with what else the database holds.
@@ -149,9 +150,9 @@ struct PlannerStatisticsTests {
         }
         // The counts reach PostgreSQL's statistics views within about a second of the commit (at most ten).
         var refreshed: [String] = []
-        for _ in 0..<40 where !refreshed.contains("verification_jobs") {
+        try await TestSupport.eventually(within: .seconds(20), every: .milliseconds(500)) {
             refreshed = try await store.refreshPlannerStatistics()
-            if !refreshed.contains("verification_jobs") { try await Task.sleep(for: .milliseconds(500)) }
+            return refreshed.contains("verification_jobs")
         }
         #expect(refreshed.contains("verification_jobs"))
         let after = try await analyzed()
@@ -167,9 +168,9 @@ struct PlannerStatisticsTests {
         let (database, store) = try await Self.storeWithYoungQueue()
         defer { Task { await database.close() } }
         var stale = false
-        for _ in 0..<40 where !stale {
+        try await TestSupport.eventually(within: .seconds(20), every: .milliseconds(500)) {
             stale = try await database.read { db in try PlannerStatistics(db: db).staleTables() }.contains { $0.table == "verification_jobs" }
-            if !stale { try await Task.sleep(for: .milliseconds(500)) }
+            return stale
         }
         #expect(stale)
         // Three more processes on the same schema, each with its own connections.

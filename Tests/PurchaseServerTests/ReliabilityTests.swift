@@ -76,9 +76,9 @@ struct ReliabilityTests {
         let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF02")
         let job = try await world.server.submit(appId: "com.example.coins", appUserId: "alice", receiptData: receipt, kind: .purchase)
         var seen = job
-        for _ in 0..<500 where seen.attempts == 0 || seen.state == .verifying {
-            try await Task.sleep(for: .milliseconds(10))
+        try await TestSupport.eventually {
             seen = try #require(try await world.server.store.job(job.id))
+            return seen.attempts > 0 && seen.state != .verifying
         }
         #expect(seen.state.rawValue == state)
     }

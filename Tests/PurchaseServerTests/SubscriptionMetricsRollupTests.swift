@@ -2,6 +2,7 @@ import AppStoreEmulator
 import AppStoreModels
 import Foundation
 @testable import PurchaseServer
+import StorekeeperTesting
 import Testing
 
 /// The rollup (each chain's contribution kept per day) against the definitions (`SubscriptionMetrics.compute` over
@@ -163,9 +164,10 @@ struct SubscriptionMetricsRollupTests {
                 let (from, to) = (now.addingTimeInterval(-3 * 86_400), now.addingTimeInterval(86_400))
                 let ledger = try await world.server.subscriptionMetricsFromLedger(appId: app, from: from, to: to, interval: interval, environment: nil)
                 var rollup = try await world.server.subscriptionMetrics(appId: app, from: from, to: to, interval: interval, environment: nil)
-                for _ in 0..<150 where rollup != ledger {
-                    try await Task.sleep(for: .milliseconds(100))
+                try await TestSupport.eventually(every: .milliseconds(100)) {
+                    if rollup == ledger { return true }
                     rollup = try await world.server.subscriptionMetrics(appId: app, from: from, to: to, interval: interval, environment: nil)
+                    return rollup == ledger
                 }
                 #expect(rollup == ledger, "\(step), by \(interval)")
             }

@@ -55,9 +55,9 @@ final class WebhookReceiver: Sendable {
         return unique
     }
 
-    /// Waits until `count` distinct events have arrived (or 10 s pass).
+    /// Waits until `count` distinct events have arrived (or the tests' deadline passes).
     func wait(for count: Int) async throws {
-        for _ in 0..<200 where events.count < count { try await Task.sleep(for: .milliseconds(50)) }
+        try await TestSupport.eventually { events.count >= count }
     }
 }
 
@@ -119,11 +119,10 @@ struct WebhookTests {
         // The outage is in the delivery log: three 500s, then every delivery succeeded.
         // The receiver has every event; the server records each outcome just after its answer.
         var log: [WebhookDelivery] = []
-        for _ in 0..<100 {
+        try await TestSupport.eventually {
             log = try await world.server.store.webhookDeliveries(appId: "com.example.coins", id: coins.id, state: nil, limit: 100)
                 + (try await world.server.store.webhookDeliveries(appId: "com.example.magazine", id: magazine.id, state: nil, limit: 100))
-            if log.allSatisfy({ $0.state == "delivered" }) { break }
-            try await Task.sleep(for: .milliseconds(50))
+            return log.allSatisfy { $0.state == "delivered" }
         }
         #expect(log.count == 6 && log.allSatisfy { $0.state == "delivered" })
         #expect(log.flatMap(\.log).filter { $0.status == 500 }.count == 3)
@@ -202,7 +201,7 @@ struct WebhookTests {
         let (redelivered, _) = try await world.client.json(.post, "/admin/v1/apps/com.example.coins/webhooks/\(endpoint.id)/deliveries/\(testId)/redeliver",
                                                            headers: Self.admin)
         #expect(redelivered == 202)
-        for _ in 0..<100 where receiver.deliveries.count < 3 { try await Task.sleep(for: .milliseconds(50)) }
+        try await TestSupport.eventually { receiver.deliveries.count >= 3 }
         #expect(receiver.deliveries.count == 3 && receiver.events.count == 2)  // the same id twice: de-duplicated
         // The running total of deliveries made equals a count of them after the redelivery, and after the customer is erased.
         func delivered() async throws -> (total: Int64?, read: Int64?) {
@@ -211,7 +210,7 @@ struct WebhookTests {
             }
             return (try await world.server.store.webhookDeliveryCounts()["delivered"], read)
         }
-        for _ in 0..<100 where try await delivered().read != 2 { try await Task.sleep(for: .milliseconds(50)) }
+        try await TestSupport.eventually { try await delivered().read == 2 }
         let afterRedelivery = try await delivered()
         #expect(afterRedelivery.total == 2 && afterRedelivery.read == 2)
         let (erased, _) = try await world.client.json(.delete, "/admin/v1/apps/com.example.coins/users/bob", headers: Self.admin)
@@ -251,7 +250,7 @@ struct WebhookTests {
             let answer = try await world.client.send(.post, "/v1/notifications/apple", body: body)
             #expect(answer.status == .ok)
         }
-        for _ in 0..<100 where forward.deliveries.isEmpty { try await Task.sleep(for: .milliseconds(50)) }
+        try await TestSupport.eventually { !forward.deliveries.isEmpty }
         try await Task.sleep(for: .milliseconds(300))
         #expect(forward.deliveries.map(\.body) == [body])
         try await events.wait(for: 1)

@@ -19,27 +19,24 @@ struct WorkerWakeupTests {
         }
         var rejected = job("rejected")
         rejected.state = .rejected
-        func eventually(_ condition: () -> Bool) async throws {
-            for _ in 0..<1500 where !condition() { try await Task.sleep(for: .milliseconds(10)) }
-        }
 
         // No worker running here: others must take the jobs.
         #expect(store.wakesOtherProcesses(for: [job("alice")]))
         let worker = server.runWorker()
-        try await eventually { !store.wakesOtherProcesses(for: [job("alice")]) }
+        try await TestSupport.eventually { !store.wakesOtherProcesses(for: [job("alice")]) }
         #expect(!store.wakesOtherProcesses(for: [job("alice")]), "a running worker with room takes its own jobs")
         #expect(!store.wakesOtherProcesses(for: [rejected]))
 
         // The worker's one place taken by a job waiting on Apple: new jobs need the others.
         _ = try await server.submit(appId: "com.example.coins", appUserId: "bob", receiptData: receipt, kind: .purchase)
-        try await eventually { server.worker.inFlight == 1 }
+        try await TestSupport.eventually { server.worker.inFlight == 1 }
         #expect(server.worker.inFlight == 1, "the job was settled or rejected before reaching Apple")
         #expect(store.wakesOtherProcesses(for: [job("carol")]), "a full worker leaves new jobs to the others")
         #expect(!store.wakesOtherProcesses(for: [rejected]))
 
         // Apple answers (a failure, retried in a minute): the place is free, new jobs are this worker's again.
         transport.open()
-        try await eventually { !store.wakesOtherProcesses(for: [job("carol")]) }
+        try await TestSupport.eventually { !store.wakesOtherProcesses(for: [job("carol")]) }
         #expect(server.worker.inFlight == 0)
         #expect(!store.wakesOtherProcesses(for: [job("carol")]))
 
@@ -73,7 +70,7 @@ struct UploadHandOffTests {
                 return server.worker.inFlight == 0
             }
             transport.open()
-            for _ in 0..<1500 where try await !done() { try await Task.sleep(for: .milliseconds(10)) }
+            try await TestSupport.eventually { try await done() }
             transport.close()
         }
 
@@ -83,7 +80,7 @@ struct UploadHandOffTests {
         #expect(try await row(alice.id)?.string("lease_owner") == nil)
         let worker = server.runWorker()
         defer { worker.cancel() }
-        for _ in 0..<1500 where server.worker.inFlight == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        try await TestSupport.eventually { server.worker.inFlight != 0 }
         #expect(server.worker.inFlight == 1, "the running worker claimed the queued job")
 
         // The worker's one place is taken: the upload is written pending, for a claim.
@@ -96,7 +93,7 @@ struct UploadHandOffTests {
         #expect(server.worker.inFlight == 0)
 
         // Once a claim has found the queue empty, uploads are handed over.
-        for _ in 0..<1500 where !server.worker.places.takesUploads { try await Task.sleep(for: .milliseconds(10)) }
+        try await TestSupport.eventually { server.worker.places.takesUploads }
         // A free place: the upload is written claimed by the worker, its first attempt counted as a claim counts it,
         // and holds the place as soon as the upload is answered, with no claim in between.
         let start = Date()
