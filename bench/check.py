@@ -20,6 +20,16 @@ def emulator_cpu():
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+# The wrk run before this one may leave requests in flight: wait until the emulator's CPU time stops moving.
+settle_deadline = time.monotonic() + 10
+previous = emulator_cpu()
+while time.monotonic() < settle_deadline:
+    time.sleep(0.3)
+    current = emulator_cpu()
+    if current == previous:
+        break
+    previous = current
+
 walls, cpus = {}, {}
 for size in (1, 100, 1000):
     bodies = [line for line in open(f"{work}/bodies-{size}.txt").read().splitlines() if line]

@@ -168,8 +168,8 @@ public struct ReceiptInfo: Encodable, Sendable, Equatable {
     public var originalPurchaseDate: ReceiptDateTriple?
     public var originalApplicationVersion: String?
     public var expirationDate: ReceiptDateTriple?
-    /// The purchases as `in_app` entries. For a decoded receipt they are made when first asked for: writing the
-    /// answer renders them from the purchases directly.
+    /// The purchases as `in_app` entries. For a decoded receipt they are rendered from its purchases on every read (read
+    /// once into a local, not entry by entry); writing the answer renders them straight into the JSON instead.
     public var inApp: [ReceiptTransactionInfo] {
         get { entries.rendered }
         set { entries = InAppEntries(rendered: newValue) }

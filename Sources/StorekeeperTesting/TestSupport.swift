@@ -19,8 +19,8 @@ public enum TestSupport {
 
     /// Checks `condition` every `interval` until it holds or `limit` passes, and says whether it held. Every test that
     /// waits for something to happen waits here, with one deadline generous enough for a loaded CI machine (what takes
-    /// milliseconds on a laptop can take seconds there); the test then expects what it waited for, so a wait that runs
-    /// out fails on that expectation. A check that something does *not* happen is a plain sleep instead.
+    /// milliseconds on a laptop can take seconds there). A test expects afterwards what it needs of the wait, so a wait
+    /// that runs out fails there, not here. A check that something does *not* happen is a plain sleep instead.
     @discardableResult
     public static func eventually(within limit: Duration = .seconds(15), every interval: Duration = .milliseconds(10),
                                   _ condition: () async throws -> Bool) async throws -> Bool {
