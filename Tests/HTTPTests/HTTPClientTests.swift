@@ -333,6 +333,14 @@ struct HTTPClientTests {
         await server.shutdown()
     }
 
+    /// Ends a child process for good. `terminate()` sends SIGTERM, which a child of the test runner inherits blocked
+    /// (it stays pending, and an `openssl s_server` outlived every test run): SIGKILL cannot be blocked.
+    static func stop(_ process: Process) {
+        guard process.isRunning else { return }
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+
     @Test("HTTPS: a server whose certificate chains to a trusted CA answers; an untrusted one is refused")
     func tls() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tls-\(UUID().uuidString)")
@@ -361,9 +369,9 @@ struct HTTPClientTests {
                 response = try? await trusting.send("GET", url, timeout: 5)
                 if response == nil { try await Task.sleep(for: .milliseconds(100)) }
             }
-            if response == nil { server.terminate() }
+            if response == nil { Self.stop(server) }
         }
-        defer { server.terminate() }
+        defer { Self.stop(server) }
         #expect(response?.status == 200)
         let page = String(decoding: response?.body ?? [], as: UTF8.self)
         #expect(page.contains("s_server"))
