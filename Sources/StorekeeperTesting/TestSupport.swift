@@ -17,8 +17,8 @@ public enum TestSupport {
         do { return try CertificateAuthority.generate(algorithm: .ecP256) } catch { fatalError("cannot generate the test JWS CA: \(error)") }
     }()
 
-    /// Checks `condition` every `interval` until it holds or `limit` passes, and says whether it held. Every test that
-    /// waits for something to happen waits here, with one deadline generous enough for a loaded CI machine (what takes
+    /// Checks `condition` every `interval` until it holds or `limit` passes, and says whether it held. A test that waits
+    /// for something to happen waits here, with one deadline generous enough for a loaded CI machine (what takes
     /// milliseconds on a laptop can take seconds there). A test expects afterwards what it needs of the wait, so a wait
     /// that runs out fails there, not here. A check that something does *not* happen is a plain sleep instead.
     @discardableResult

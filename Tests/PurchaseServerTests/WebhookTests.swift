@@ -138,10 +138,10 @@ struct WebhookTests {
         let worker = Task { await world.server.worker.run() }
         defer { worker.cancel() }
         let signal = world.server.store.webhookSignal
-        // Waited for up to 10 s when expected (a loaded machine), 1 s when not.
+        // Waited for up to the tests' deadline when expected (a loaded machine), 1 s when not.
         func woken(expected: Bool = true) async throws -> Bool {
-            for _ in 0..<(expected ? 1000 : 100) where !signal.isPending { try await Task.sleep(for: .milliseconds(10)) }
-            return signal.isPending
+            expected ? try await TestSupport.eventually { signal.isPending }
+                     : try await TestSupport.eventually(within: .seconds(1)) { signal.isPending }
         }
         try await NotificationTests.prepare(world, ["com.example.coins"])
 
