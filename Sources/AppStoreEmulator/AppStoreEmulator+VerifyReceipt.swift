@@ -61,8 +61,9 @@ extension AppStoreEmulator {
         guard let receiptEnvironment = receipt.receiptType.environment else {
             return VerifyReceiptResponse(status: VerifyReceiptStatus.notAuthenticated, environment: environment)
         }
-        // Under the state's lock only what needs the state: the receipt's own rendering (a thousand purchases' worth
-        // of strings) is made after it, so verifications of different receipts do not wait on each other for it.
+        // Under the state's lock only what needs the state: the answer's rendering (a thousand purchases of a receipt,
+        // a subscriber's latest transactions) is made after it, so verifications of different receipts do not wait on
+        // each other for it.
         let built = try await read { state, now -> LockedAnswer in
             func refused(_ status: Int) -> LockedAnswer {
                 LockedAnswer(response: VerifyReceiptResponse(status: status, environment: environment), requestDate: now)

@@ -256,9 +256,8 @@ struct ByteWriter {
 
 extension InAppPurchase {
     /// Writes the purchase as verifyReceipt renders it in `receipt.in_app`, straight from its fields: the bytes that
-    /// `ReceiptTransactionInfo(self).write(to:)` writes, without the strings that entry would hold (up to thirteen, and three
-    /// for each of its four dates). A receipt
-    /// of a thousand purchases is answered this way.
+    /// `ReceiptTransactionInfo(self).write(to:)` writes, without the strings that entry would hold (up to thirteen, and
+    /// three for each of its four dates). A receipt of a thousand purchases is answered this way.
     public func writeReceiptEntry(to json: inout JSONBuffer) {
         json.object { json in
             json.field(literal: "quantity", quoted: Int64(quantity))
