@@ -112,13 +112,6 @@ extension ReceiptPayload {
             var receipt = AppReceipt(receiptType: ReceiptType(rawValue: ""), bundleId: "", applicationVersion: "", creationDate: nil)
             var sawBundle = false
             let whole = Element(tag: 0, start: 0, end: bytes.count)
-            // Room for every purchase first: growing the array copies each purchase decoded so far, a thousand times over.
-            var purchases = 0
-            _ = forEachAttribute(bytes, in: whole) { type, _ in
-                if type == Field.inAppPurchase { purchases += 1 }
-                return true
-            }
-            receipt.inApp.reserveCapacity(purchases)
             let complete = forEachAttribute(bytes, in: whole) { type, octets in
                 switch type {
                 case Field.opaqueValue: receipt.opaqueValue = Data(UnsafeBufferPointer(rebasing: bytes[octets.start..<octets.end]))
