@@ -39,8 +39,11 @@ struct EmulatorState: Sendable {
     /// Device ids per lowercased account email: finding an account's devices must not read every device.
     private(set) var devicesByAccount: [String: Set<String>] = [:]
     var transactions: [String: TransactionRecord] = [:]
-    /// Transaction ids per "account|bundle|environment", in creation order.
-    var transactionIndex: [String: [String]] = [:]
+    /// Transaction ids per "account|bundle|environment", in creation order. Written through `insert` and `remove`.
+    private(set) var transactionIndex: [String: [String]] = [:]
+    /// The auto-renewable ones among them (a record's product type never changes): whether an account holds a
+    /// subscription is asked on every verifyReceipt call, and an account of a thousand consumables holds none.
+    private(set) var subscriptionIndex: [String: [String]] = [:]
     var chains: [String: SubscriptionChain] = [:]
     var faults: [String: Fault] = [:]
     /// In-app purchase keys for the App Store Server API, by key id.
@@ -70,13 +73,26 @@ struct EmulatorState: Sendable {
     }
 
     mutating func insert(_ record: TransactionRecord) {
-        transactions[record.id] = record
-        transactionIndex[EmulatorState.indexKey(record.accountEmail, record.bundleId, record.environment), default: []].append(record.id)
+        let key = EmulatorState.indexKey(record.accountEmail, record.bundleId, record.environment)
+        if let previous = transactions.updateValue(record, forKey: record.id) {
+            // Inserted again (a record is replaced in place with `transactions[id] =`): listed once, where it was.
+            guard EmulatorState.indexKey(previous.accountEmail, previous.bundleId, previous.environment) != key
+                    || (previous.productType == .autoRenewable) != (record.productType == .autoRenewable) else { return }
+            unlist(previous)
+        }
+        transactionIndex[key, default: []].append(record.id)
+        if record.productType == .autoRenewable { subscriptionIndex[key, default: []].append(record.id) }
     }
 
     mutating func remove(_ id: String) {
         guard let record = transactions.removeValue(forKey: id) else { return }
-        transactionIndex[EmulatorState.indexKey(record.accountEmail, record.bundleId, record.environment)]?.removeAll { $0 == id }
+        unlist(record)
+    }
+
+    private mutating func unlist(_ record: TransactionRecord) {
+        let key = EmulatorState.indexKey(record.accountEmail, record.bundleId, record.environment)
+        transactionIndex[key]?.removeAll { $0 == record.id }
+        if record.productType == .autoRenewable { subscriptionIndex[key]?.removeAll { $0 == record.id } }
     }
 
     func transactions(account: String, bundle: String, environment: AppStoreEnvironment) -> [TransactionRecord] {
@@ -84,12 +100,12 @@ struct EmulatorState: Sendable {
     }
 
     /// Whether one of the account's transactions for the app is an auto-renewable subscription in the purchased state.
-    /// Reads the two fields in place: neither the records nor their list are copied (an account of a thousand purchases
-    /// is searched on every verifyReceipt call of its receipts).
+    /// Only the account's subscriptions are looked at, their state read in place (an account of a thousand purchases is
+    /// asked on every verifyReceipt call of its receipts).
     func hasPurchasedSubscription(account: String, bundle: String, environment: AppStoreEnvironment) -> Bool {
-        (transactionIndex[EmulatorState.indexKey(account, bundle, environment)] ?? []).contains { id in
+        (subscriptionIndex[EmulatorState.indexKey(account, bundle, environment)] ?? []).contains { id in
             guard let index = transactions.index(forKey: id) else { return false }
-            return transactions.values[index].productType == .autoRenewable && transactions.values[index].state == .purchased
+            return transactions.values[index].state == .purchased
         }
     }
 

@@ -93,6 +93,49 @@ struct Base64Tests {
         #expect(ReceiptDecoder.base64Decode(text) == nil)
     }
 
+    @Test("Decoding agrees with a character-at-a-time reading on random text: plain runs, line breaks, padding and invalid characters anywhere")
+    func agreesWithOneCharacterAtATime() {
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_".utf8)
+        let others = Array("= \n\r\t*%.\u{0}".utf8) + [0x80, 0xc3, 0xff]
+        // The rules of `base64Decode`, one character at a time: spaces skipped, data after padding refused, a last
+        // group of two or three characters kept, of one refused.
+        func reference(_ text: [UInt8]) -> [UInt8]? {
+            var bits: UInt32 = 0, count = 0, padding = 0, output: [UInt8] = []
+            for character in text {
+                if [9, 10, 13, 32].contains(character) { continue }
+                if character == UInt8(ascii: "=") { padding += 1; continue }
+                guard let index = alphabet.firstIndex(of: character), padding == 0 else { return nil }
+                bits = bits << 6 | UInt32(index < 64 ? index : index - 2)
+                count += 1
+                if count == 4 {
+                    output += [UInt8(truncatingIfNeeded: bits >> 16), UInt8(truncatingIfNeeded: bits >> 8), UInt8(truncatingIfNeeded: bits)]
+                    bits = 0
+                    count = 0
+                }
+            }
+            switch count {
+            case 0: break
+            case 2: output.append(UInt8(truncatingIfNeeded: bits >> 4))
+            case 3: output += [UInt8(truncatingIfNeeded: bits >> 10), UInt8(truncatingIfNeeded: bits >> 2)]
+            default: return nil
+            }
+            return padding > 2 || output.isEmpty ? nil : output
+        }
+        var decoded = 0
+        for trial in 0..<20_000 {
+            var text = (0..<Int.random(in: 0...90)).map { _ in alphabet[Int.random(in: 0..<64)] }
+            // Most texts get a few characters that are not plain, so every path meets every other at any offset.
+            for _ in 0..<[0, 1, 1, 2, 3][trial % 5] where !text.isEmpty {
+                text[Int.random(in: 0..<text.count)] = Bool.random() ? alphabet[Int.random(in: 62..<66)] : others.randomElement()!
+            }
+            if trial % 7 == 0 { text += Array("==".utf8.prefix(Int.random(in: 0...2))) }
+            let expected = reference(text)
+            if expected != nil { decoded += 1 }
+            #expect(text.withUnsafeBufferPointer { ReceiptDecoder.decode(base64: $0) } == expected, "\(String(decoding: text, as: UTF8.self))")
+        }
+        #expect(decoded > 5_000, "too few texts were valid to compare what they decode to")
+    }
+
     @Test("Decoding agrees with Foundation on random data")
     func agreesWithFoundation() {
         for length in 1..<200 {
