@@ -6,6 +6,8 @@ public struct JSONBuffer {
     /// The UTF-8 bytes written so far.
     public private(set) var bytes: [UInt8] = []
     private var first = true
+    /// Calendar dates of the days that dates were last written on.
+    private var recentDays = ReceiptDate.RecentDays()
 
     /// Creates an empty buffer with room for `capacity` bytes.
     public init(capacity: Int = 1024) { bytes.reserveCapacity(capacity) }
@@ -171,8 +173,8 @@ extension JSONBuffer {
     /// `field(name, ReceiptDateTriple(date))` writes, assembled in one piece without making the triple's three strings.
     mutating func field(literal name: StaticString, date: Date) {
         let seconds = ReceiptDate.seconds(date)
-        guard let gmt = ReceiptDate.CivilTime(seconds: seconds),
-              let pacific = ReceiptDate.CivilTime(seconds: seconds &+ ReceiptDate.pacificOffset(seconds, year: gmt.year)) else {
+        guard let gmt = ReceiptDate.CivilTime(seconds: seconds, days: &recentDays),
+              let pacific = ReceiptDate.CivilTime(seconds: seconds &+ ReceiptDate.pacificOffset(seconds, year: gmt.year), days: &recentDays) else {
             // A year outside 0…9999 (a saturated date) is written in full, which the fixed room below does not allow for.
             field(name.description, ReceiptDateTriple(date))
             return

@@ -58,14 +58,22 @@ public enum ReceiptDate {
     /// `pacificOffset(seconds)` when the UTC year of `seconds` is already known.
     static func pacificOffset(_ seconds: Int64, year: Int64) -> Int64 {
         guard year >= 2007 else { return Int64(pacific.secondsFromGMT(for: Date(timeIntervalSince1970: Double(seconds)))) }
+        let (start, end) = year < 2007 + Int64(daylightTimes.count) ? daylightTimes[Int(year - 2007)] : daylightTime(year: year)
+        return seconds >= start && seconds < end ? -7 * 3600 : -8 * 3600
+    }
+
+    /// When daylight time starts and ends (UTC seconds) in the years 2007…2199, worked out once: verifyReceipt asks for
+    /// every date of every purchase it answers with.
+    private static let daylightTimes: [(start: Int64, end: Int64)] = (2007...2199).map { daylightTime(year: Int64($0)) }
+
+    /// When daylight time starts and ends in `year` (from 2007).
+    private static func daylightTime(year: Int64) -> (start: Int64, end: Int64) {
         func sunday(month: Int, nth: Int) -> Int64 {
             let firstDay = daysFromCivil(year: Int(year), month: month, day: 1)
             let weekday = ((firstDay % 7) + 11) % 7  // 0 = Sunday (1970-01-01 was a Thursday)
             return firstDay + (7 - weekday) % 7 + Int64(7 * (nth - 1))
         }
-        let start = sunday(month: 3, nth: 2) * 86400 + 10 * 3600
-        let end = sunday(month: 11, nth: 1) * 86400 + 9 * 3600
-        return seconds >= start && seconds < end ? -7 * 3600 : -8 * 3600
+        return (sunday(month: 3, nth: 2) * 86400 + 10 * 3600, sunday(month: 11, nth: 1) * 86400 + 9 * 3600)
     }
 
     /// `2013-08-01T07:00:00Z`, as binary receipts store dates.
@@ -155,10 +163,16 @@ public enum ReceiptDate {
         var year, month, day, hour, minute, second: Int64
 
         init(unboundedSeconds seconds: Int64) {
+            var days = RecentDays()
+            self.init(unboundedSeconds: seconds, days: &days)
+        }
+
+        /// With the calendar dates of recent days remembered in `days`.
+        init(unboundedSeconds seconds: Int64, days recent: inout RecentDays) {
             var days = seconds / 86400
             var remainder = seconds % 86400
             if remainder < 0 { remainder += 86400; days -= 1 }
-            (year, month, day) = ReceiptDate.civilFromDays(days)
+            (year, month, day) = recent.date(days)
             hour = remainder / 3600
             minute = (remainder % 3600) / 60
             second = remainder % 60
@@ -166,7 +180,13 @@ public enum ReceiptDate {
 
         /// Nil for years outside 0…9999, which do not fit four digits.
         init?(seconds: Int64) {
-            self.init(unboundedSeconds: seconds)
+            var days = RecentDays()
+            self.init(seconds: seconds, days: &days)
+        }
+
+        /// Nil for years outside 0…9999, with the calendar dates of recent days remembered in `days`.
+        init?(seconds: Int64, days: inout RecentDays) {
+            self.init(unboundedSeconds: seconds, days: &days)
             guard (0...9999).contains(year) else { return nil }
         }
 
@@ -188,6 +208,21 @@ public enum ReceiptDate {
             two(minute, at: 14)
             buffer[16] = 58
             two(second, at: 17)
+        }
+    }
+
+    /// The calendar dates of the last two days asked for: a receipt's dates fall on few days, and each is written in
+    /// UTC and in Pacific time (often the day before), so most dates of an answer need no calendar arithmetic.
+    struct RecentDays {
+        private var latest: (day: Int64, date: (Int64, Int64, Int64)) = (.min, (0, 0, 0))
+        private var previous: (day: Int64, date: (Int64, Int64, Int64)) = (.min, (0, 0, 0))
+
+        /// `civilFromDays(day)`.
+        mutating func date(_ day: Int64) -> (Int64, Int64, Int64) {
+            if day == latest.day { return latest.date }
+            if day != previous.day { previous = (day, ReceiptDate.civilFromDays(day)) }
+            swap(&latest, &previous)
+            return latest.date
         }
     }
 
