@@ -15,7 +15,7 @@ CATALOGS := --catalog com.example.coins=examples/coins.storekit \
             --catalog com.example.comics=examples/comics.storekit \
             --catalog com.example.magazine=examples/magazine.storekit
 
-.PHONY: help deps pydeps build release install run appstore test test-swift test-acceptance bench fuzz soak-model sanitize clean
+.PHONY: help deps pydeps build release install run appstore test test-swift test-acceptance bench bench-ab fuzz soak-model sanitize clean
 
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= der receipt legacy-receipt jws json catalog http-response http-request
@@ -24,6 +24,7 @@ help:
 	@echo "make run    install what is missing, build, start the App Store emulator and the purchase server (storekeeper up)"
 	@echo "make test   install what is missing, run the Swift suites and the acceptance suites"
 	@echo "make bench  build release and print benchmark figures (written under bench/results/; bench/steady.sh alone runs about 40 minutes)"
+	@echo "make bench-ab BASE=<revision>  the emulator of that revision (built in .build/ab-base) against this tree's, side by side"
 	@echo "make install [PREFIX=/usr/local]  install the storekeeper binary (the example stores are built into it)"
 	@echo "make fuzz   run every libFuzzer harness for FUZZ_SECONDS (default 60) each; crashes are kept under Tests/fuzz/"
 	@echo "make sanitize  run the Swift suites under ThreadSanitizer and AddressSanitizer"
@@ -86,6 +87,18 @@ bench: release pydeps
 	bench/metrics.sh
 	bench/storekit2.sh
 	bench/shop.sh
+
+# Two builds compared side by side, batches alternated a second apart: the host's speed drifts within minutes, so a
+# figure of one build taken after the other's does not compare.
+bench-ab: release pydeps
+	@[ -n "$(BASE)" ] || { echo "usage: make bench-ab BASE=<revision>"; exit 2; }
+	@base=$$(git rev-parse --short "$(BASE)") || exit 2; \
+	git worktree remove --force .build/ab-base 2>/dev/null; rm -rf .build/ab-base; \
+	git worktree add --detach .build/ab-base "$$base" >/dev/null || exit 1; \
+	trap 'git worktree remove --force .build/ab-base' EXIT; \
+	(cd .build/ab-base && swift build -c release --product storekeeper) || exit 1; \
+	BENCH_AB_A_LABEL="$$base" BENCH_AB_B_LABEL="working tree at $$(git rev-parse --short HEAD)$$(git diff --quiet HEAD -- Sources || echo ', changed')" \
+	bench/emulator_ab.sh .build/ab-base/.build/release/storekeeper .build/release/storekeeper
 
 # libFuzzer with AddressSanitizer, in its own build directory; scripts/fuzz.sh seeds each run from Tests/fuzz/TARGET and
 # the real fixtures, and minimises any crash into Tests/fuzz/TARGET/ (replayed by make test from then on).
