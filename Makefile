@@ -92,7 +92,7 @@ bench: release pydeps
 # figure of one build taken after the other's does not compare.
 bench-ab: release pydeps
 	@[ -n "$(BASE)" ] || { echo "usage: make bench-ab BASE=<revision>"; exit 2; }
-	@base=$$(git rev-parse --short "$(BASE)") || exit 2; \
+	@base=$$(git rev-parse --short --verify "$(BASE)^{commit}") || exit 2; \
 	git worktree remove --force .build/ab-base 2>/dev/null; rm -rf .build/ab-base; \
 	git worktree add --detach .build/ab-base "$$base" >/dev/null || exit 1; \
 	trap 'git worktree remove --force .build/ab-base' EXIT; \

@@ -1,6 +1,7 @@
 """Distinct verifyReceipt bodies for the emulator benchmark: one purchase each from 10,000 testers, and refreshed
 receipts (a new opaque value, hash and signature each time) of one tester with 100 and one with 1,000 purchases.
-Writes WORK/bodies-{1,100,1000}.txt (one JSON body per line) and WORK/bare.json (a one-purchase body)."""
+Writes WORK/bodies-{1,100,1000}.txt (one JSON body per line) and WORK/bare.json (a one-purchase body).
+usage: appstore_prepare.py URL WORK [ONE_PURCHASE_COUNT [HUNDRED_PURCHASE_COUNT]] (10,000 each by default)"""
 import http.client
 import json
 import multiprocessing
@@ -8,7 +9,7 @@ import sys
 import urllib.parse
 
 url, work = sys.argv[1], sys.argv[2]
-counts = {1: int(sys.argv[3]) if len(sys.argv) > 3 else 10_000, 100: 10_000, 1000: 1_000}
+counts = {1: int(sys.argv[3]) if len(sys.argv) > 3 else 10_000, 100: int(sys.argv[4]) if len(sys.argv) > 4 else 10_000, 1000: 1_000}
 parsed = urllib.parse.urlparse(url)
 
 

@@ -38,6 +38,8 @@ struct EmulatorState: Sendable {
     private(set) var devices: [String: Device] = [:]
     /// Device ids per lowercased account email: finding an account's devices must not read every device.
     private(set) var devicesByAccount: [String: Set<String>] = [:]
+    /// Transactions by id. A new one, or a change of a record's account, app, environment or product type, goes through
+    /// `insert` (which keeps the indexes below); other changes may write the record in place.
     var transactions: [String: TransactionRecord] = [:]
     /// Transaction ids per "account|bundle|environment", in creation order. Written through `insert` and `remove`.
     private(set) var transactionIndex: [String: [String]] = [:]
