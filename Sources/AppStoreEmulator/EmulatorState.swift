@@ -77,7 +77,7 @@ struct EmulatorState: Sendable {
     mutating func insert(_ record: TransactionRecord) {
         let key = EmulatorState.indexKey(record.accountEmail, record.bundleId, record.environment)
         if let previous = transactions.updateValue(record, forKey: record.id) {
-            // Inserted again (a record is replaced in place with `transactions[id] =`): listed once, where it was.
+            // Inserted again: listed once, where it was, unless its account, app, environment or product type changed.
             guard EmulatorState.indexKey(previous.accountEmail, previous.bundleId, previous.environment) != key
                     || (previous.productType == .autoRenewable) != (record.productType == .autoRenewable) else { return }
             unlist(previous)
