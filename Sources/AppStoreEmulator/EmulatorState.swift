@@ -43,7 +43,7 @@ struct EmulatorState: Sendable {
     var transactions: [String: TransactionRecord] = [:]
     /// Transaction ids per "account|bundle|environment", in creation order. Written through `insert` and `remove`.
     private(set) var transactionIndex: [String: [String]] = [:]
-    /// The auto-renewable ones among them (a record's product type never changes): whether an account holds a
+    /// The auto-renewable ones among them, kept by the same two functions: whether an account holds a
     /// subscription is asked on every verifyReceipt call, and an account of a thousand consumables holds none.
     private(set) var subscriptionIndex: [String: [String]] = [:]
     var chains: [String: SubscriptionChain] = [:]
@@ -77,7 +77,8 @@ struct EmulatorState: Sendable {
     mutating func insert(_ record: TransactionRecord) {
         let key = EmulatorState.indexKey(record.accountEmail, record.bundleId, record.environment)
         if let previous = transactions.updateValue(record, forKey: record.id) {
-            // Inserted again: listed once, where it was, unless its account, app, environment or product type changed.
+            // Inserted again: listed once, where it was, unless its account, app or environment changed or it became or
+            // stopped being auto-renewable.
             guard EmulatorState.indexKey(previous.accountEmail, previous.bundleId, previous.environment) != key
                     || (previous.productType == .autoRenewable) != (record.productType == .autoRenewable) else { return }
             unlist(previous)

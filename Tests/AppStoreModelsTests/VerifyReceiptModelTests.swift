@@ -67,7 +67,7 @@ struct JSONBufferTests {
         let edges: [Double] = [0, -1, -86_400.5, 1_173_607_199, 1_173_607_200, 1_194_166_799, 1_194_166_800, 1_741_514_399.999,
                                1_741_514_400, 1_762_073_999, 1_762_074_000,
                                253_402_300_799.999, 253_402_300_800, 253_402_304_400, -62_167_215_600, -62_167_219_201, 1e17, -1e17, 1e300, -1e300, .infinity, -.infinity, .nan]
-        // Half the dates fall within three days of one daylight saving change, so the writer's remembered days are met
+        // Four dates in seven fall within three days of one daylight saving change, so the writer's remembered days are met
         // again in UTC and in Pacific time, in every order, and left for others.
         func someDate() -> Date? {
             switch Int.random(in: 0..<8, using: &generator) {
