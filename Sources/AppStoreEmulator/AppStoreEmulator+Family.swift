@@ -103,7 +103,7 @@ extension AppStoreEmulator {
         var revoked = copy
         revoked.cancellationDate = now
         revoked.cancellationReason = 0
-        state.transactions[id] = revoked
+        state.update(revoked)
         changes.transactions.insert(id)
         if var chain = state.chains[copy.originalId], chain.sharedFromOriginalId != nil {
             chain.autoRenewEnabled = false

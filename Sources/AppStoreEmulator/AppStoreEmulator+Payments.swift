@@ -370,7 +370,7 @@ extension AppStoreEmulator {
             var previous = latest
             previous.cancellationDate = now
             previous.isUpgraded = true
-            state.transactions[previous.id] = previous
+            state.update(previous)
             changes.transactions.insert(previous.id)
             record.originalId = chain.originalTransactionId
             record.originalPurchaseDate = state.transactions[chain.originalTransactionId]?.originalPurchaseDate ?? now
@@ -485,7 +485,7 @@ extension AppStoreEmulator {
             var machine = record.machine
             _ = try machine.handle(.finished)
             record.finished = machine.finished
-            state.transactions[transactionId] = record
+            state.update(record)
             changes.transactions.insert(transactionId)
             return record
         }
@@ -536,12 +536,12 @@ extension AppStoreEmulator {
                                                                  billingPlan: plan ?? nil) {
                     record.state = .failed
                     record.error = .paymentCancelled
-                    state.transactions[transactionId] = record
+                    state.update(record)
                     changes.transactions.insert(transactionId)
                     return existing
                 }
             }
-            state.transactions[transactionId] = record
+            state.update(record)
             changes.transactions.insert(transactionId)
             if record.state == .purchased, record.productType != .autoRenewable { changes.notify(.oneTimeCharge, nil, record) }
             if record.state == .purchased { AppStoreEmulator.shareWithFamily(&state, &changes, record, now: now) }
@@ -565,7 +565,7 @@ extension AppStoreEmulator {
             record.cancellationDate = now
             record.cancellationReason = reason
             record.refundPercentage = percentage.flatMap { $0 < 100_000 ? $0 : nil }
-            state.transactions[transactionId] = record
+            state.update(record)
             changes.transactions.insert(transactionId)
             changes.notify(.refund, nil, record)
             AppStoreEmulator.revokeFamilyCopies(&state, &changes, of: record, now: now)

@@ -57,7 +57,7 @@ extension AppStoreEmulator {
         _ = try await serverAPIRecord(bundleId: bundleId, environment: environment, transactionId: transactionId)
         do {
             try await mutate { state, changes, _ in
-                state.transactions[transactionId]?.finished = true
+                state.update(transactionId) { $0.finished = true }
                 changes.transactions.insert(transactionId)
             }
         } catch {
@@ -109,7 +109,7 @@ extension AppStoreEmulator {
         let recorded = info
         do {
             try await mutate { state, changes, _ in
-                state.transactions[transactionId]?.consumptionInfo = recorded
+                state.update(transactionId) { $0.consumptionInfo = recorded }
                 changes.transactions.insert(transactionId)
             }
         } catch {
@@ -128,7 +128,7 @@ extension AppStoreEmulator {
         do {
             try await mutate { state, changes, _ in
                 for (id, candidate) in state.transactions where candidate.originalId == originalTransactionId {
-                    state.transactions[id]?.appAccountToken = token.uuidString.lowercased()
+                    state.update(id) { $0.appAccountToken = token.uuidString.lowercased() }
                     changes.transactions.insert(id)
                     _ = candidate
                 }
@@ -172,7 +172,7 @@ extension AppStoreEmulator {
         let rate = state.accounts[chain.accountEmail.lowercased()]?.renewalRate ?? .realTime
         let seconds = rate.acceleratedSeconds(for: .oneMonth).map { Double($0) * Double(days) / 30 } ?? Double(days) * 86_400
         latest.expiresDate = expires.addingTimeInterval(seconds)
-        state.transactions[latest.id] = latest
+        state.update(latest)
         changes.transactions.insert(latest.id)
         chain.extensions = recent + [now]
         state.chains[originalTransactionId] = chain

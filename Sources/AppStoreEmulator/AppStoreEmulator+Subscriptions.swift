@@ -219,7 +219,7 @@ extension AppStoreEmulator {
                 changes.chains.insert(originalTransactionId)
             }
             latest.expiresDate = now
-            state.transactions[latest.id] = latest
+            state.update(latest)
             changes.transactions.insert(latest.id)
             renewSubscriptions(&state, &changes, now: now)
             return state.chains[originalTransactionId] ?? chain
@@ -235,7 +235,7 @@ extension AppStoreEmulator {
             record.cancellationDate = nil
             record.cancellationReason = nil
             record.refundPercentage = nil
-            state.transactions[transactionId] = record
+            state.update(record)
             changes.transactions.insert(transactionId)
             changes.notify(.refundReversed, nil, record)
             return record

@@ -38,9 +38,8 @@ struct EmulatorState: Sendable {
     private(set) var devices: [String: Device] = [:]
     /// Device ids per lowercased account email: finding an account's devices must not read every device.
     private(set) var devicesByAccount: [String: Set<String>] = [:]
-    /// Transactions by id. A new one, or a change of a record's account, app, environment or product type, goes through
-    /// `insert` (which keeps the indexes below); other changes may write the record in place.
-    var transactions: [String: TransactionRecord] = [:]
+    /// Transactions by id. Written through `insert`, `update` and `remove`, which keep the indexes below.
+    private(set) var transactions: [String: TransactionRecord] = [:]
     /// Transaction ids per "account|bundle|environment", in creation order. Written through `insert` and `remove`.
     private(set) var transactionIndex: [String: [String]] = [:]
     /// The auto-renewable ones among them, kept by the same two functions: whether an account holds a
@@ -74,10 +73,23 @@ struct EmulatorState: Sendable {
         devicesByAccount[device.accountEmail.lowercased(), default: []].insert(device.id)
     }
 
-    mutating func insert(_ record: TransactionRecord) {
+    /// Adds a new transaction.
+    mutating func insert(_ record: TransactionRecord) { store(record) }
+
+    /// Writes back a changed transaction (a refund, a renewal's new expiry, a revocation).
+    mutating func update(_ record: TransactionRecord) { store(record) }
+
+    /// Changes the transaction `id` in place; nothing when there is none.
+    mutating func update(_ id: String, _ change: (inout TransactionRecord) -> Void) {
+        guard var record = transactions[id] else { return }
+        change(&record)
+        store(record)
+    }
+
+    private mutating func store(_ record: TransactionRecord) {
         let key = EmulatorState.indexKey(record.accountEmail, record.bundleId, record.environment)
         if let previous = transactions.updateValue(record, forKey: record.id) {
-            // Inserted again: listed once, where it was, unless its account, app or environment changed or it became or
+            // Written again: listed once, where it was, unless its account, app or environment changed or it became or
             // stopped being auto-renewable.
             guard EmulatorState.indexKey(previous.accountEmail, previous.bundleId, previous.environment) != key
                     || (previous.productType == .autoRenewable) != (record.productType == .autoRenewable) else { return }

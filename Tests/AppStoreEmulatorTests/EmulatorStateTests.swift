@@ -27,13 +27,13 @@ struct EmulatorStateTests {
         #expect(holds(state) && !holds(state, "com.example.coins"))
         #expect(!state.hasPurchasedSubscription(account: account, bundle: "com.example.magazine", environment: .production))
 
-        // Inserted again, changed: listed once, in its place.
+        // Written again, changed: listed once, in its place.
         var refunded = monthly
         refunded.state = .failed
-        state.insert(refunded)
+        state.update(refunded)
         #expect(listed(state) == [magazine.id, monthly.id])
         #expect(!holds(state))
-        state.transactions[monthly.id] = monthly  // replaced in place, as refunds and renewals write it
+        state.update(monthly.id) { $0.state = .purchased }  // changed in place, as refunds and renewals are
         #expect(holds(state))
 
         // Moved to another account: gone from the first one's lists.
