@@ -40,9 +40,10 @@ struct EmulatorState: Sendable {
     private(set) var devicesByAccount: [String: Set<String>] = [:]
     /// Transactions by id. Written through `insert`, `update` and `remove`, which keep the indexes below.
     private(set) var transactions: [String: TransactionRecord] = [:]
-    /// Transaction ids per "account|bundle|environment", in creation order. Written through `insert` and `remove`.
+    /// Transaction ids per "account|bundle|environment", in creation order. Written through `insert`, `update` and
+    /// `remove`.
     private(set) var transactionIndex: [String: [String]] = [:]
-    /// The auto-renewable ones among them, kept by the same two functions: whether an account holds a
+    /// The auto-renewable ones among them, kept by the same functions: whether an account holds a
     /// subscription is asked on every verifyReceipt call, and an account of a thousand consumables holds none.
     private(set) var subscriptionIndex: [String: [String]] = [:]
     var chains: [String: SubscriptionChain] = [:]
