@@ -126,7 +126,7 @@ public struct ASN1Element: Sendable {
     /// The text of a UTF8String, IA5String, PrintableString or similar.
     public func string() throws -> String {
         guard Self.isString(tag: tag) else { throw ASN1Error("expected a string") }
-        guard let text = content.withUnsafeBufferPointer({ String(validUTF8: $0) }) else { throw ASN1Error("string is not UTF-8") }
+        guard let text = String(validUTF8: content) else { throw ASN1Error("string is not UTF-8") }
         return text
     }
 

@@ -109,7 +109,7 @@ public final class Certificate: @unchecked Sendable {
         }
 
         static func time(_ element: ASN1Element) throws -> Date {
-            guard let text = element.content.withUnsafeBufferPointer({ String(validUTF8: $0) }) else { throw ASN1Error("time is not text") }
+            guard let text = String(validUTF8: element.content) else { throw ASN1Error("time is not text") }
             var full = text
             if element.tag == 0x17 {
                 // UTCTime: YYMMDDHHMMSSZ, years 50–99 are 19xx.

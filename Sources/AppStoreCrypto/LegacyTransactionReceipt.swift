@@ -19,7 +19,7 @@ public struct LegacyTransactionReceipt: Sendable {
 
     /// Parses the receipt bytes (the Base64-decoded `receipt-data`).
     public init(bytes: [UInt8]) throws {
-        guard let text = bytes.withUnsafeBufferPointer({ String(validUTF8: $0) }) else { throw CryptoError("malformed_receipt", "not a text receipt") }
+        guard let text = String(validUTF8: bytes) else { throw CryptoError("malformed_receipt", "not a text receipt") }
         let outer = try LegacyTransactionReceipt.parseDictionary(text)
         guard let infoBase64 = outer["purchase-info"], let info = Data(base64Encoded: infoBase64),
               let signatureBase64 = outer["signature"], let signatureBlob = Data(base64Encoded: signatureBase64) else {

@@ -13,4 +13,16 @@ extension String {
         guard same else { return nil }
         self = text
     }
+
+    /// `init?(validUTF8:)` of an array's bytes.
+    public init?(validUTF8 bytes: [UInt8]) {
+        guard let text = bytes.withUnsafeBufferPointer({ String(validUTF8: $0) }) else { return nil }
+        self = text
+    }
+
+    /// `init?(validUTF8:)` of a slice's bytes (an ASN.1 element's content).
+    public init?(validUTF8 bytes: ArraySlice<UInt8>) {
+        guard let text = bytes.withUnsafeBufferPointer({ String(validUTF8: $0) }) else { return nil }
+        self = text
+    }
 }
