@@ -81,13 +81,13 @@ extension PurchaseServer {
         // Everything done to an unauthenticated body before its signature is known (JSON, Base64, the
         // envelope's chain and signature) runs on the notification queue, off the cooperative pool.
         let inspector = engine.transactionInspector
-        let (signed, payload, uuid, type, signedDate) = try await checkedOffPool { () throws(ServerError) in
+        let (signed, envelope, uuid, type, signedDate) = try await checkedOffPool { () throws(ServerError) in
             try Self.verifiedEnvelope(body, inspector: inspector)
         }
+        let payload = envelope.payload
         metrics.notificationLag(seconds: Double(clock.now().milliseconds - signedDate) / 1000)
         let subtype = payload["subtype"]?.text
         let address = NotificationAddress(payload)
-        let section = payload["data"] ?? .null
         func ignore(_ appId: String?, _ reason: String) async throws -> NotificationReceipt {
             let fresh = try await recordNotification(uuid, appId: appId ?? "", type: type, subtype: subtype,
                                                      environment: address.environment?.rawValue ?? "", signedDate: signedDate, signed: signed,
@@ -108,7 +108,7 @@ extension PurchaseServer {
 
         var decodedTransaction: JWSTransaction?
         var transactionJWS: String?
-        if let nested = section["signedTransactionInfo"]?.text {
+        if let nested = envelope.carried("data", "signedTransactionInfo") {
             do {
                 let bundleIds = app.bundleIds
                 let (decoded, transactionEnvironment) = try await checkedOffPool { () throws(ReceiptRejection) in
@@ -118,7 +118,7 @@ extension PurchaseServer {
                     return try await ignore(app.id, "the transaction's environment differs from the notification's")
                 }
                 decodedTransaction = decoded
-                transactionJWS = nested
+                transactionJWS = nested.compact
             } catch let error as ReceiptRejection {
                 // Apple signed the envelope, so a nested transaction we cannot verify is our trust store's problem
                 // (a missing intermediate, a stale cache): 503, so that Apple sends it again.
@@ -127,17 +127,15 @@ extension PurchaseServer {
         }
         let transaction = decodedTransaction, nestedJWS = transactionJWS
         var renewalInfo: JSONValue?
-        if let nested = section["signedRenewalInfo"]?.text {
+        if let nested = envelope.carried("data", "signedRenewalInfo") {
             do {
-                let jws = try JWS(compact: nested)
-                let info = try jws.payloadJSON()
-                let date = ReceiptDate.date(milliseconds: info["signedDate"]?.int64 ?? signedDate)
-                try await checkedOffPool { () throws(ReceiptRejection) in try inspector.verify(jws, at: date, subject: "the renewal info's") }
-                renewalInfo = info
-            } catch let error as ServerError {
-                throw error
-            } catch {
-                return try await ignore(app.id, "signedRenewalInfo was refused: \(error)")
+                renewalInfo = try await checkedOffPool { () throws(ReceiptRejection) in
+                    try inspector.verify(nested, subject: "the renewal info's") { info in
+                        ReceiptDate.date(milliseconds: info["signedDate"]?.int64 ?? signedDate)
+                    }
+                }
+            } catch let error as ReceiptRejection {
+                return try await ignore(app.id, "signedRenewalInfo was refused: \(error.reason)")
             }
         }
 
@@ -250,28 +248,27 @@ extension PurchaseServer {
     /// The envelope of a notification body, its payload and the fields every notification has, once its
     /// chain and signature verify; a 400 naming what is wrong otherwise.
     static func verifiedEnvelope(_ body: Data, inspector: SignedTransactionInspector) throws(ServerError)
-        -> (signed: String, payload: JSONValue, uuid: String, type: String, signedDate: Int64) {
+        -> (signed: String, envelope: VerifiedEnvelope, uuid: String, type: String, signedDate: Int64) {
         guard let json = try? JSONValue.parse(body), let signed = json["signedPayload"]?.text else {
             throw ServerError(.invalidNotification, "The body must be {\"signedPayload\": JWS}.")
         }
-        let envelope: JWS
-        let payload: JSONValue
+        let envelope: Envelope
         do {
-            envelope = try JWS(compact: signed)
-            payload = try envelope.payloadJSON()
+            envelope = try Envelope(compact: signed)
         } catch {
             throw ServerError(.invalidNotification, "signedPayload is not a JWS.")
         }
+        let payload = envelope.payload
         guard let uuid = payload["notificationUUID"]?.text, let type = payload["notificationType"]?.text,
               let signedDate = payload["signedDate"]?.int64 else {
             throw ServerError(.invalidNotification, "The notification lacks notificationUUID, notificationType or signedDate.")
         }
         do {
-            try inspector.verify(envelope, at: ReceiptDate.date(milliseconds: signedDate), subject: "the notification's")
+            let verified = try inspector.verify(envelope, at: ReceiptDate.date(milliseconds: signedDate), subject: "the notification's")
+            return (signed, verified, uuid, type, signedDate)
         } catch {
             throw ServerError(.invalidSignature, "The notification's signature does not verify: \(error.reason)")
         }
-        return (signed, payload, uuid, type, signedDate)
     }
 
     /// Runs a check on the notification queue; a full backlog is a 503 (Apple retries).

@@ -14,9 +14,11 @@ public final class SignedTransactionInspector: Sendable {
     private let verifiedChains = Locked<[[String]: (key: PublicKey, notBefore: Date, notAfter: Date)]>([:])
     /// Header segments (Base64url, as sent) whose chain verified: the fast path skips decoding them.
     private let verifiedHeaders = Locked<[String: (key: PublicKey, notBefore: Date, notAfter: Date)]>([:])
-    /// SHA-256 of whole signed transactions whose signature verified lately (cleared when full). A notification's
-    /// transaction is checked again moments later by its settlement: a hash instead of a signature. The verdict
-    /// depends only on the bytes (the date checked is the transaction's own signedDate) and the trust store.
+    /// SHA-256 of whole signed transactions lately found signed by a trusted key (cleared when full): their own signature
+    /// verified, or a verified notification carried them under its own header (its signature covers them). A
+    /// notification's transaction is inspected again moments later by its settlement: a hash instead of a signature.
+    /// The verdict depends only on the bytes (the date checked is the transaction's own signedDate) and the trust store;
+    /// once forgotten, the bytes get the full check again.
     private let recentlyVerified = Locked<Set<[UInt8]>>([])
     private let remembersVerified: Bool
     static let recentlyVerifiedLimit = 4096
@@ -29,6 +31,17 @@ public final class SignedTransactionInspector: Sendable {
 
     /// Verifies and decodes `compact` for an app accepting `bundleIds`.
     public func inspect(_ compact: String, bundleIds: [String]) throws(ReceiptRejection) -> (JWSTransaction, AppStoreEnvironment) {
+        try inspect(compact, bundleIds: bundleIds, carriedBy: nil)
+    }
+
+    /// The same for a transaction a verified envelope carried (a notification's `signedTransactionInfo`): every check
+    /// but its signature's when it is signed under the envelope's own header, whose signature covers its bytes.
+    public func inspect(_ carried: CarriedJWS, bundleIds: [String]) throws(ReceiptRejection) -> (JWSTransaction, AppStoreEnvironment) {
+        try inspect(carried.compact, bundleIds: bundleIds, carriedBy: carried.signer)
+    }
+
+    private func inspect(_ compact: String, bundleIds: [String], carriedBy signer: VerifiedSigner?) throws(ReceiptRejection)
+        -> (JWSTransaction, AppStoreEnvironment) {
         // Split and decode on UTF-8 bytes: a JWS is kilobytes of ASCII, and Character-wise String work costs more than the crypto.
         let bytes = Array(compact.utf8)
         let dots = bytes.indices.filter { bytes[$0] == UInt8(ascii: ".") }
@@ -48,16 +61,17 @@ public final class SignedTransactionInspector: Sendable {
         let date = ReceiptDate.date(milliseconds: transaction.signedDate)
         // Remembered only with a whole digest: one that failed (empty) is never looked up or stored.
         let digest = remembersVerified ? Digest.sha256.hash(bytes) : []
-        if digest.count == 32 {
-            if !recentlyVerified.withLock({ $0.contains(digest) }) {
+        if digest.count != 32 || !recentlyVerified.withLock({ $0.contains(digest) }) {
+            if signer?.covers(header: bytes[..<dots[0]], at: date) != true {
                 try checkSignature(compact, bytes: bytes, dots: (dots[0], dots[1]), at: date)
+            }
+            // Its settlement inspects the same bytes moments later: a hash then, not a signature.
+            if digest.count == 32 {
                 recentlyVerified.withLock { verified in
                     if verified.count >= Self.recentlyVerifiedLimit { verified.removeAll(keepingCapacity: true) }
                     verified.insert(digest)
                 }
             }
-        } else {
-            try checkSignature(compact, bytes: bytes, dots: (dots[0], dots[1]), at: date)
         }
         guard bundleIds.contains(transaction.bundleId) else {
             throw ReceiptRejection(code: "bundle_id_not_allowed", reason: "transaction is for bundle id '\(transaction.bundleId)', which this app does not accept")
@@ -99,19 +113,48 @@ public final class SignedTransactionInspector: Sendable {
         try Self.check(jws, at: date, trust: trust, cache: verifiedChains, subject: subject)
     }
 
+    /// Verifies a notification's envelope as `verify` does. What it returns vouches for the JWS its payload carries.
+    public func verify(_ envelope: Envelope, at date: Date, subject: String) throws(ReceiptRejection) -> VerifiedEnvelope {
+        let window = try Self.check(envelope.jws, at: date, trust: trust, cache: verifiedChains, subject: subject)
+        let header = Array(envelope.jws.signingInput.prefix { $0 != UInt8(ascii: ".") })
+        return VerifiedEnvelope(payload: envelope.payload,
+                                signer: window.map { VerifiedSigner(header: header, notBefore: $0.notBefore, notAfter: $0.notAfter) })
+    }
+
+    /// Verifies renewal info (or any JWS but a transaction) that a verified envelope carried, as `inspect(_:bundleIds:)`
+    /// does a transaction: its own signature is not checked when its envelope's covers it. The date checked is
+    /// `date(payload)`. Returns the payload.
+    public func verify(_ carried: CarriedJWS, subject: String, at date: (JSONValue) -> Date) throws(ReceiptRejection) -> JSONValue {
+        let jws: JWS, payload: JSONValue
+        do {
+            jws = try JWS(compact: carried.compact)
+            payload = try jws.payloadJSON()
+        } catch {
+            throw ReceiptRejection(code: "malformed_jws", reason: "\(subject) JWS is malformed: \(error)")
+        }
+        let when = date(payload)
+        let header = jws.signingInput.prefix { $0 != UInt8(ascii: ".") }
+        if carried.signer?.covers(header: header, at: when) != true {
+            try Self.check(jws, at: when, trust: trust, cache: verifiedChains, subject: subject)
+        }
+        return payload
+    }
+
     private func checkSignature(_ jws: JWS, at date: Date) throws(ReceiptRejection) {
         try Self.check(jws, at: date, trust: trust, cache: verifiedChains, subject: "the transaction's")
     }
 
     /// Verifies `jws` (ES256, x5c chain to the trust store's roots at `date`, Apple's OIDs, signature), remembering chains.
+    /// Returns the window in which its chain is valid, when its certificates' dates could be read.
+    @discardableResult
     static func check(_ jws: JWS, at date: Date, trust: TrustStore, cache: borrowing Locked<[[String]: (key: PublicKey, notBefore: Date, notAfter: Date)]>,
-                      subject: String) throws(ReceiptRejection) {
+                      subject: String) throws(ReceiptRejection) -> (notBefore: Date, notAfter: Date)? {
         let x5c = (jws.header["x5c"]?.array ?? []).compactMap(\.text)
         if let known = cache.withLock({ $0[x5c] }), date >= known.notBefore, date <= known.notAfter {
             guard jws.header["alg"]?.text == "ES256", known.key.isValidES256(jws.signature, for: jws.signingInput) else {
                 throw ReceiptRejection(code: "invalid_signature", reason: "\(subject) signature is invalid")
             }
-            return
+            return (known.notBefore, known.notAfter)
         }
         let chain: [Certificate]
         do {
@@ -123,7 +166,9 @@ public final class SignedTransactionInspector: Sendable {
         // chain costs one ES256 check each, not a chain verification each.
         let fields = chain.prefix(2).compactMap { try? $0.fields }
         guard let key = chain[0].publicKey else { throw ReceiptRejection(code: "untrusted_certificate", reason: "\(subject) leaf has no key") }
-        if let notBefore = fields.map(\.notBefore).max(), let notAfter = fields.map(\.notAfter).min() {
+        var window: (notBefore: Date, notAfter: Date)?
+        if fields.count == 2, let notBefore = fields.map(\.notBefore).max(), let notAfter = fields.map(\.notAfter).min() {
+            window = (notBefore, notAfter)
             cache.withLock { cache in
                 if cache.count > 64 { cache.removeAll() }
                 cache[x5c] = (key, notBefore, notAfter)
@@ -132,7 +177,56 @@ public final class SignedTransactionInspector: Sendable {
         guard key.isValidES256(jws.signature, for: jws.signingInput) else {
             throw ReceiptRejection(code: "invalid_signature", reason: "\(subject) signature is invalid")
         }
+        return window
     }
+}
+
+/// Who signed a JWS this inspector verified: its header segment as sent (`alg` and the `x5c` chain, which name the
+/// key) and the window in which that chain is valid.
+struct VerifiedSigner: Sendable {
+    let header: [UInt8]
+    let notBefore: Date
+    let notAfter: Date
+
+    /// Whether a JWS with this header segment, dated `date`, is signed as the verified one was. A JWS carried in the
+    /// verified one's payload is then covered by its signature: the holder of that key signed these very bytes, so
+    /// checking its own signature again proves nothing more. Apple signs a notification and the transaction and
+    /// renewal info it carries under one header; any other header gets the full check.
+    func covers(header segment: some Collection<UInt8>, at date: Date) -> Bool {
+        date >= notBefore && date <= notAfter && segment.elementsEqual(header)
+    }
+}
+
+/// A notification's envelope, split and its payload parsed, not yet verified.
+public struct Envelope: Sendable {
+    public let jws: JWS
+    public let payload: JSONValue
+
+    /// Made only from the compact form, so that `payload` is always `jws`'s own.
+    public init(compact: String) throws {
+        jws = try JWS(compact: compact)
+        payload = try jws.payloadJSON()
+    }
+}
+
+/// A notification's envelope whose chain and signature verified, and its payload.
+public struct VerifiedEnvelope: Sendable {
+    public let payload: JSONValue
+    /// nil when the chain's window could not be read: what the envelope carries then gets the full check.
+    let signer: VerifiedSigner?
+
+    /// The JWS at `payload[section][key]`, carried by this envelope (and so covered by its signature when signed
+    /// under the same header). The only way to make a `CarriedJWS`: its text comes from the verified payload.
+    public func carried(_ section: String, _ key: String) -> CarriedJWS? {
+        guard let text = payload[section]?[key]?.text else { return nil }
+        return CarriedJWS(compact: text, signer: signer)
+    }
+}
+
+/// A compact JWS found in a verified envelope's payload.
+public struct CarriedJWS: Sendable {
+    public let compact: String
+    let signer: VerifiedSigner?
 }
 
 extension ConfirmedTransaction {

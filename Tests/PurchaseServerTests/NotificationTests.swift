@@ -266,6 +266,9 @@ struct NotificationTests {
         #expect(try await world.upload("com.example.coins", user: "alice", receipt: receipt).state == "verified")
         let genuine = try #require(try await Self.notifications(world, "com.example.coins", type: "ONE_TIME_CHARGE").first).signedPayload
         let transaction = try Self.nestedTransaction(genuine)
+        // The emulator signs as Apple does (the real DID_RENEW fixture shows it): the transaction under the notification's
+        // own header, so the envelope's signature covers it.
+        #expect(genuine.prefix { $0 != "." } == transaction.prefix { $0 != "." })
         let stranger = try CertificateAuthority.generate(algorithm: .ecP256)
         let forged = try JWS.sign(payload: try JWS(compact: transaction).payload, key: stranger.leafKey, chain: stranger.chain)
         let otherBundle = try JWS.sign(payload: Array(String(decoding: try JWS(compact: transaction).payload, as: UTF8.self)
@@ -287,6 +290,30 @@ struct NotificationTests {
             #expect(status == 200 && answer["outcome"] as? String == "queued")
             try await Self.settle(world, answer, bundle: "com.example.coins")
         }
+        let listed = try await world.user("com.example.coins", "alice")["transactions"] as? [[String: Any]] ?? []
+        #expect(listed.compactMap { $0["transactionId"] as? String } == [bought.id])
+    }
+
+    @Test("A nested transaction under the envelope's own header is covered by its signature: queued and settled with its own signature broken",
+          arguments: Engine.available)
+    func nestedCovered(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        try await Self.prepare(world, ["com.example.coins"])
+        let (bought, receipt) = try await world.buy("com.example.coins", "Nada.JPYF01")
+        #expect(try await world.upload("com.example.coins", user: "alice", receipt: receipt).state == "verified")
+        let genuine = try #require(try await Self.notifications(world, "com.example.coins", type: "ONE_TIME_CHARGE").first).signedPayload
+        // Only the holder of the envelope's key could sign an envelope carrying these bytes; that signature is the proof.
+        let broken = CarriedJWSTests.brokenSignature(try Self.nestedTransaction(genuine))
+        let notification = try Self.signed(["notificationType": "ONE_TIME_CHARGE", "notificationUUID": UUID().uuidString, "version": "2.0",
+                                             "signedDate": Int64(Date().timeIntervalSince1970 * 1000),
+                                             "data": ["bundleId": "com.example.coins", "environment": "Sandbox", "signedTransactionInfo": broken]])
+        let (status, answer) = try await Self.post(world, notification)
+        #expect(status == 200 && answer["outcome"] as? String == "queued")
+        let id = try #require(answer["verificationId"] as? String)
+        let (_, job) = try await world.client.json(.get, "/v1/verifications/\(id)?wait=10",
+                                                   headers: ["Authorization": "Bearer \(world.keys["com.example.coins"]!)"])
+        #expect(job["state"] as? String == "verified")
         let listed = try await world.user("com.example.coins", "alice")["transactions"] as? [[String: Any]] ?? []
         #expect(listed.compactMap { $0["transactionId"] as? String } == [bought.id])
     }
