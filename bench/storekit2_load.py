@@ -1,7 +1,9 @@
 """Apple's SignedDataVerifier on the same signed transaction (one process), then the notifications for the
-purchase server: DID_RENEW-shaped notifications, each unique, signed with the emulator's JWS key (read from its
-data directory, as only a benchmark may), nesting the purchase's signed transaction, one request body per line
-in WORK/notifications.jsonl for `storekeeper-bench load` (a Python sender would measure Python)."""
+purchase server: ONE_TIME_CHARGE notifications, each unique, signed with the emulator's JWS key (read from its
+data directory, as only a benchmark may), one request body per line in WORK/notifications.jsonl for
+`storekeeper-bench load` (a Python sender would measure Python). Each nests a purchase of its own, as Apple's do
+(new transaction and original transaction ids), signed under the notification's own header, as Apple signs them;
+its appAccountToken is the benchmark user's id, a UUID, so the server finds its owner and grants it."""
 import base64
 import json
 import ssl
@@ -45,13 +47,17 @@ def sign(body):
     return signing_input + "." + b64url(r.to_bytes(32, "big") + s.to_bytes(32, "big"))
 
 
+user = "6b3f1d2e-4c5a-4e8f-9a7b-0c1d2e3f4a5b"  # a UUID, so a purchase's appAccountToken names this user
 bodies = []
-for _ in range(count):
-    notification = {"notificationType": "DID_RENEW", "notificationUUID": str(uuid.uuid4()), "version": "2.0", "signedDate": payload["signedDate"],
-                    "data": {"bundleId": "com.example.coins", "environment": "Sandbox", "signedTransactionInfo": transaction}}
+for index in range(count):
+    # Ids far above the emulator's, so no notification's purchase is one the server has seen.
+    purchase_id = str(9_000_000_000_000_000 + index)
+    purchase = sign(dict(payload, transactionId=purchase_id, originalTransactionId=purchase_id, appAccountToken=user))
+    notification = {"notificationType": "ONE_TIME_CHARGE", "notificationUUID": str(uuid.uuid4()), "version": "2.0", "signedDate": payload["signedDate"],
+                    "data": {"bundleId": "com.example.coins", "environment": "Sandbox", "signedTransactionInfo": purchase}}
     bodies.append(json.dumps({"signedPayload": sign(notification)}).encode())
 
-# The server knows the app and owns the transaction's buyer, so every notification queues a settlement.
+# The server knows the app and the benchmark user (made by the upload), so every notification queues a settlement.
 admin = {"Authorization": "Bearer sk_admin_benchmark", "Content-Type": "application/json"}
 secret = json.loads(urllib.request.urlopen(appstore + "/admin/v1/apps/com.example.coins").read())["sharedSecret"]
 for method, path, body in [("POST", "/admin/v1/apps", {"id": "com.example.coins", "sharedSecret": secret}),
@@ -59,7 +65,7 @@ for method, path, body in [("POST", "/admin/v1/apps", {"id": "com.example.coins"
     urllib.request.urlopen(urllib.request.Request(server + path, data=json.dumps(body).encode(), method=method, headers=admin))
 api_key = json.loads(urllib.request.urlopen(urllib.request.Request(server + "/admin/v1/apps/com.example.coins/keys", data=b"{}", method="POST",
                                                                    headers=admin)).read())["apiKey"]
-upload = urllib.request.Request(server + "/v1/transactions", data=json.dumps({"appUserId": "bench-user", "signedTransaction": transaction}).encode(),
+upload = urllib.request.Request(server + "/v1/transactions", data=json.dumps({"appUserId": user, "signedTransaction": transaction}).encode(),
                                 method="POST", headers={"Authorization": "Bearer " + api_key, "Content-Type": "application/json"})
 assert json.loads(urllib.request.urlopen(upload).read())["state"] == "verified"
 
