@@ -152,7 +152,7 @@ extension PurchaseServer {
                                            signed: signed, transaction: transaction, state: "received", reason: nil, now: now) else {
                 return (.duplicate, nil)
             }
-            let owner = try self.recordNotificationEffects(body: body, app: app, environment: env, type: type, subtype: subtype,
+            let owner = try self.recordNotificationEffects(signed: signed, app: app, environment: env, type: type, subtype: subtype,
                                                            transaction: transaction, renewal: renewal, signedDate: signedDate, db, now: now)
             switch effect {
             case .record:
@@ -201,10 +201,10 @@ extension PurchaseServer {
     /// the developer's backend, the subscription's renewal state (newest signedDate wins), and the webhook
     /// events of renewal-state news for the transaction's owner. Returns that owner: the user whose ledger
     /// holds the chain, else the app user whose UUID is the transaction's appAccountToken, else nil.
-    private func recordNotificationEffects(body: Data, app: ServerApp, environment env: String, type: String, subtype: String?,
+    private func recordNotificationEffects(signed: String, app: ServerApp, environment env: String, type: String, subtype: String?,
                                            transaction: JWSTransaction?, renewal: JSONValue?, signedDate: Int64,
                                            _ db: any SQLConnection, now: Date) throws -> String? {
-        try store.forwardNotification(body, appId: app.id, db, now: now)
+        try store.forwardNotification(signed: signed, appId: app.id, db, now: now)
         if let renewal, let original = renewal["originalTransactionId"]?.text ?? transaction?.originalTransactionId {
             try SubscriptionRepository(db: db, appId: app.id, environment: env).record(SubscriptionState(
                 originalTransactionId: original, productId: renewal["productId"]?.text ?? transaction?.productId ?? "",

@@ -160,12 +160,16 @@ extension PurchaseStore {
                                   body: WebhookEventBody.json(id: id, draft: draft, appId: appId, sequence: sequence, occurredAt: now.milliseconds, view: view))
     }
 
-    /// Forwards an App Store Server Notification's body, unchanged, to the app's endpoints of format `apple`,
-    /// in the caller's transaction (the one that recorded the notification).
-    func forwardNotification(_ body: Data, appId: String, _ db: any SQLConnection, now: Date) throws {
+    /// Forwards an App Store Server Notification to the app's endpoints of format `apple`, in the caller's transaction
+    /// (the one that recorded the notification), as Apple's body holds it: `{"signedPayload":…}` with exactly the JWS
+    /// that verified. Not the body as it came: one naming `signedPayload` twice is verified on its last, and a backend
+    /// reading the first would take an unverified payload under our webhook signature.
+    func forwardNotification(signed: String, appId: String, _ db: any SQLConnection, now: Date) throws {
         let targets = try webhooks(db).endpoints(appId: appId).map(\.endpoint).filter { $0.accepts(.appleNotification) }.map(\.id)
         guard !targets.isEmpty else { return }
-        let body = String(decoding: body, as: UTF8.self)  // made only when an endpoint takes it
+        var json = JSONBuffer(capacity: signed.utf8.count + 20)  // made only when an endpoint takes it
+        json.object { $0.field("signedPayload", signed) }
+        let body = String(decoding: json.bytes, as: UTF8.self)
         try insertCounted([(StoredWebhookEvent(id: ids.nextOrderedString(), appId: appId, appUserId: "", type: .appleNotification, sequence: 0,
                                                occurredAt: now.milliseconds, body: body), targets)], db)
     }
