@@ -87,6 +87,24 @@ extension QueryCostTests {
     }
 }
 
+extension QueryCostTests {
+    @Test("A transaction's appAccountToken finds its user through an index, not a scan of the app's users", arguments: Engine.available)
+    func tokenFindsUserThroughIndex(engine: Engine) async throws {
+        let database = try await Self.migratedDatabase(engine)
+        let query = UserRepository.userByToken.replacingOccurrences(of: "app_id = ?", with: "app_id = 'com.example.app'")
+            .replacingOccurrences(of: "lower(app_user_id) = ?", with: "lower(app_user_id) = '6b3f1d2e-4c5a-4e8f-9a7b-0c1d2e3f4a5b'")
+        let plan = try await database.transaction { db -> String in
+            if database.dialect == .postgres {
+                _ = try db.query("SET LOCAL enable_seqscan = off", [])  // an empty table would be read whole otherwise
+                return try db.query("EXPLAIN " + query, []).compactMap { $0.string("QUERY PLAN") }.joined(separator: "\n")
+            }
+            return try db.query("EXPLAIN QUERY PLAN " + query, []).compactMap { $0.string("detail") }.joined(separator: "\n")
+        }
+        #expect(plan.contains("users_by_token"), "\(plan)")
+        await database.close()
+    }
+}
+
 /// An index read from the database's catalog, with its key columns in order: every index of this schema that has no
 /// `WHERE` and no expression among its keys (those are left out), keys and unique constraints included.
 struct CatalogIndex: CustomStringConvertible {

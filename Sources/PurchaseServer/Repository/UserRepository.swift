@@ -51,9 +51,11 @@ struct UserRepository {
 
     /// The user whose id is this UUID, compared without case (an `appAccountToken`), or nil.
     func user(uuid: UUID) throws -> String? {
-        try db.query("SELECT app_user_id FROM users WHERE app_id = ? AND lower(app_user_id) = ? LIMIT 1",
-                     [appId, uuid.uuidString.lowercased()]).first?.string("app_user_id")
+        try db.query(Self.userByToken, [appId, uuid.uuidString.lowercased()]).first?.string("app_user_id")
     }
+
+    /// Found through the index on `lower(app_user_id)` (migration 25): the expression must stay written as that index's.
+    static let userByToken = "SELECT app_user_id FROM users WHERE app_id = ? AND lower(app_user_id) = ? LIMIT 1"
 
     /// Every ledger row the user owns (through ownership) and every consumable credited to them, oldest first.
     func transactions(_ appUserId: String) throws -> [UserView.Transaction] {
