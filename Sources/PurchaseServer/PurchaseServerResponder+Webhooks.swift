@@ -8,7 +8,7 @@ extension PurchaseServerResponder {
         var eventTypes: [String]?
         /// A signing secret of your own (16–512 bytes); generated when absent.
         var secret: String?
-        /// `events` (default) or `apple`: Apple's notifications forwarded unchanged.
+        /// `events` (default) or `apple`: Apple's signed notifications forwarded.
         var format: WebhookFormat?
     }
 

@@ -201,7 +201,7 @@ enum Schema {
             PRIMARY KEY (app_id, app_user_id, idempotency_key))
             """,
         ]),
-        // An endpoint either receives our events, or Apple's notifications forwarded unchanged (for teams moving from another backend).
+        // An endpoint either receives our events, or Apple's signed notifications forwarded (for teams moving from another backend).
         SQLMigration(version: 12, statements: [
             "ALTER TABLE webhook_endpoints ADD COLUMN format TEXT NOT NULL DEFAULT 'events'",
             // An anonymous app user id merged into a logged-in one (POST /v1/users/{id}/alias), for the record.

@@ -40,7 +40,7 @@ public enum WebhookEventType: String, Codable, Sendable, CaseIterable {
     case balanceChanged = "BALANCE_CHANGED"
     /// Sent on request (`webhook test`), to check an endpoint.
     case test = "TEST"
-    /// An App Store Server Notification, forwarded unchanged to endpoints of format `apple`.
+    /// An App Store Server Notification, forwarded to endpoints of format `apple` as `{"signedPayload": …}`.
     case appleNotification = "APPLE_NOTIFICATION"
 }
 
@@ -48,7 +48,7 @@ public enum WebhookEventType: String, Codable, Sendable, CaseIterable {
 public enum WebhookFormat: String, Codable, Sendable {
     /// Storekeeper's events (the table in the README).
     case events
-    /// Apple's notifications as Apple sent them (`{"signedPayload": …}`, byte for byte), for another backend.
+    /// Apple's notifications (`{"signedPayload": …}` holding the JWS that verified), for another backend.
     case apple
 }
 

@@ -12,7 +12,7 @@ public struct WebhookEndpoint: Codable, Sendable, Equatable {
     public var secretHint: String
     /// While a rotation's grace lasts, the previous secret also signs, until this time (ms).
     public var previousSecretUntil: Int64?
-    /// `events`, or `apple` (Apple's notifications forwarded unchanged).
+    /// `events`, or `apple` (Apple's signed notifications forwarded).
     public var format: WebhookFormat = .events
 
     /// Whether events of `type` go to this endpoint (`TEST` is sent only when asked for, to one endpoint).

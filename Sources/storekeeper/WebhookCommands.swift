@@ -8,7 +8,7 @@ struct ServerWebhookAddCommand: Command {
 
       --events    Only these event types (INITIAL_PURCHASE, RENEWAL, REFUND, BALANCE_CHANGED, …); every type by default.
       --secret    Your own signing secret (16–512 bytes) instead of a generated whsec_… one.
-      --format    apple: forward Apple's App Store Server Notifications unchanged instead (to another backend, while migrating).
+      --format    apple: forward Apple's signed App Store Server Notifications instead (to another backend, while migrating).
 
     Deliveries are POSTs of the event's JSON with Storekeeper-Signature: t=UNIX_SECONDS,v1=HEX(HMAC-SHA256(secret, "t.BODY")).
 

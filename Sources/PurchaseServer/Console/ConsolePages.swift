@@ -349,7 +349,7 @@ enum ConsolePages {
         }
         let add = HTML.form(action: "/console/webhooks/\(HTML.urlComponent(context.appId))", csrf: context.csrf, submit: "Add endpoint", [
             HTML.field("Endpoint URL", name: "url", type: "url", required: true),
-            HTML.select("Sends", name: "format", options: [("events", "Storekeeper events"), ("apple", "Apple's notifications, unchanged")], selected: "events"),
+            HTML.select("Sends", name: "format", options: [("events", "Storekeeper events"), ("apple", "Apple's signed notifications")], selected: "events"),
         ])
         let secret: HTML = newSecret.map { secret -> HTML in "<p class=\"notice\" role=\"status\">Signing secret, shown once: <code>\(secret)</code></p>" } ?? ""
         return layout("Webhooks", session: context.session, active: .webhooks, notice: context.notice, error: context.error, """
