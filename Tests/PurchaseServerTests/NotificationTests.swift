@@ -261,10 +261,7 @@ struct NotificationTests {
     func nestedJudgedAlike(engine: Engine) async throws {
         let world = try await ServerWorld.make(engine)
         defer { Task { await world.stop() } }
-        try await Self.prepare(world, ["com.example.coins"])
-        let (bought, receipt) = try await world.buy("com.example.coins", "Nada.JPYF01")
-        #expect(try await world.upload("com.example.coins", user: "alice", receipt: receipt).state == "verified")
-        let genuine = try #require(try await Self.notifications(world, "com.example.coins", type: "ONE_TIME_CHARGE").first).signedPayload
+        let (bought, genuine) = try await Self.coinsBoughtByAlice(world)
         let transaction = try Self.nestedTransaction(genuine)
         // The emulator signs as Apple does (the real DID_RENEW fixture shows it): the transaction under the notification's
         // own header, so the envelope's signature covers it.
@@ -274,19 +271,14 @@ struct NotificationTests {
         let otherBundle = try JWS.sign(payload: Array(String(decoding: try JWS(compact: transaction).payload, as: UTF8.self)
                                                           .replacingOccurrences(of: "com.example.coins", with: "com.example.comics").utf8),
                                        key: TestSupport.jwsAuthority.leafKey, chain: TestSupport.jwsAuthority.chain)
-        func notification(_ nested: String) throws -> String {
-            try Self.signed(["notificationType": "ONE_TIME_CHARGE", "notificationUUID": UUID().uuidString, "version": "2.0",
-                             "signedDate": Int64(Date().timeIntervalSince1970 * 1000),
-                             "data": ["bundleId": "com.example.coins", "environment": "Sandbox", "signedTransactionInfo": nested]])
-        }
         // Twice each: the server's verdicts are remembered (chains, headers, transactions); the second round meets them.
         for _ in 0..<2 {
             for nested in [forged, otherBundle] {
-                let (status, body) = try await Self.post(world, try notification(nested))
+                let (status, body) = try await Self.post(world, try Self.oneTimeCharge(carrying: nested))
                 #expect(status == 503)
                 #expect((body["error"] as? [String: Any])?["code"] as? String == "nested_unverifiable")
             }
-            let (status, answer) = try await Self.post(world, try notification(transaction))
+            let (status, answer) = try await Self.post(world, try Self.oneTimeCharge(carrying: transaction))
             #expect(status == 200 && answer["outcome"] as? String == "queued")
             try await Self.settle(world, answer, bundle: "com.example.coins")
         }
@@ -299,16 +291,10 @@ struct NotificationTests {
     func nestedCovered(engine: Engine) async throws {
         let world = try await ServerWorld.make(engine)
         defer { Task { await world.stop() } }
-        try await Self.prepare(world, ["com.example.coins"])
-        let (bought, receipt) = try await world.buy("com.example.coins", "Nada.JPYF01")
-        #expect(try await world.upload("com.example.coins", user: "alice", receipt: receipt).state == "verified")
-        let genuine = try #require(try await Self.notifications(world, "com.example.coins", type: "ONE_TIME_CHARGE").first).signedPayload
+        let (bought, genuine) = try await Self.coinsBoughtByAlice(world)
         // Only the holder of the envelope's key could sign an envelope carrying these bytes; that signature is the proof.
         let broken = CarriedJWSTests.brokenSignature(try Self.nestedTransaction(genuine))
-        let notification = try Self.signed(["notificationType": "ONE_TIME_CHARGE", "notificationUUID": UUID().uuidString, "version": "2.0",
-                                             "signedDate": Int64(Date().timeIntervalSince1970 * 1000),
-                                             "data": ["bundleId": "com.example.coins", "environment": "Sandbox", "signedTransactionInfo": broken]])
-        let (status, answer) = try await Self.post(world, notification)
+        let (status, answer) = try await Self.post(world, try Self.oneTimeCharge(carrying: broken))
         #expect(status == 200 && answer["outcome"] as? String == "queued")
         let id = try #require(answer["verificationId"] as? String)
         let (_, job) = try await world.client.json(.get, "/v1/verifications/\(id)?wait=10",
@@ -316,6 +302,22 @@ struct NotificationTests {
         #expect(job["state"] as? String == "verified")
         let listed = try await world.user("com.example.coins", "alice")["transactions"] as? [[String: Any]] ?? []
         #expect(listed.compactMap { $0["transactionId"] as? String } == [bought.id])
+    }
+
+    /// Alice buys coins and uploads the receipt (verified); the purchase and the emulator's ONE_TIME_CHARGE for it.
+    static func coinsBoughtByAlice(_ world: ServerWorld) async throws -> (bought: TransactionRecord, notification: String) {
+        try await Self.prepare(world, ["com.example.coins"])
+        let (bought, receipt) = try await world.buy("com.example.coins", "Nada.JPYF01")
+        #expect(try await world.upload("com.example.coins", user: "alice", receipt: receipt).state == "verified")
+        let genuine = try #require(try await Self.notifications(world, "com.example.coins", type: "ONE_TIME_CHARGE").first).signedPayload
+        return (bought, genuine)
+    }
+
+    /// A sandbox ONE_TIME_CHARGE for com.example.coins signed like Apple's, carrying `nested` as its transaction.
+    static func oneTimeCharge(carrying nested: String) throws -> String {
+        try Self.signed(["notificationType": "ONE_TIME_CHARGE", "notificationUUID": UUID().uuidString, "version": "2.0",
+                         "signedDate": Int64(Date().timeIntervalSince1970 * 1000),
+                         "data": ["bundleId": "com.example.coins", "environment": "Sandbox", "signedTransactionInfo": nested]])
     }
 
     /// A notification signed like Apple's, with `payload` as its decoded body.

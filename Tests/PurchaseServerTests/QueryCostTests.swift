@@ -42,6 +42,17 @@ struct QueryCostTests {
     }
 
     /// A fresh database of `engine` with every migration applied.
+    /// The engine's plan of `query`, as text; on PostgreSQL with sequential scans off (an empty table is read whole otherwise).
+    static func plan(_ query: String, in database: any SQLDatabase) async throws -> String {
+        try await database.transaction { db -> String in
+            if database.dialect == .postgres {
+                _ = try db.query("SET LOCAL enable_seqscan = off", [])
+                return try db.query("EXPLAIN " + query, []).compactMap { $0.string("QUERY PLAN") }.joined(separator: "\n")
+            }
+            return try db.query("EXPLAIN QUERY PLAN " + query, []).compactMap { $0.string("detail") }.joined(separator: "\n")
+        }
+    }
+
     static func migratedDatabase(_ engine: Engine) async throws -> any SQLDatabase {
         let database = try await engine.makeDatabase()
         _ = try await migrate(database)
@@ -75,13 +86,7 @@ extension QueryCostTests {
         let database = try await Self.migratedDatabase(engine)
         // The claim's branch for expired leases, as `JobRepository.claim` writes it.
         let lapsed = "SELECT id, next_attempt_at FROM verification_jobs WHERE state = 'verifying' AND lease_expires_at <= 5 ORDER BY lease_expires_at LIMIT 10"
-        let plan = try await database.transaction { db -> String in
-            if database.dialect == .postgres {
-                _ = try db.query("SET LOCAL enable_seqscan = off", [])  // an empty table would be read whole otherwise
-                return try db.query("EXPLAIN " + lapsed, []).compactMap { $0.string("QUERY PLAN") }.joined(separator: "\n")
-            }
-            return try db.query("EXPLAIN QUERY PLAN " + lapsed, []).compactMap { $0.string("detail") }.joined(separator: "\n")
-        }
+        let plan = try await Self.plan(lapsed, in: database)
         #expect(plan.contains("verification_jobs_lapsing"), "\(plan)")
         await database.close()
     }
@@ -93,13 +98,7 @@ extension QueryCostTests {
         let database = try await Self.migratedDatabase(engine)
         let query = UserRepository.userByToken.replacingOccurrences(of: "app_id = ?", with: "app_id = 'com.example.app'")
             .replacingOccurrences(of: "lower(app_user_id) = ?", with: "lower(app_user_id) = '6b3f1d2e-4c5a-4e8f-9a7b-0c1d2e3f4a5b'")
-        let plan = try await database.transaction { db -> String in
-            if database.dialect == .postgres {
-                _ = try db.query("SET LOCAL enable_seqscan = off", [])  // an empty table would be read whole otherwise
-                return try db.query("EXPLAIN " + query, []).compactMap { $0.string("QUERY PLAN") }.joined(separator: "\n")
-            }
-            return try db.query("EXPLAIN QUERY PLAN " + query, []).compactMap { $0.string("detail") }.joined(separator: "\n")
-        }
+        let plan = try await Self.plan(query, in: database)
         #expect(plan.contains("users_by_token"), "\(plan)")
         await database.close()
     }
