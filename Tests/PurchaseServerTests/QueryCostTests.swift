@@ -104,6 +104,16 @@ extension QueryCostTests {
     }
 }
 
+extension QueryCostTests {
+    @Test("The gauges of GET /metrics read one index entry each, not every notification or pending delivery", arguments: Engine.available)
+    func gaugesReadOneEntry(engine: Engine) async throws {
+        let database = try await Self.migratedDatabase(engine)
+        #expect(try await Self.plan(HealthRepository.newestNotificationSQL, in: database).contains("apple_notifications_received"))
+        #expect(try await Self.plan(HealthRepository.oldestPendingDeliverySQL, in: database).contains("webhook_deliveries_pending"))
+        await database.close()
+    }
+}
+
 /// An index read from the database's catalog, with its key columns in order: every index of this schema that has no
 /// `WHERE` and no expression among its keys (those are left out), keys and unique constraints included.
 struct CatalogIndex: CustomStringConvertible {

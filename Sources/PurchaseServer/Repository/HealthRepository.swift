@@ -17,11 +17,16 @@ struct HealthRepository {
 
     /// When the oldest webhook delivery still owed was created (ms), or nil.
     func oldestPendingDelivery() throws -> Int64? {
-        try db.query("SELECT MIN(created_at) AS oldest FROM webhook_deliveries WHERE state = 'pending'").first?.int("oldest")
+        try db.query(Self.oldestPendingDeliverySQL).first?.int("oldest")
     }
 
     /// When the newest notification arrived (ms), or nil.
     func newestNotification() throws -> Int64? {
-        try db.query("SELECT MAX(received_at) AS newest FROM apple_notifications").first?.int("newest")
+        try db.query(Self.newestNotificationSQL).first?.int("newest")
     }
+
+    /// Served by `webhook_deliveries_pending` (migration 26), whose `WHERE` this must keep implying.
+    static let oldestPendingDeliverySQL = "SELECT MIN(created_at) AS oldest FROM webhook_deliveries WHERE state = 'pending'"
+    /// Served by `apple_notifications_received` (migration 26).
+    static let newestNotificationSQL = "SELECT MAX(received_at) AS newest FROM apple_notifications"
 }
