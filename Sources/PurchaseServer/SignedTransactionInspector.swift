@@ -215,6 +215,12 @@ public struct VerifiedEnvelope: Sendable {
     /// nil when the chain's window could not be read: what the envelope carries then gets the full check.
     let signer: VerifiedSigner?
 
+    /// Made only by `SignedTransactionInspector.verify(_:at:subject:)`, once the envelope verified.
+    fileprivate init(payload: JSONValue, signer: VerifiedSigner?) {
+        self.payload = payload
+        self.signer = signer
+    }
+
     /// The JWS at `payload[section][key]`, carried by this envelope (and so covered by its signature when signed
     /// under the same header). The only way to make a `CarriedJWS`: its text comes from the verified payload.
     public func carried(_ section: String, _ key: String) -> CarriedJWS? {
@@ -227,6 +233,12 @@ public struct VerifiedEnvelope: Sendable {
 public struct CarriedJWS: Sendable {
     public let compact: String
     let signer: VerifiedSigner?
+
+    /// Made only by `VerifiedEnvelope.carried`, from the verified payload.
+    fileprivate init(compact: String, signer: VerifiedSigner?) {
+        self.compact = compact
+        self.signer = signer
+    }
 }
 
 extension ConfirmedTransaction {
