@@ -81,35 +81,28 @@ struct QueryCostTests {
 }
 
 extension QueryCostTests {
-    @Test("Expired leases are found through the index of the jobs in flight", arguments: Engine.available)
-    func lapsedLeasesUseTheInFlightIndex(engine: Engine) async throws {
-        let database = try await Self.migratedDatabase(engine)
-        // The claim's branch for expired leases, as `JobRepository.claim` writes it.
-        let lapsed = "SELECT id, next_attempt_at FROM verification_jobs WHERE state = 'verifying' AND lease_expires_at <= 5 ORDER BY lease_expires_at LIMIT 10"
-        let plan = try await Self.plan(lapsed, in: database)
-        #expect(plan.contains("verification_jobs_lapsing"), "\(plan)")
-        await database.close()
-    }
-}
+    /// Statements on hot or growing paths, each with the index that must serve it.
+    static let servedStatements: [(what: String, query: String, index: String)] = [
+        // The claim's branch for expired leases, as `JobRepository.claim` writes it: the index of the jobs in flight.
+        ("expired leases", "SELECT id, next_attempt_at FROM verification_jobs WHERE state = 'verifying' AND lease_expires_at <= 5 ORDER BY lease_expires_at LIMIT 10",
+         "verification_jobs_lapsing"),
+        // A transaction's appAccountToken finds its user without a scan of the app's users.
+        ("a user by token", UserRepository.userByToken.replacingOccurrences(of: "app_id = ?", with: "app_id = 'com.example.app'")
+            .replacingOccurrences(of: "lower(app_user_id) = ?", with: "lower(app_user_id) = '6b3f1d2e-4c5a-4e8f-9a7b-0c1d2e3f4a5b'"),
+         "users_by_token"),
+        // The gauges of GET /metrics read one index entry each, not every notification or pending delivery.
+        ("the newest notification", HealthRepository.newestNotificationSQL, "apple_notifications_received"),
+        ("the oldest pending delivery", HealthRepository.oldestPendingDeliverySQL, "webhook_deliveries_pending"),
+    ]
 
-extension QueryCostTests {
-    @Test("A transaction's appAccountToken finds its user through an index, not a scan of the app's users", arguments: Engine.available)
-    func tokenFindsUserThroughIndex(engine: Engine) async throws {
+    @Test("Expired leases, a user by appAccountToken and the gauges of GET /metrics are each found through their index, not a scan",
+          arguments: Engine.available)
+    func statementsUseTheirIndex(engine: Engine) async throws {
         let database = try await Self.migratedDatabase(engine)
-        let query = UserRepository.userByToken.replacingOccurrences(of: "app_id = ?", with: "app_id = 'com.example.app'")
-            .replacingOccurrences(of: "lower(app_user_id) = ?", with: "lower(app_user_id) = '6b3f1d2e-4c5a-4e8f-9a7b-0c1d2e3f4a5b'")
-        let plan = try await Self.plan(query, in: database)
-        #expect(plan.contains("users_by_token"), "\(plan)")
-        await database.close()
-    }
-}
-
-extension QueryCostTests {
-    @Test("The gauges of GET /metrics read one index entry each, not every notification or pending delivery", arguments: Engine.available)
-    func gaugesReadOneEntry(engine: Engine) async throws {
-        let database = try await Self.migratedDatabase(engine)
-        #expect(try await Self.plan(HealthRepository.newestNotificationSQL, in: database).contains("apple_notifications_received"))
-        #expect(try await Self.plan(HealthRepository.oldestPendingDeliverySQL, in: database).contains("webhook_deliveries_pending"))
+        for statement in Self.servedStatements {
+            let plan = try await Self.plan(statement.query, in: database)
+            #expect(plan.contains(statement.index), "\(statement.what): \(plan)")
+        }
         await database.close()
     }
 }
