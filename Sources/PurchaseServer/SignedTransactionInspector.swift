@@ -116,7 +116,7 @@ public final class SignedTransactionInspector: Sendable {
     /// Verifies a notification's envelope as `verify` does. What it returns vouches for the JWS its payload carries.
     public func verify(_ envelope: Envelope, at date: Date, subject: String) throws(ReceiptRejection) -> VerifiedEnvelope {
         let window = try Self.check(envelope.jws, at: date, trust: trust, cache: verifiedChains, subject: subject)
-        let header = Array(envelope.jws.signingInput.prefix { $0 != UInt8(ascii: ".") })
+        let header = envelope.jws.signingInput.prefix { $0 != UInt8(ascii: ".") }  // a slice of the signed bytes: no copy
         return VerifiedEnvelope(payload: envelope.payload,
                                 signer: window.map { VerifiedSigner(header: header, notBefore: $0.notBefore, notAfter: $0.notAfter) })
     }
@@ -184,7 +184,7 @@ public final class SignedTransactionInspector: Sendable {
 /// Who signed a JWS this inspector verified: its header segment as sent (`alg` and the `x5c` chain, which name the
 /// key) and the window in which that chain is valid.
 struct VerifiedSigner: Sendable {
-    let header: [UInt8]
+    let header: ArraySlice<UInt8>
     let notBefore: Date
     let notAfter: Date
 
