@@ -41,7 +41,7 @@ extension PurchaseServer {
             throw ServerError(.invalidQuery, "query is 1–256 characters without control characters.")
         }
         guard let app = try await store.app(appId) else { throw ServerError(.appNotFound, "App \(appId) is not registered.") }
-        var matches = try await store.database.transaction { db -> [CustomerMatch] in
+        var matches = try await store.database.read { db -> [CustomerMatch] in
             let customers = CustomerRepository(db: db, appId: appId)
             var found: [CustomerMatch] = []
             func add(_ users: [String], _ how: String) {
@@ -63,7 +63,7 @@ extension PurchaseServer {
                       response.status == 200, let body = try? JSONValue.parse(response.body) else { continue }
                 for signed in (body["signedTransactions"]?.array ?? []).compactMap(\.text) {
                     guard let (transaction, _) = try? engine.transactionInspector.inspect(signed, bundleIds: app.bundleIds) else { continue }
-                    let users = try await store.database.transaction { db in
+                    let users = try await store.database.read { db in
                         try CustomerRepository(db: db, appId: appId).users(originalTransactionId: transaction.originalTransactionId)
                     }
                     for user in users where !matches.contains(where: { $0.appUserId == user }) {
@@ -91,7 +91,7 @@ extension PurchaseServer {
         }
         let fetch = limit + skip
         let until = before
-        var items = try await store.database.transaction { db -> [TimelineItem] in
+        var items = try await store.database.read { db -> [TimelineItem] in
             let before = until
             let customers = CustomerRepository(db: db, appId: appId)
             var items: [TimelineItem] = []

@@ -48,7 +48,7 @@ extension PurchaseServer {
         let deliveries = (try? await store.webhookDeliveryCounts()) ?? [:]
         gauges.append(.init(name: "storekeeper_webhook_deliveries", help: "Webhook deliveries by state (pending is the backlog).", labels: ["state"],
                             samples: ["pending", "delivered", "failed"].map { ([$0], Double(deliveries[$0] ?? 0)) }))
-        let ages = try? await store.database.transaction { db -> (Int64?, Int64?, Int64?) in
+        let ages = try? await store.database.read { db -> (Int64?, Int64?, Int64?) in
             let health = HealthRepository(db: db)
             return (try health.oldestWaitingJob(), try health.oldestPendingDelivery(), try health.newestNotification())
         }
@@ -109,7 +109,7 @@ extension PurchaseServer {
     func subscriptionMetricsFromLedger(appId: String, from: Date, to: Date, interval: SubscriptionMetrics.Interval, environment: String?) async throws
         -> [MetricsInterval] {
         let boundaries = SubscriptionMetrics.boundaries(from: from.milliseconds, to: to.milliseconds, interval: interval)
-        let (rows, reasons) = try await store.database.transaction { db in
+        let (rows, reasons) = try await store.database.read { db in
             let reader = LedgerReader(db: db)
             return (try reader.metricsRows(appId: appId, environment: environment), try reader.expirationIntents(appId: appId))
         }

@@ -130,12 +130,12 @@ extension PurchaseStore {
 
     /// Jobs in a state (all states when nil), newest first.
     public func jobs(appId: String? = nil, state: JobState?, limit: Int) async throws -> [VerificationJob] {
-        try await database.transaction { db in try self.jobs(db).list(appId: appId, state: state, limit: limit) }
+        try await database.read { db in try self.jobs(db).list(appId: appId, state: state, limit: limit) }
     }
 
     /// Counts of jobs per state.
     public func jobCounts() async throws -> [String: Int64] {
-        try await database.transaction { db in try self.jobs(db).counts() }
+        try await database.read { db in try self.jobs(db).counts() }
     }
 
     /// Sets the running totals of settled jobs and delivered webhooks again from a count of their rows, and returns the

@@ -48,7 +48,7 @@ extension PurchaseStore {
     /// The rollup's days before `end` and the moments of the day holding `now` seen by then (summed), read in one transaction.
     func metricsRollup(appId: String, environment: String?, before end: Int64, now: Int64) async throws
         -> (days: [MetricsKey: MetricsTally], moments: [MetricsMoment]) {
-        try await database.transaction { [dialect = database.dialect] db in
+        try await database.read { [dialect = database.dialect] db in
             try MetricsRepository(db: db, dialect: dialect).rollup(appId: appId, environment: environment, before: end,
                                                                   today: SubscriptionMetricsRollup.day(of: now), now: now)
         }

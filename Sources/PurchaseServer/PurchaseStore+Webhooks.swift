@@ -105,7 +105,7 @@ extension PurchaseStore {
 
     /// Deliveries per state, for health and metrics.
     public func webhookDeliveryCounts() async throws -> [String: Int64] {
-        try await database.transaction { db in try self.webhooks(db).counts() }
+        try await database.read { db in try self.webhooks(db).counts() }
     }
 
     /// Writes events in the caller's transaction (the one that made the change): each is numbered in its

@@ -32,7 +32,10 @@ public struct RevenueReport: Codable, Sendable, Equatable {
 extension PurchaseStore {
     /// Revenue between `from` (inclusive) and `to` (exclusive) by purchase date, in exact decimals.
     public func revenue(appId: String?, from: Date, to: Date, group: [RevenueReport.Dimension]) async throws -> RevenueReport {
-        let sales = try await database.transaction { db in try LedgerReader(db: db).sales(appId: appId, from: from.milliseconds, to: to.milliseconds) }
+        let sales = try await database.read { db in
+            try LedgerReader(db: db).sales(appId: appId, from: from.milliseconds, to: to.milliseconds, byDay: group.contains(.day),
+                                           byProduct: group.contains(.product), byEnvironment: group.contains(.environment))
+        }
         return RevenueReport(from: from.milliseconds, to: to.milliseconds, group: group, sales: sales)
     }
 }
@@ -40,7 +43,7 @@ extension PurchaseStore {
 extension RevenueReport {
     /// The report of these sales, grouped by `group`: counts, units and exact decimal sums per group,
     /// and net totals per currency (refunded sales count in gross and refunds, not in net).
-    init(from: Int64, to: Int64, group: [Dimension], sales: [LedgerSale]) {
+    init(from: Int64, to: Int64, group: [Dimension], sales: [LedgerSales]) {
         struct Accumulator {
             var transactions: Int64 = 0, units: Int64 = 0, refunds: Int64 = 0
             var gross = Decimal(0), refunded = Decimal(0)
@@ -51,21 +54,21 @@ extension RevenueReport {
             let currency = sale.currency ?? "unpriced"
             let key: [String?] = group.map { dimension in
                 switch dimension {
-                case .day: return ReceiptDay.string(Date(milliseconds: sale.purchaseDate))
+                case .day: return sale.day.map { ReceiptDay.string(Date(milliseconds: $0 &* 86_400_000)) }
                 case .product: return sale.productId
                 case .currency: return currency
                 case .environment: return sale.environment
                 }
             }
-            let quantity = sale.quantity
-            let amount = (Decimal(string: sale.price ?? "0") ?? 0) * Decimal(quantity)
+            // Exact: the unit price times the units sold at it, as each sale's price times its quantity summed.
+            let amount = (Decimal(string: sale.price ?? "0") ?? 0) * Decimal(sale.units)
             var accumulator = groups[key] ?? Accumulator()
-            accumulator.transactions += 1
-            accumulator.units += quantity
+            accumulator.transactions &+= sale.transactions
+            accumulator.units &+= sale.units
             accumulator.gross += amount
             totals[currency, default: 0] += amount
             if sale.refunded {
-                accumulator.refunds += 1
+                accumulator.refunds &+= sale.transactions
                 // A prorated refund gives back its share of the price; any other refund all of it.
                 let share = sale.refundPercentage.map { Decimal(min(max($0, 0), 100_000)) / 100_000 } ?? 1
                 accumulator.refunded += amount * share
@@ -73,16 +76,16 @@ extension RevenueReport {
             }
             groups[key] = accumulator
         }
+        let formatter = NumberFormatter()
+        formatter.minimumFractionDigits = 2
+        formatter.maximumFractionDigits = 2
+        formatter.minimumIntegerDigits = 1
+        formatter.usesGroupingSeparator = false
+        formatter.locale = Locale(identifier: "en_US_POSIX")
         func text(_ value: Decimal) -> String {
             var rounded = Decimal()
             var copy = value
             NSDecimalRound(&rounded, &copy, 2, .plain)
-            let formatter = NumberFormatter()
-            formatter.minimumFractionDigits = 2
-            formatter.maximumFractionDigits = 2
-            formatter.minimumIntegerDigits = 1
-            formatter.usesGroupingSeparator = false
-            formatter.locale = Locale(identifier: "en_US_POSIX")
             return formatter.string(from: rounded as NSDecimalNumber) ?? "\(rounded)"
         }
         let reportRows = groups.map { key, value -> RevenueReport.Row in

@@ -136,7 +136,7 @@ extension PurchaseStore {
 
     /// Audit events of a user, newest first.
     public func auditEvents(appId: String, appUserId: String, limit: Int = 100) async throws -> [[String: String]] {
-        try await database.transaction { db in try self.audit(db).events(appId: appId, appUserId: appUserId, limit: limit) }
+        try await database.read { db in try self.audit(db).events(appId: appId, appUserId: appUserId, limit: limit) }
     }
 }
 

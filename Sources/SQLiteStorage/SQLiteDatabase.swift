@@ -51,6 +51,26 @@ public final class SQLiteDatabase: @unchecked Sendable {
         }
     }
 
+    /// Opens a reading connection to the database another `SQLiteDatabase` owns at `path` (in WAL mode): it sees the
+    /// last commit when each of its transactions begins, never waits for the writer nor holds it up, and refuses
+    /// every write (`query_only`).
+    public init(readerOf path: String) throws {
+        var db: OpaquePointer?
+        guard sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nil) == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            if let db { sqlite3_close(db) }
+            throw StorageErrorFactory.make("open_failed", "cannot open \(path) to read: \(message)")
+        }
+        handle = db
+        self.path = path
+        queue = DispatchQueue(label: "storekeeper.sqlite.reader.\(path)")
+        sqlite3_busy_timeout(db, 5000)
+        try queue.sync {
+            try execute("PRAGMA query_only=ON")
+            try execute("PRAGMA temp_store=MEMORY")
+        }
+    }
+
     deinit {
         for statement in statements.values { sqlite3_finalize(statement) }
         sqlite3_close_v2(handle)  // before the checkpointer goes: no hook call after this
@@ -64,6 +84,9 @@ public final class SQLiteDatabase: @unchecked Sendable {
         sqlite3_db_status(handle, SQLITE_DBSTATUS_CACHE_MISS, &misses, &highwater, 0)
         return Int(hits) + Int(misses)
     }
+
+    /// Whether the database is a file in WAL mode, so that other connections can read it beside this one.
+    public var isWriteAheadLogged: Bool { checkpointer != nil }
 
     /// Checkpoints run since the database was opened (0 when it is not in WAL mode).
     public var checkpoints: Int { checkpointer?.count.load(ordering: .relaxed) ?? 0 }

@@ -1,28 +1,44 @@
 import CSQLite
 import Foundation
 import Storage
+import Synchronization
 
-/// The embedded default `SQLDatabase`: one SQLite file in WAL mode, one connection owned by a serial queue.
+/// The embedded default `SQLDatabase`: one SQLite file in WAL mode, one writing connection owned by a serial queue,
+/// and reading connections beside it, each on a queue of its own.
 public final class SQLiteSQLDatabase: SQLDatabase {
     let database: SQLiteDatabase
+    /// Where `read` runs: nil in memory or out of WAL mode, where no other connection sees the writer's data.
+    private let readers: SQLiteReaders?
     public let dialect = SQLDialect.sqlite
 
-    /// Opens or creates the database at `path`.
-    public init(path: String) throws {
+    /// Opens or creates the database at `path`. `readers` is how many connections `read` may open (at first use).
+    public init(path: String, readers: Int = SQLiteReaders.defaultCount) throws {
         database = try SQLiteDatabase(path: path)
+        self.readers = database.isWriteAheadLogged && readers > 0 ? SQLiteReaders(path: path, count: readers) : nil
     }
 
     public func transaction<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
-        try await database.run { db in
-            try db.execute("BEGIN IMMEDIATE")
-            do {
-                let result = try body(SQLiteConnection(database: db))
-                try db.execute("COMMIT")
-                return result
-            } catch {
-                try? db.execute("ROLLBACK")
-                throw error
-            }
+        try await database.run { db in try Self.inTransaction(db, begin: "BEGIN IMMEDIATE", body) }
+    }
+
+    /// Runs `body` on a reading connection, in one deferred transaction (a snapshot of the last commit): it neither
+    /// waits behind the writer's queue nor holds it up, however long it reads. Without readers, on the writer.
+    public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+        guard let readers else { return try await transaction(body) }
+        let (reader, index) = try readers.acquire()
+        defer { readers.release(index) }
+        return try await reader.run { db in try Self.inTransaction(db, begin: "BEGIN", body) }
+    }
+
+    private static func inTransaction<T>(_ db: SQLiteDatabase, begin: String, _ body: (any SQLConnection) throws -> T) throws -> T {
+        try db.execute(begin)
+        do {
+            let result = try body(SQLiteConnection(database: db))
+            try db.execute("COMMIT")
+            return result
+        } catch {
+            try? db.execute("ROLLBACK")
+            throw error
         }
     }
 
@@ -63,5 +79,40 @@ struct SQLiteConnection: SQLConnection {
 
     func query(_ sql: String, _ parameters: [any SQLBindable]) throws -> [SQLRow] {
         try database.rows(sql, parameters)
+    }
+}
+
+/// The reading connections of one database file, opened when first needed; each read goes to the one with the fewest
+/// reads under way, so a long report holds up one connection, not every read.
+public final class SQLiteReaders: Sendable {
+    /// One per core, at least two (one long read leaves the other free) and at most four.
+    public static let defaultCount = min(max(ProcessInfo.processInfo.activeProcessorCount, 2), 4)
+
+    private struct Slot {
+        var connection: SQLiteDatabase?
+        var reads = 0
+    }
+    private let path: String
+    private let slots: Mutex<[Slot]>
+
+    init(path: String, count: Int) {
+        self.path = path
+        slots = Mutex(Array(repeating: Slot(), count: count))
+    }
+
+    /// The connection with the fewest reads under way (opened now if it never was) and its index for `release`.
+    func acquire() throws -> (SQLiteDatabase, Int) {
+        try slots.withLock { slots in
+            var index = 0
+            for candidate in slots.indices where slots[candidate].reads < slots[index].reads { index = candidate }
+            let connection = try slots[index].connection ?? SQLiteDatabase(readerOf: path)
+            slots[index].connection = connection
+            slots[index].reads += 1
+            return (connection, index)
+        }
+    }
+
+    func release(_ index: Int) {
+        slots.withLock { $0[index].reads -= 1 }
     }
 }

@@ -26,13 +26,13 @@ public struct TransactionListing: Sendable, Equatable {
 extension PurchaseStore {
     /// When the oldest verification still waiting was uploaded, and when the newest Apple notification arrived (ms).
     public func queueHealth() async throws -> (oldestWaitingJob: Int64?, newestNotification: Int64?) {
-        try await database.transaction { db in
+        try await database.read { db in
             let health = HealthRepository(db: db)
             return (try health.oldestWaitingJob(), try health.newestNotification())
         }
     }
 
     public func transactions(_ filter: TransactionFilter) async throws -> [TransactionListing] {
-        try await database.transaction { db in try LedgerReader(db: db).transactions(filter) }
+        try await database.read { db in try LedgerReader(db: db).transactions(filter) }
     }
 }

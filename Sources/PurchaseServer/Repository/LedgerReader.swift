@@ -2,18 +2,22 @@ import AppStoreModels
 import Foundation
 import Storage
 
-/// One ledger row as the revenue report reads it.
-struct LedgerSale: Sendable, Equatable {
-    var purchaseDate: Int64
-    var productId: String
+/// Sales summed by what the revenue report groups and prices them by: one per day, product and environment (each when
+/// the report groups by it, else nil), currency, unit price and refund.
+struct LedgerSales: Sendable, Equatable {
+    /// Days since 1970-01-01 (UTC).
+    var day: Int64?
+    var productId: String?
+    var environment: String?
     var currency: String?
-    var environment: String
-    var quantity: Int64
-    /// The price of one unit, as the product mapping gave it when the row was recorded.
+    /// The price of one unit, as the product mapping gave it when the rows were recorded.
     var price: String?
     var refunded: Bool
     /// A prorated refund's share in milliunits of the whole (nil: all of it).
-    var refundPercentage: Int? = nil
+    var refundPercentage: Int?
+    /// How many ledger rows, and their quantities summed.
+    var transactions: Int64
+    var units: Int64
 }
 
 /// What the consumption report needs to know of one transaction.
@@ -76,21 +80,28 @@ struct LedgerReader {
         }
     }
 
-    /// Rows purchased in [from, to) (Unix ms), of one app when given, oldest first.
-    func sales(appId: String?, from: Int64, to: Int64) throws -> [LedgerSale] {
-        var sql = """
-            SELECT purchase_date, product_id, currency, environment, quantity, price, cancellation_date, refund_percentage
-            FROM ledger WHERE purchase_date >= ? AND purchase_date < ?
-            """
-        var parameters: [any SQLBindable] = [from, to]
+    /// Sales purchased in [from, to) (Unix ms, `from` not before 1970), of one app when given, summed by the database
+    /// into one row per group (`LedgerSales`), so that a report over years reads its groups, not every sale, and holds
+    /// only them in memory. With an app, `ledger_purchase_date` finds the range.
+    func sales(appId: String?, from: Int64, to: Int64, byDay: Bool, byProduct: Bool, byEnvironment: Bool) throws -> [LedgerSales] {
+        // The day by integer division, the same on both engines for times from 1970 (`from` is one).
+        let keys = [(byDay, "purchase_date / 86400000", "day"), (byProduct, "product_id", "product_id"), (byEnvironment, "environment", "environment"),
+                    (true, "currency", "currency"), (true, "price", "price"),
+                    (true, "CASE WHEN cancellation_date IS NULL THEN 0 ELSE 1 END", "refunded"), (true, "refund_percentage", "refund_percentage")]
+            .filter(\.0)
+        var sql = "SELECT " + keys.map { "\($0.1) AS \($0.2)" }.joined(separator: ", ")
+            + ", COUNT(*) AS transactions, SUM(quantity) AS units FROM ledger WHERE purchase_date >= ? AND purchase_date < ?"
+        var parameters: [any SQLBindable] = [max(from, 0), to]
         if let appId {
             sql += " AND app_id = ?"
             parameters.append(appId)
         }
-        return try db.query(sql + " ORDER BY purchase_date", parameters).map { row in
-            LedgerSale(purchaseDate: row.int("purchase_date") ?? 0, productId: row.string("product_id") ?? "", currency: row.string("currency"),
-                       environment: row.string("environment") ?? "", quantity: row.int("quantity") ?? 1, price: row.string("price"),
-                       refunded: row.int("cancellation_date") != nil, refundPercentage: row.int("refund_percentage").map(Int.init))
+        sql += " GROUP BY " + keys.map(\.1).joined(separator: ", ")
+        return try db.query(sql, parameters).map { row in
+            LedgerSales(day: byDay ? row.int("day") : nil, productId: byProduct ? row.string("product_id") ?? "" : nil,
+                        environment: byEnvironment ? row.string("environment") ?? "" : nil, currency: row.string("currency"),
+                        price: row.string("price"), refunded: row.int("refunded") == 1, refundPercentage: row.int("refund_percentage").map(Int.init),
+                        transactions: row.int("transactions") ?? 0, units: row.int("units") ?? 0)
         }
     }
 
