@@ -95,6 +95,56 @@ extension QueryCostTests {
         ("the oldest pending delivery", HealthRepository.oldestPendingDeliverySQL, "webhook_deliveries_pending"),
     ]
 
+    @Test("A customer's notifications are read through their subscriptions' chains, not by walking every notification of the app",
+          arguments: Engine.available)
+    func customerNotificationsThroughChains(engine: Engine) async throws {
+        let database = try await Self.migratedDatabase(engine)
+        let app = "com.example.app", day: Int64 = 86_400_000
+        try await database.transaction { db in
+            // 3,000 notifications of 1,000 other customers' subscriptions, newer than the customer's two.
+            for index in 0..<3_000 {
+                try db.query("""
+                    INSERT INTO apple_notifications (notification_uuid, app_id, notification_type, environment, signed_date, received_at,
+                    original_transaction_id, state, signed_payload) VALUES (?, ?, 'DID_RENEW', 'Production', 0, ?, ?, 'verified', '')
+                    """, ["other-\(index)", app, 10 * day + Int64(index), "9\(index % 1_000)"])
+            }
+            for (index, original) in ["100", "100", "200"].enumerated() {
+                try db.query("""
+                    INSERT INTO apple_notifications (notification_uuid, app_id, notification_type, environment, signed_date, received_at,
+                    original_transaction_id, state, signed_payload) VALUES (?, ?, 'DID_RENEW', 'Production', 0, ?, ?, 'verified', '')
+                    """, ["mine-\(index)", app, day * Int64(index + 1), original])
+            }
+            for original in ["100", "200"] {
+                try db.query("INSERT INTO ownership (app_id, environment, original_transaction_id, app_user_id, product_id, granted_at) VALUES (?, 'Production', ?, 'customer', 'p', 0)",
+                             [app, original])
+            }
+            for index in 0..<1_000 {
+                try db.query("INSERT INTO ownership (app_id, environment, original_transaction_id, app_user_id, product_id, granted_at) VALUES (?, 'Production', ?, ?, 'p', 0)",
+                             [app, "9\(index)", "other-\(index)"])
+            }
+        }
+        // PostgreSQL plans from statistics, which autovacuum keeps on an established database; SQLite has none.
+        if engine == .postgres { _ = try await database.transaction { db in try db.query("ANALYZE apple_notifications, ownership") } }
+        let plan = try await Self.plan(Self.bound(CustomerRepository.notificationsSQL, ["'\(app)'", "'customer'", "\(Int64.max)", "50"]), in: database)
+        #expect(plan.contains("apple_notifications_chain"), "\(plan)")
+        #expect(!plan.contains("apple_notifications_by_app"), "\(plan)")
+        let items = try await database.read { db in try CustomerRepository(db: db, appId: app).notifications("customer", before: Int64.max, limit: 50) }
+        #expect(items.map(\.id) == ["mine-2", "mine-1", "mine-0"])
+        let page = try await database.read { db in try CustomerRepository(db: db, appId: app).notifications("customer", before: 2 * day, limit: 1) }
+        #expect(page.map(\.id) == ["mine-1"])
+        await database.close()
+    }
+
+    /// `sql` with its parameters written in, in order.
+    static func bound(_ sql: String, _ values: [String]) -> String {
+        var text = sql
+        for value in values {
+            guard let mark = text.firstIndex(of: "?") else { break }
+            text.replaceSubrange(mark...mark, with: value)
+        }
+        return text
+    }
+
     @Test("Expired leases, a user by appAccountToken and the gauges of GET /metrics are each found through their index, not a scan",
           arguments: Engine.available)
     func statementsUseTheirIndex(engine: Engine) async throws {

@@ -52,17 +52,23 @@ struct CustomerRepository {
 
     /// Notifications about the user's original transactions before `before`, newest first.
     func notifications(_ user: String, before: Int64, limit: Int) throws -> [TimelineItem] {
-        try db.query("""
-            SELECT notification_uuid, notification_type, subtype, state, transaction_id, received_at FROM apple_notifications
-            WHERE app_id = ? AND received_at <= ? AND original_transaction_id IN
-                (SELECT original_transaction_id FROM ownership WHERE app_id = ? AND app_user_id = ?)
-            ORDER BY received_at DESC, notification_uuid LIMIT ?
-            """, [appId, before, appId, user, limit]).map { row in
+        try db.query(Self.notificationsSQL, [appId, user, before, limit]).map { row in
             TimelineItem(at: row.int("received_at") ?? 0, kind: "notification", id: row.string("notification_uuid") ?? "",
                          detail: ["type": row.string("notification_type"), "subtype": row.string("subtype"), "state": row.string("state"),
                                   "transactionId": row.string("transaction_id")].compactMapValues { $0 })
         }
     }
+
+    /// A user's notifications: those of each subscription they own, from their ownership rows to each chain's entries
+    /// in `apple_notifications_chain` (a chain owned in two environments is one chain here, as before: `DISTINCT`).
+    /// `CROSS JOIN` keeps SQLite, which has no statistics, to that order; PostgreSQL plans it as any join.
+    static let notificationsSQL = """
+        SELECT DISTINCT n.notification_uuid, n.notification_type, n.subtype, n.state, n.transaction_id, n.received_at
+        FROM ownership o CROSS JOIN apple_notifications n
+        WHERE n.app_id = o.app_id AND n.original_transaction_id = o.original_transaction_id
+            AND o.app_id = ? AND o.app_user_id = ? AND n.received_at <= ?
+        ORDER BY n.received_at DESC, n.notification_uuid LIMIT ?
+        """
 
     /// Webhook events about the user before `before`, newest first, with how their deliveries stand.
     func webhookEvents(_ user: String, before: Int64, limit: Int) throws -> [TimelineItem] {
