@@ -109,7 +109,7 @@ extension PurchaseServer {
     func subscriptionMetricsFromLedger(appId: String, from: Date, to: Date, interval: SubscriptionMetrics.Interval, environment: String?) async throws
         -> [MetricsInterval] {
         let boundaries = SubscriptionMetrics.boundaries(from: from.milliseconds, to: to.milliseconds, interval: interval)
-        let (rows, reasons) = try await store.database.read { db in
+        let (rows, reasons) = try await store.database.longRead { db in
             let reader = LedgerReader(db: db)
             return (try reader.metricsRows(appId: appId, environment: environment), try reader.expirationIntents(appId: appId))
         }

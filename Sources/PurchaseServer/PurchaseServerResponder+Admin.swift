@@ -112,7 +112,7 @@ extension PurchaseServerResponder {
         admin(.get, "/admin/v1/notifications") { request in
             let limit = Int(request.query["limit"] ?? "") ?? 100
             let query = request.query
-            return .json(try await server.store.database.read { db in
+            return .json(try await server.store.database.longRead { db in
                 try NotificationRepository(db: db).list(appId: query["app"], type: query["type"], state: query["state"], limit: limit)
             })
         }
@@ -198,7 +198,7 @@ extension PurchaseServerResponder {
         }
         admin(.get, "/admin/v1/transactions") { request in
             let limit = Self.listLimit(request)
-            let rows = try await server.store.database.read { db in
+            let rows = try await server.store.database.longRead { db in
                 try LedgerReader(db: db).rows(appId: request.query["app"], appUserId: request.query["user"], limit: limit)
             }
             return .json(rows)

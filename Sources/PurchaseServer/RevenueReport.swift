@@ -32,7 +32,7 @@ public struct RevenueReport: Codable, Sendable, Equatable {
 extension PurchaseStore {
     /// Revenue between `from` (inclusive) and `to` (exclusive) by purchase date, in exact decimals.
     public func revenue(appId: String?, from: Date, to: Date, group: [RevenueReport.Dimension]) async throws -> RevenueReport {
-        let sales = try await database.read { db in
+        let sales = try await database.longRead { db in
             try LedgerReader(db: db).sales(appId: appId, from: from.milliseconds, to: to.milliseconds, byDay: group.contains(.day),
                                            byProduct: group.contains(.product), byEnvironment: group.contains(.environment))
         }

@@ -22,11 +22,17 @@ public final class SQLiteSQLDatabase: SQLDatabase {
     }
 
     /// Runs `body` on a reading connection, in one deferred transaction (a snapshot of the last commit): it neither
-    /// waits behind the writer's queue nor holds it up, however long it reads. Without readers, on the writer.
+    /// waits behind the writer's queue nor holds it up. Without readers (or when one cannot be opened), on the writer.
     public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
-        guard let readers else { return try await transaction(body) }
-        let (reader, index) = try readers.acquire()
-        defer { readers.release(index) }
+        guard let (reader, index) = readers?.acquire() else { return try await transaction(body) }
+        defer { readers?.release(index) }
+        return try await reader.run { db in try Self.inTransaction(db, begin: "BEGIN", body) }
+    }
+
+    /// Runs `body` as `read` does, on a connection kept for long reads, one at a time: short reads never wait behind
+    /// one, and at most one snapshot is held for long (the write-ahead log cannot restart past it).
+    public func longRead<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+        guard let reader = readers?.longReader() else { return try await transaction(body) }
         return try await reader.run { db in try Self.inTransaction(db, begin: "BEGIN", body) }
     }
 
@@ -42,9 +48,11 @@ public final class SQLiteSQLDatabase: SQLDatabase {
         }
     }
 
-    /// Pages the connection has looked up since it was opened (see `SQLiteDatabase.pagesTouched`).
+    /// Pages the writer and the readers have looked up since they were opened (see `SQLiteDatabase.pagesTouched`).
     public func pagesTouched() async throws -> Int {
-        try await database.run { $0.pagesTouched }
+        var pages = try await database.run { $0.pagesTouched }
+        for reader in readers?.opened ?? [] { pages += try await reader.run { $0.pagesTouched } }
+        return pages
     }
 
     public func notify(_ channel: String) async {}
@@ -82,10 +90,10 @@ struct SQLiteConnection: SQLConnection {
     }
 }
 
-/// The reading connections of one database file, opened when first needed; each read goes to the one with the fewest
-/// reads under way, so a long report holds up one connection, not every read.
+/// The reading connections of one database file, opened when first needed: short reads go to the one with the fewest
+/// reads under way; long reads (`longRead`) to one of their own, whose queue takes them one at a time.
 public final class SQLiteReaders: Sendable {
-    /// One per core, at least two (one long read leaves the other free) and at most four.
+    /// One per core for short reads, at least two and at most four.
     public static let defaultCount = min(max(ProcessInfo.processInfo.activeProcessorCount, 2), 4)
 
     private struct Slot {
@@ -94,18 +102,20 @@ public final class SQLiteReaders: Sendable {
     }
     private let path: String
     private let slots: Mutex<[Slot]>
+    private let long = Mutex<SQLiteDatabase?>(nil)
 
     init(path: String, count: Int) {
         self.path = path
         slots = Mutex(Array(repeating: Slot(), count: count))
     }
 
-    /// The connection with the fewest reads under way (opened now if it never was) and its index for `release`.
-    func acquire() throws -> (SQLiteDatabase, Int) {
-        try slots.withLock { slots in
+    /// The connection with the fewest short reads under way (opened now if it never was) and its index for `release`;
+    /// nil if it could not be opened (the read then runs on the writer).
+    func acquire() -> (SQLiteDatabase, Int)? {
+        slots.withLock { slots in
             var index = 0
             for candidate in slots.indices where slots[candidate].reads < slots[index].reads { index = candidate }
-            let connection = try slots[index].connection ?? SQLiteDatabase(readerOf: path)
+            guard let connection = slots[index].connection ?? (try? SQLiteDatabase(readerOf: path)) else { return nil }
             slots[index].connection = connection
             slots[index].reads += 1
             return (connection, index)
@@ -114,5 +124,18 @@ public final class SQLiteReaders: Sendable {
 
     func release(_ index: Int) {
         slots.withLock { $0[index].reads -= 1 }
+    }
+
+    /// The connection for long reads (opened now if it never was), or nil if it could not be opened.
+    func longReader() -> SQLiteDatabase? {
+        long.withLock { long in
+            if long == nil { long = try? SQLiteDatabase(readerOf: path) }
+            return long
+        }
+    }
+
+    /// Every connection opened so far.
+    var opened: [SQLiteDatabase] {
+        slots.withLock { $0.compactMap(\.connection) } + long.withLock { $0.map { [$0] } ?? [] }
     }
 }

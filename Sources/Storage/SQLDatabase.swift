@@ -254,6 +254,9 @@ public protocol SQLDatabase: Sendable {
     /// BEGIN and COMMIT, each round trip its own implicit transaction (under READ COMMITTED every statement sees
     /// its own snapshot either way). Never for writes: on PostgreSQL they would commit one round trip at a time.
     func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T
+    /// Runs `body`, which only reads and may read for long (a report over years, a list over a whole table), as `read`
+    /// does; on SQLite one at a time on a connection of its own, so that short reads never wait behind it.
+    func longRead<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T
     /// Statements to run (outside a transaction) when other processes should be woken, e.g. NOTIFY.
     func notify(_ channel: String) async
     /// Waits until another process notifies `channel` or `timeout` passes (on SQLite: the timeout).
@@ -269,6 +272,10 @@ extension SQLDatabase {
 
     public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
         try await transaction(body)
+    }
+
+    public func longRead<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+        try await read(body)
     }
 }
 

@@ -22,6 +22,7 @@ struct SQLiteReadersTests {
     final class Begun: Sendable {
         private let flag = Atomic<Bool>(false)
         func set() { flag.store(true, ordering: .releasing) }
+        var isSet: Bool { flag.load(ordering: .acquiring) }
         func wait() async throws {
             while !flag.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(5)) }
         }
@@ -67,21 +68,40 @@ struct SQLiteReadersTests {
         }
     }
 
-    @Test("A long read holds up one reading connection: another read is answered meanwhile")
-    func longReadHoldsOneConnection() async throws {
-        try await Self.withDatabase(readers: 2) { database in
-            let answered = DispatchSemaphore(value: 0)
-            let begun = Begun()
-            let long = Task {
-                try await database.read { _ in
+    @Test("A long read holds up no short read, and long reads take turns")
+    func longReadsTakeTurns() async throws {
+        // Three short connections: were long reads short ones, the second would find one free whenever it came.
+        try await Self.withDatabase(readers: 3) { database in
+            let release = DispatchSemaphore(value: 0)
+            let begun = Begun(), second = Begun()
+            let first = Task {
+                try await database.longRead { _ in
                     begun.set()
-                    return answered.wait(timeout: .now() + 10) == .success
+                    return release.wait(timeout: .now() + 10) == .success
                 }
             }
             try await begun.wait()
-            #expect(try await database.read { db in try Self.count(db) } == 1)
-            answered.signal()
-            #expect(try await long.value, "the second read waited for the first")
+            let next = Task { try await database.longRead { db in second.set(); return try Self.count(db) } }
+            // Short reads are answered meanwhile.
+            let one = try await database.read { db in try Self.count(db) }
+            let two = try await database.read { db in try Self.count(db) }
+            #expect(one == 1 && two == 1)
+            try await Task.sleep(for: .milliseconds(100))
+            #expect(!second.isSet, "a second long read began while the first was under way")
+            release.signal()
+            #expect(try await first.value, "short reads waited for the long one")
+            #expect(try await next.value == 1)
+        }
+    }
+
+    @Test("The pages a read looks up on a reading connection are counted with the writer's")
+    func pagesCountReaders() async throws {
+        try await Self.withDatabase { database in
+            let before = try await database.pagesTouched()
+            _ = try await database.read { db in try Self.count(db) }
+            _ = try await database.longRead { db in try Self.count(db) }
+            let after = try await database.pagesTouched()
+            #expect(after >= before + 2, "\(before) → \(after)")
         }
     }
 

@@ -33,6 +33,6 @@ extension PurchaseStore {
     }
 
     public func transactions(_ filter: TransactionFilter) async throws -> [TransactionListing] {
-        try await database.read { db in try LedgerReader(db: db).transactions(filter) }
+        try await database.longRead { db in try LedgerReader(db: db).transactions(filter) }
     }
 }

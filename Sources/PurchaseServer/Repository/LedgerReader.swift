@@ -90,7 +90,7 @@ struct LedgerReader {
                     (true, "CASE WHEN cancellation_date IS NULL THEN 0 ELSE 1 END", "refunded"), (true, "refund_percentage", "refund_percentage")]
             .filter(\.0)
         var sql = "SELECT " + keys.map { "\($0.1) AS \($0.2)" }.joined(separator: ", ")
-            + ", COUNT(*) AS transactions, SUM(quantity) AS units FROM ledger WHERE purchase_date >= ? AND purchase_date < ?"
+            + ", COUNT(*) AS transactions, CAST(SUM(quantity) AS BIGINT) AS units FROM ledger WHERE purchase_date >= ? AND purchase_date < ?"
         var parameters: [any SQLBindable] = [max(from, 0), to]
         if let appId {
             sql += " AND app_id = ?"
