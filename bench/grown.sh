@@ -2,7 +2,8 @@
 # A ledger that has grown (issue 14): GROWN_ROWS ledger rows (default ten million) over GROWN_USERS users (default one
 # million) of the benchmark app, on SQLite and PostgreSQL. In one run, on an empty database and on the grown one:
 # the steady state (distinct receipts offered at GROWN_RATE/s, bench/steady.py) and GET /v1/users/{id} (wrk, the median of three 5 s runs,
-# p50/p99) for a user of the run and for a generated user; the ratios grown/empty; the query plans of the hot
+# p50/p99) for a user of the run and for a generated user; the revenue report over all time (its time, the server's
+# memory) and the user reads while such reports run; the ratios grown/empty; the query plans of the hot
 # statements on the grown database. The generated databases are kept (bench/cache/, git-ignored; a PostgreSQL
 # database named after the generator) and reused while the generator is unchanged. The metrics rollup is left out of
 # them (generate_ledger.py --no-rollup): this measures the ledger path.
@@ -88,13 +89,29 @@ users() {  # server, key, user, label: GET /v1/users/{id} with wrk, three runs o
     END {printf "%-40s GET /v1/users/{id}: %s req/s, p50 %.2fms, p99 %.2fms (median of 3 runs by p99; p99s %s ms)\n", label, rps, p50, p99, p99s}'
 }
 
+report() {  # server, server pid, key, label: GET /v1/reports/revenue over all time (every ledger row; three requests, the median),
+  # the server's peak memory after them against its memory before; then GET /v1/users/{id} while such reports run back to back
+  local url="$1/v1/reports/revenue?from=2000-01-01&to=2100-01-01" times=() before peak loop
+  before=$(awk '/^VmRSS/ {print int($2 / 1024)}' "/proc/$2/status")
+  for _ in 1 2 3; do times+=("$(curl -s -o /dev/null -w '%{http_code} %{time_total}' -H "Authorization: Bearer $3" "$url")"); done
+  peak=$(awk '/^VmHWM/ {print int($2 / 1024)}' "/proc/$2/status")
+  printf '%s\n' "${times[@]}" | sort -k2 -n | awk -v label="$4" -v before="$before" -v peak="$peak" '
+    {codes = codes (NR > 1 ? "," : "") $1} NR == 2 {median = $2 * 1000}
+    END {printf "%-40s GET /v1/reports/revenue over all time: %.0f ms (median of 3, status %s); server memory %d MiB before, peak %d MiB after\n", label, median, codes, before, peak}'
+  ( while :; do curl -s -o /dev/null -H "Authorization: Bearer $3" "$url"; done ) &
+  loop=$!
+  users "$1" "$3" "$run_user" "$4, reports running"
+  kill "$loop"; wait "$loop" 2>/dev/null || true
+}
+
 plans() {  # engine, database: the plans of the hot statements
   local user=user-00000042
   local statements=(
     "SELECT transaction_id, purchase_date FROM ledger WHERE app_id = '$APP' AND (environment, original_transaction_id) IN (SELECT environment, original_transaction_id FROM ownership WHERE app_id = '$APP' AND app_user_id = '$user') UNION ALL SELECT transaction_id, purchase_date FROM ledger WHERE app_id = '$APP' AND app_user_id = '$user' AND product_type = 'consumable'"
     "SELECT transaction_id FROM ledger WHERE environment = 'Sandbox' AND transaction_id IN ('2000000000000001', '2000000000000002')"
     "SELECT original_transaction_id, app_user_id FROM ownership WHERE app_id = '$APP' AND environment = 'Sandbox' AND original_transaction_id IN ('2000000000000001', '2000000000000002') ORDER BY granted_at, app_user_id"
-    "SELECT currency, amount FROM balances WHERE app_id = '$APP' AND app_user_id = '$user'")
+    "SELECT currency, amount FROM balances WHERE app_id = '$APP' AND app_user_id = '$user'"
+    "SELECT purchase_date / 86400000 AS day, product_id, environment, currency, price, CASE WHEN cancellation_date IS NULL THEN 0 ELSE 1 END AS refunded, refund_percentage, COUNT(*) AS transactions, SUM(quantity) AS units FROM ledger WHERE purchase_date >= 946684800000 AND purchase_date < 4102444800000 AND app_id = '$APP' GROUP BY purchase_date / 86400000, product_id, environment, currency, price, CASE WHEN cancellation_date IS NULL THEN 0 ELSE 1 END, refund_percentage")
   for statement in "${statements[@]}"; do
     echo "plan ($1): ${statement:0:110}…"
     if [ "$1" = sqlite ]; then
@@ -137,6 +154,7 @@ for engine in $ENGINES; do
     reads=$(users "$SERVER" "$key" "$run_user" "$engine $size, a user of the run")
     echo "$reads" | tee -a "$OUT"
     p99[$size]=$(echo "$reads" | sed -n 's/.*p99 \([0-9.]*\)\(ms\|us\|s\).*/\1 \2/p' | awk '{v=$1; if ($2=="us") v/=1000; if ($2=="s") v*=1000; print v}')
+    report "$SERVER" "$(cat "$WORK/$name.pid")" "$key" "$engine $size" | tee -a "$OUT"
     if [ "$size" = grown ]; then
       users "$SERVER" "$key" user-00000042 "$engine grown, a generated user" | tee -a "$OUT"
       if [ "$engine" = sqlite ]; then plans sqlite "$WORK/$name/server.sqlite" | tee -a "$OUT"; else plans postgres "${PG_URL%/*}/$database" | tee -a "$OUT"; fi
