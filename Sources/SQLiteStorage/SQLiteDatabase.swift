@@ -20,17 +20,9 @@ public final class SQLiteDatabase: @unchecked Sendable {
 
     /// Opens (creating if needed) a database in WAL mode.
     public init(path: String) throws {
-        var db: OpaquePointer?
-        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
-        guard sqlite3_open_v2(path, &db, flags, nil) == SQLITE_OK, let db else {
-            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
-            if let db { sqlite3_close(db) }
-            throw StorageErrorFactory.make("open_failed", "cannot open \(path): \(message)")
-        }
-        handle = db
+        handle = try openHandle(path, flags: SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, for: "")
         self.path = path
         queue = DispatchQueue(label: "storekeeper.sqlite.\(path)")
-        sqlite3_busy_timeout(db, 5000)
         var walMode = false
         try queue.sync {
             walMode = try queryWithColumns("PRAGMA journal_mode=WAL").rows.first?.first.flatMap {
@@ -51,7 +43,7 @@ public final class SQLiteDatabase: @unchecked Sendable {
         checkpointer = walMode ? try Checkpointer(path: path) : nil
         if let checkpointer {
             // Replaces SQLite's automatic checkpoint, which would run (and fsync) on this queue inside a commit.
-            sqlite3_wal_hook(db, checkpointHook, Unmanaged.passUnretained(checkpointer).toOpaque())
+            sqlite3_wal_hook(handle, checkpointHook, Unmanaged.passUnretained(checkpointer).toOpaque())
         }
     }
 
@@ -59,16 +51,9 @@ public final class SQLiteDatabase: @unchecked Sendable {
     /// last commit when each of its transactions begins, never waits for the writer nor holds it up, and refuses
     /// every write (`query_only`).
     public init(readerOf path: String) throws {
-        var db: OpaquePointer?
-        guard sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nil) == SQLITE_OK, let db else {
-            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
-            if let db { sqlite3_close(db) }
-            throw StorageErrorFactory.make("open_failed", "cannot open \(path) to read: \(message)")
-        }
-        handle = db
+        handle = try openHandle(path, flags: SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, for: " to read")
         self.path = path
         queue = DispatchQueue(label: "storekeeper.sqlite.reader.\(path)")
-        sqlite3_busy_timeout(db, 5000)
         try queue.sync {
             try execute("PRAGMA query_only=ON")
             // A large sort (a report's GROUP BY over years of sales) spills to a temporary file past the page cache:
@@ -247,6 +232,18 @@ public final class SQLiteDatabase: @unchecked Sendable {
     }
 }
 
+/// A connection to `path` that waits up to 5 s for a lock, or `open_failed` naming the path and what it was for.
+private func openHandle(_ path: String, flags: Int32, for purpose: String) throws -> OpaquePointer {
+    var db: OpaquePointer?
+    guard sqlite3_open_v2(path, &db, flags, nil) == SQLITE_OK, let db else {
+        let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+        if let db { sqlite3_close(db) }
+        throw StorageErrorFactory.make("open_failed", "cannot open \(path)\(purpose): \(message)")
+    }
+    sqlite3_busy_timeout(db, 5000)
+    return db
+}
+
 enum StorageErrorFactory {
     static func make(_ code: String, _ message: String) -> StorageError { StorageError(code: code, message: message) }
 }
@@ -304,16 +301,9 @@ final class Checkpointer: @unchecked Sendable {
     let count = Atomic<Int>(0)
 
     init(path: String) throws {
-        var db: OpaquePointer?
-        guard sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nil) == SQLITE_OK, let db else {
-            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
-            if let db { sqlite3_close(db) }
-            throw StorageErrorFactory.make("open_failed", "cannot open \(path) for checkpoints: \(message)")
-        }
-        handle = db
+        handle = try openHandle(path, flags: SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, for: " for checkpoints")
         queue = DispatchQueue(label: "storekeeper.sqlite.checkpoint")
-        sqlite3_busy_timeout(db, 5000)
-        sqlite3_exec(db, "PRAGMA synchronous=NORMAL", nil, nil, nil)
+        sqlite3_exec(handle, "PRAGMA synchronous=NORMAL", nil, nil, nil)
     }
 
     deinit {
