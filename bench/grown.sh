@@ -3,7 +3,7 @@
 # million) of the benchmark app, on SQLite and PostgreSQL. In one run, on an empty database and on the grown one:
 # the steady state (distinct receipts offered at GROWN_RATE/s, bench/steady.py) and GET /v1/users/{id} (wrk, the median of three 5 s runs,
 # p50/p99) for a user of the run and for a generated user; the revenue report over all time (its time, the server's
-# memory) and the user reads while such reports run; the ratios grown/empty; the query plans of the hot
+# memory), the user reads and the steady state while such reports run; the ratios grown/empty; the query plans of the hot
 # statements on the grown database. The generated databases are kept (bench/cache/, git-ignored; a PostgreSQL
 # database named after the generator) and reused while the generator is unchanged. The metrics rollup is left out of
 # them (generate_ledger.py --no-rollup): this measures the ledger path.
@@ -68,9 +68,13 @@ echo "sizes: SQLite $(du -h "$CACHE/sqlite/server.sqlite" | cut -f1)$([ -n "$PG_
 
 APPSTORE=$(start appstore "$BIN" appstore serve --data "$WORK/appstore" --port 0 --quiet --catalog com.example.coins=examples/coins.storekit)
 [ -n "$APPSTORE" ] || { cat "$WORK/appstore.log"; exit 1; }
-count=$(( RATE * (WARMUP + WINDOW) + 1000 ))
+each=$(( RATE * (WARMUP + WINDOW) + 1000 ))
+count=$(( 2 * each ))
 echo "preparing $count distinct receipts on the emulator…"
 "$PYTHON" bench/steady_prepare.py "$APPSTORE" "$WORK" "$count"
+# The first half for the steady state alone, the second for the steady state while reports run.
+tail -n +$(( each + 1 )) "$WORK/steady-receipts.txt" > "$WORK/steady-receipts-beside.txt"
+head -n "$each" "$WORK/steady-receipts.txt" > "$WORK/steady-receipts-alone.txt"
 shared=$(curl -s "$APPSTORE/admin/v1/apps/$APP" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["sharedSecret"])')
 run_user=$(head -1 "$WORK/steady-receipts.txt" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["appUserId"])')
 
@@ -101,7 +105,7 @@ report() {  # server, server pid, key, label: GET /v1/reports/revenue over all t
   ( while :; do curl -s -o /dev/null -H "Authorization: Bearer $3" "$url"; done ) &
   loop=$!
   users "$1" "$3" "$run_user" "$4, reports running"
-  kill "$loop"; wait "$loop" 2>/dev/null || true
+  kill "$loop" 2>/dev/null || true; wait "$loop" 2>/dev/null || true; pkill -f "curl .*/v1/reports/revenue" || true
 }
 
 plans() {  # engine, database: the plans of the hot statements
@@ -147,7 +151,7 @@ for engine in $ENGINES; do
     key=$(register_app "$SERVER" "$shared" "$([ "$size" = grown ] && echo existing)")
     export STEADY_APPSTORE_PID=$(cat "$WORK/appstore.pid") STEADY_DATABASE_PID=""
     [ "$engine" = postgres ] && STEADY_DATABASE_PID=$(scripts/postgres.sh pid)
-    line=$("$PYTHON" bench/steady.py "$SERVER" "$(cat "$WORK/$name.pid")" "$key" "$WORK/steady-receipts.txt" "$RATE" "$WARMUP" "$WINDOW" "$DB" \
+    line=$("$PYTHON" bench/steady.py "$SERVER" "$(cat "$WORK/$name.pid")" "$key" "$WORK/steady-receipts-alone.txt" "$RATE" "$WARMUP" "$WINDOW" "$DB" \
       "$engine $size")
     echo "$line" | grep -v '^json ' | tee -a "$OUT"
     completed[$size]=$(echo "$line" | grep '^json ' | cut -c6- | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["completed_per_second"])')
@@ -155,6 +159,12 @@ for engine in $ENGINES; do
     echo "$reads" | tee -a "$OUT"
     p99[$size]=$(echo "$reads" | sed -n 's/.*p99 \([0-9.]*\)\(ms\|us\|s\).*/\1 \2/p' | awk '{v=$1; if ($2=="us") v/=1000; if ($2=="s") v*=1000; print v}')
     report "$SERVER" "$(cat "$WORK/$name.pid")" "$key" "$engine $size" | tee -a "$OUT"
+    # The steady state again while reports over all time run back to back: uploads must not wait for them.
+    ( while :; do curl -s -o /dev/null -H "Authorization: Bearer $key" "$SERVER/v1/reports/revenue?from=2000-01-01&to=2100-01-01"; done ) &
+    loop=$!
+    "$PYTHON" bench/steady.py "$SERVER" "$(cat "$WORK/$name.pid")" "$key" "$WORK/steady-receipts-beside.txt" "$RATE" "$WARMUP" "$WINDOW" "$DB" \
+      "$engine $size, reports running" | grep -v '^json ' | tee -a "$OUT"
+    kill "$loop" 2>/dev/null || true; wait "$loop" 2>/dev/null || true; pkill -f "curl .*/v1/reports/revenue" || true
     if [ "$size" = grown ]; then
       users "$SERVER" "$key" user-00000042 "$engine grown, a generated user" | tee -a "$OUT"
       if [ "$engine" = sqlite ]; then plans sqlite "$WORK/$name/server.sqlite" | tee -a "$OUT"; else plans postgres "${PG_URL%/*}/$database" | tee -a "$OUT"; fi
