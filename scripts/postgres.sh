@@ -21,8 +21,10 @@ case "${1:-}" in
       as_owner "$PGBIN/initdb" -D "$DIR/data" -A trust -U postgres --no-sync >/dev/null
       # WAL as a production server would size it: with the default 1 GB, a grown ledger's settlements (random pages,
       # each written whole after every checkpoint) forced a checkpoint every 6-35 s (STOREKEEPER_PG_OPTIONS adds more).
+      # 300 connections: the Swift suites run tests in parallel, each with a pool of its own (one run of 2026-12-05 was
+      # refused past 200).
       as_owner "$PGBIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w \
-        -o "-c listen_addresses=127.0.0.1 -p $PORT -k $DIR -c fsync=off -c max_connections=200 -c max_wal_size=8GB -c wal_compression=on ${STOREKEEPER_PG_OPTIONS:-}" start >/dev/null
+        -o "-c listen_addresses=127.0.0.1 -p $PORT -k $DIR -c fsync=off -c max_connections=300 -c max_wal_size=8GB -c wal_compression=on ${STOREKEEPER_PG_OPTIONS:-}" start >/dev/null
     fi
     as_owner "$PGBIN/psql" -h 127.0.0.1 -p "$PORT" -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='storekeeper_test'" postgres | grep -q 1 \
       || as_owner "$PGBIN/createdb" -h 127.0.0.1 -p "$PORT" -U postgres storekeeper_test

@@ -75,6 +75,7 @@ struct RevenueReportTests {
     @Test("Summed by the database per group, the report equals the sales counted one by one, for every grouping", arguments: Engine.available)
     func summedPerGroup(engine: Engine) async throws {
         let database = try await engine.makeDatabase()
+        defer { Task { await database.close() } }
         let store = try await QueryCostTests.migrate(database)
         let sales = Self.sales()
         try await store.database.transaction { db in
