@@ -143,10 +143,13 @@ extension PurchaseServer {
         let effect = NotificationEffect.of(NotificationType(type), hasTransaction: transaction != nil)
         let env = environment.rawValue
         let now = clock.now()
+        // A settlement's job is written already claimed by this process's worker when it has a free place, and handed
+        // to it with the transaction verified above once committed: no claim, no second check of the JWS.
+        let lease = effect == .settle && nestedJWS != nil ? worker.reserve(now: now) : nil
         // Everything in one transaction: the record (or finding it already recorded), the renewal state, the
         // owner, and the settlement's job. A crash leaves either all of it or nothing, and Apple's retry finds nothing.
         // Notifications arriving together share the transaction (group commit), each applied in arrival order.
-        let record: @Sendable (any SQLConnection) throws -> (NotificationReceipt.Outcome, String?) = { db in
+        let record: @Sendable (any SQLConnection) throws -> (NotificationReceipt.Outcome, VerificationJob?) = { db in
             let notifications = NotificationRepository(db: db)
             guard try notifications.insert(uuid, appId: app.id, type: type, subtype: subtype, environment: env, signedDate: signedDate,
                                            signed: signed, transaction: transaction, state: "received", reason: nil, now: now) else {
@@ -166,26 +169,40 @@ extension PurchaseServer {
                     try notifications.mark(uuid, state: "unmatched")
                     return (.unmatched, nil)
                 }
-                let job = self.store.newJob(appId: app.id, appUserId: owner, kind: .signedTransaction, receiptData: nestedJWS, now: now)
+                var job = self.store.newJob(appId: app.id, appUserId: owner, kind: .signedTransaction, receiptData: nestedJWS, now: now)
+                if let lease { job.claim(lease) }
                 try self.store.insert([job], db)
                 try notifications.mark(uuid, state: "queued", verificationId: job.id)
-                return (.queued, job.id)
+                return (.queued, job)
             }
         }
         // Webhook events it wrote go out now rather than at the deliverer's next poll.
-        let (outcome, verificationId) = try await store.wakingWebhooks {
-            try await notificationWrites.write(record, in: store.database) { write, db in try write(db) }
+        let outcome: NotificationReceipt.Outcome, job: VerificationJob?
+        do {
+            (outcome, job) = try await store.wakingWebhooks {
+                try await notificationWrites.write(record, in: store.database) { write, db in try write(db) }
+            }
+        } catch {
+            // Not written, or (the commit's answer lost) written under a lease that lapses and is taken over.
+            if lease != nil { worker.giveBack() }
+            throw error
+        }
+        if let job, job.lease != nil, let transaction {
+            worker.handOver(job, inspected: VerificationEngine.InspectedTransaction(transaction: transaction, environment: environment))
+        } else if lease != nil {
+            worker.giveBack()
         }
         guard outcome != .duplicate else {
             // Usually Apple sending again. It may also be this very request's batch, committed although its commit
-            // answered an error and retried alone: a wake-up costs one claim and finds its job if so.
+            // answered an error and retried alone: a wake-up costs one claim and finds its job if so (once its lease
+            // lapses, when it was written claimed).
             worker.wake()
             return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .duplicate)
         }
         switch outcome {
         case .queued:
-            worker.wake()
-            return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .queued, verificationId: verificationId)
+            if job?.lease == nil { worker.wake() }
+            return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: .queued, verificationId: job?.id)
         case .recorded where effect == .consumption && app.consumptionPolicy == .send:
             // Apple asks about a refund request: answered in the background; the 200 goes back now.
             if let transaction {

@@ -35,8 +35,8 @@ public final class PurchaseServer: Sendable {
     /// (a flood of them takes at most one core from everything else), 256 waiting at most.
     let notificationChecks = BoundedWork(label: "storekeeper.notification-checks", width: 1)
     /// Notifications' writes that arrive together, committed in one transaction.
-    let notificationWrites = GroupCommit<@Sendable (any SQLConnection) throws -> (NotificationReceipt.Outcome, String?),
-                                         (NotificationReceipt.Outcome, String?)>()
+    let notificationWrites = GroupCommit<@Sendable (any SQLConnection) throws -> (NotificationReceipt.Outcome, VerificationJob?),
+                                         (NotificationReceipt.Outcome, VerificationJob?)>()
     /// The verification engine (its inspectors check notifications too).
     var engine: VerificationEngine { worker.engine }
     var trust: TrustStore { worker.engine.inspector.trust }

@@ -19,9 +19,7 @@ extension PurchaseStore {
             job.reason = rejection.reason
             job.settledAt = now
         } else if let lease {
-            job.state = .verifying
-            job.attempts = 1
-            job.lease = lease
+            job.claim(lease)
         }
         try await uploads.write(job, all: { [self] jobs in try await self.insert(jobs) })
         if rejection != nil { job.receiptData = "" }

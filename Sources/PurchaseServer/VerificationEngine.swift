@@ -71,13 +71,20 @@ public struct VerificationEngine: Sendable {
     public final class ClaimedJob: Sendable {
         let job: VerificationJob
         private let unsent: Mutex<String?>
+        /// A signed transaction's decoding, when this process verified it before writing the job (a notification's).
+        let inspected: InspectedTransaction?
 
-        public init(_ claimed: consuming VerificationJob) {
+        public convenience init(_ claimed: consuming VerificationJob) {
+            self.init(claimed, inspected: nil)
+        }
+
+        init(_ claimed: consuming VerificationJob, inspected: InspectedTransaction?) {
             let text = claimed.receiptData
             claimed.receiptDigest = claimed.receiptSHA256
             claimed.receiptData = ""
             job = claimed
             unsent = Mutex(text)
+            self.inspected = inspected
         }
 
         /// The receipt's text, for the checks before it is sent.
@@ -87,6 +94,13 @@ public struct VerificationEngine: Sendable {
         func takeReceipt() -> String? { unsent.withLock { $0.take() } }
 
         public var id: String { job.id }
+    }
+
+    /// A signed transaction as `SignedTransactionInspector.inspect` returned it (chain, signature, bundle id and form
+    /// checked), for a job this process writes right after checking its JWS and hands to its own worker.
+    struct InspectedTransaction: Sendable {
+        let transaction: JWSTransaction
+        let environment: AppStoreEnvironment
     }
 
     /// How processing a job ended, by the type of what happened (never by an error's text).
@@ -177,7 +191,9 @@ public struct VerificationEngine: Sendable {
             return .done(try await reject(job, owner: owner, ReceiptRejection(code: "app_not_found", reason: "the app is no longer registered"),
                                           environment: nil))
         }
-        if job.kind == .signedTransaction { return .done(try await runSignedTransaction(job, jws: claimed.receipt, app: app, owner: owner)) }
+        if job.kind == .signedTransaction {
+            return .done(try await runSignedTransaction(job, jws: claimed.receipt, inspected: claimed.inspected, app: app, owner: owner))
+        }
         switch inspectLocally(job, receipt: claimed.receipt, app: app) {
         case .success(let inspected): return .ask(ReceiptInFlight(app: app, inspected: inspected))
         case .failure(let rejection): return .done(try await reject(job, owner: owner, rejection, environment: nil))
@@ -306,11 +322,16 @@ public struct VerificationEngine: Sendable {
     /// A StoreKit 2 signed transaction: everything is checked locally (Apple signed it), then settled
     /// through the same ledger as receipts.
     @inline(never)
-    func runSignedTransaction(_ job: VerificationJob, jws: String, app: ServerApp, owner: String) async throws -> JobState? {
+    func runSignedTransaction(_ job: VerificationJob, jws: String, inspected: InspectedTransaction? = nil, app: ServerApp,
+                              owner: String) async throws -> JobState? {
         let transaction: JWSTransaction
         let environment: AppStoreEnvironment
         do throws(ReceiptRejection) {
-            (transaction, environment) = try transactionInspector.inspect(jws, bundleIds: app.bundleIds)
+            if let inspected {
+                (transaction, environment) = (inspected.transaction, inspected.environment)
+            } else {
+                (transaction, environment) = try transactionInspector.inspect(jws, bundleIds: app.bundleIds)
+            }
             try Self.checkSandboxPolicy(app, environment: environment, user: job.appUserId, authenticated: job.userAuthenticated)
             // An appAccountToken binds the purchase to the app's user it was made for: the user's own UUID,
             // or the version-5 token of any other user id (AppAccountToken). Present and not this user's: refused.

@@ -36,8 +36,15 @@ public struct VerificationJob: Sendable, Codable, Equatable {
     public var deliver: DeliveryHint?
     /// The SHA-256 of `receiptData`, kept when the verification engine lets the text go while Apple answers.
     var receiptDigest: String?
-    /// On a new job written already claimed by this process's worker (`VerificationWorker.takeUpload`): its lease.
+    /// On a new job written already claimed by this process's worker (`VerificationWorker.reserve`): its lease.
     var lease: Lease?
+
+    /// Makes a new job one written already claimed under `lease` (its first attempt counted).
+    mutating func claim(_ lease: Lease) {
+        state = .verifying
+        attempts = 1
+        self.lease = lease
+    }
 
     /// Who holds a job being verified, and until when; past that, any worker may take it over.
     public struct Lease: Sendable, Codable, Equatable {

@@ -98,31 +98,48 @@ public final class VerificationWorker: Sendable {
     /// and started once committed: no claim statement, no second read of its receipt. Otherwise it is written pending
     /// (a nil lease), behind the waiting jobs, and the worker is woken to claim it.
     func takeUpload(now: Date, _ write: (VerificationJob.Lease?) async throws -> VerificationJob) async throws -> VerificationJob {
-        let reserved = state.withLock { state -> Bool in
-            defer { publishRoom(state) }
-            return state.reserve()
-        }
-        guard reserved else {
+        guard let lease = reserve(now: now) else {
             let job = try await write(nil)
             wake()
             return job
         }
         let job: VerificationJob
         do {
-            job = try await write(VerificationJob.Lease(owner: owner, expiresAt: now.addingTimeInterval(configuration.lease)))
+            job = try await write(lease)
         } catch {
             // Not written, or (the commit's answer lost) written with a lease that lapses and is taken over.
-            finishOne()
+            giveBack()
             throw error
         }
-        start(job)
+        handOver(job)
         return job
     }
 
+    /// Reserves a place for a job this process is about to write, and the lease to write it under; nil when the
+    /// worker is stopped or full, or jobs may be waiting in the queue (the job is then written pending and the worker
+    /// woken). A reservation ends in `handOver` once the job committed, or in `giveBack` when none was written (or the
+    /// commit's answer was lost: the lease lapses and the job is taken over).
+    func reserve(now: Date) -> VerificationJob.Lease? {
+        let reserved = state.withLock { state -> Bool in
+            defer { publishRoom(state) }
+            return state.reserve()
+        }
+        return reserved ? VerificationJob.Lease(owner: owner, expiresAt: now.addingTimeInterval(configuration.lease)) : nil
+    }
+
+    /// Starts a job written under a lease from `reserve`, in its reserved place. `inspected` is its signed
+    /// transaction as this process already verified it (a notification's), which the engine then does not check again.
+    func handOver(_ job: VerificationJob, inspected: VerificationEngine.InspectedTransaction? = nil) {
+        start(job, inspected: inspected)
+    }
+
+    /// Gives back a place reserved by `reserve` for a job that was not written.
+    func giveBack() { finishOne() }
+
     /// Verifies a job in a place already counted in `inFlight`, and frees the place when it ends.
-    private func start(_ job: VerificationJob) {
+    private func start(_ job: VerificationJob, inspected: VerificationEngine.InspectedTransaction? = nil) {
         // By reference, the receipt's text split off (see `ClaimedJob`): the task holds 8 bytes while Apple answers.
-        let claimed = VerificationEngine.ClaimedJob(job)
+        let claimed = VerificationEngine.ClaimedJob(job, inspected: inspected)
         Task {
             let outcome = await self.engine.process(claimed, owner: self.owner)
             self.finishOne()

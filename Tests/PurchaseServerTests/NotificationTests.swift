@@ -3,6 +3,7 @@ import AppStoreCrypto
 import AppStoreModels
 import Foundation
 @testable import PurchaseServer
+import Storage
 import StorekeeperTesting
 import Testing
 
@@ -324,6 +325,55 @@ struct NotificationTests {
     static func signed(_ payload: [String: Any]) throws -> String {
         try JWS.sign(payload: Array(try JSONSerialization.data(withJSONObject: payload, options: [.sortedKeys])),
                      key: TestSupport.jwsAuthority.leafKey, chain: TestSupport.jwsAuthority.chain)
+    }
+
+    @Test("A notification's settlement goes to the running worker's free place as it is answered; duplicates, unmatched ones and failed writes give their places back",
+          arguments: Engine.available)
+    func handedToWorker(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        let server = world.server
+        try await Self.prepare(world, ["com.example.coins"])
+        let (bought, receipt) = try await world.buy("com.example.coins", "Nada.JPYF02")
+        #expect(try await world.upload("com.example.coins", user: "alice", receipt: receipt).state == "verified")
+        let charge = try #require(try await Self.notifications(world, "com.example.coins", type: "ONE_TIME_CHARGE").first { $0.transactionId == bought.id })
+        func job(_ id: String) async throws -> SQLRow? {
+            try await server.store.database.read { db in
+                try db.query("SELECT state, attempts, open_claims FROM verification_jobs WHERE id = ?", [id]).first
+            }
+        }
+        // Once a claim has found the queue empty, a settlement is written claimed by the worker and holds its place
+        // from the answer on: in flight, or already settled, never waiting for a claim.
+        try await TestSupport.eventually { server.worker.places.takesUploads }
+        let queued = try await server.receiveNotification(Data(#"{"signedPayload":"\#(charge.signedPayload)"}"#.utf8))
+        let id = try #require(queued.verificationId)
+        #expect(queued.outcome == .queued)
+        let inFlight = server.worker.inFlight
+        let settledAtOnce = try await job(id)?.string("state") == "verified"
+        #expect(inFlight == 1 || settledAtOnce, "the settlement waited for a claim")
+        try await TestSupport.eventually { try await job(id)?.string("state") == "verified" && server.worker.inFlight == 0 }
+        let settled = try #require(try await job(id))
+        #expect(settled.int("attempts") == 1 && settled.int("open_claims") == 0)
+        #expect(try await world.user("com.example.coins", "alice").balances == ["coins": 100], "the purchase was granted once")
+
+        // The same notification again, and one whose transaction nobody owns: nothing to settle, no place kept.
+        #expect(try await server.receiveNotification(Data(#"{"signedPayload":"\#(charge.signedPayload)"}"#.utf8)).outcome == .duplicate)
+        #expect(server.worker.inFlight == 0)
+        let (stranger, _) = try await world.buy("com.example.coins", "Nada.JPYF01")
+        let strangers = try #require(try await Self.notifications(world, "com.example.coins", type: "ONE_TIME_CHARGE").first { $0.transactionId == stranger.id })
+        #expect(try await server.receiveNotification(Data(#"{"signedPayload":"\#(strangers.signedPayload)"}"#.utf8)).outcome == .unmatched)
+        #expect(server.worker.inFlight == 0)
+
+        // A write that fails gives its place back, and Apple's retry is settled once the database is whole again.
+        let bobs = try Self.oneTimeCharge(carrying: try await world.emulator.signedTransaction(transactionId: bought.id))
+        try await server.store.database.transaction { db in try db.run("ALTER TABLE verification_receipts RENAME TO verification_receipts_away", []) }
+        await #expect(throws: (any Error).self) { try await server.receiveNotification(Data(#"{"signedPayload":"\#(bobs)"}"#.utf8)) }
+        #expect(server.worker.inFlight == 0, "the failed write's place was given back")
+        try await server.store.database.transaction { db in try db.run("ALTER TABLE verification_receipts_away RENAME TO verification_receipts", []) }
+        let retried = try await server.receiveNotification(Data(#"{"signedPayload":"\#(bobs)"}"#.utf8))
+        #expect(retried.outcome == .queued)
+        try await TestSupport.eventually { try await job(try #require(retried.verificationId))?.string("state") == "verified" && server.worker.inFlight == 0 }
+        #expect(try await world.user("com.example.coins", "alice").balances == ["coins": 100])
     }
 
     @Test("Notifications arriving together, each twice, are recorded once each and queue one settlement each; the purchase is granted once",
