@@ -1,3 +1,4 @@
+import AppStoreModels
 import Foundation
 
 /// A PKCS#7/CMS SignedData container as App Store receipts use it: the payload, embedded
@@ -182,7 +183,7 @@ public struct SignedData: Sendable {
     public func verify(with verifier: ChainVerifier, at date: Date, policy: ChainVerifier.Policy = .appleReceiptSigning) throws -> Certificate {
         let signer = try signerCertificate()
         try verifySignature(with: signer)
-        let others = certificates.filter { $0 != signer.der }.compactMap { try? Certificate(der: $0) }
+        let others = certificates.filter { !$0.hasSameBytes(as: signer.der) }.compactMap { try? Certificate(der: $0) }
         try verifier.verify(leaf: signer, intermediates: others, at: date, policy: policy)
         return signer
     }

@@ -49,7 +49,7 @@ extension AppStoreEmulator {
         let ours = authority.chain
         // Byte comparison (memcmp), in any order: hashing ~3 KB of certificates per request is measurably slower.
         if signedData.certificates.count == ours.count,
-           signedData.certificates.allSatisfy({ certificate in ours.contains { $0.der == certificate } }) {
+           signedData.certificates.allSatisfy({ certificate in ours.contains { $0.der.hasSameBytes(as: certificate) } }) {
             return (try? signedData.verifySignature(with: authority.leafPublicKey)) != nil
         }
         // Foreign chains are checked properly (and fail unless they chain to our root).

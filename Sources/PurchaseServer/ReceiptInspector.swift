@@ -109,7 +109,7 @@ public final class ReceiptInspector: Sendable {
         } catch {
             throw ReceiptRejection(code: "invalid_signature", reason: "the receipt signature is invalid")
         }
-        let others = signed.certificates.filter { $0 != signer.der }.compactMap { try? Certificate(der: $0) }
+        let others = signed.certificates.filter { !$0.hasSameBytes(as: signer.der) }.compactMap { try? Certificate(der: $0) }
         do {
             try trust.verifier.verify(leaf: signer, intermediates: others + trust.intermediates, at: date, policy: .appleReceiptSigning)
         } catch {

@@ -193,7 +193,7 @@ struct VerifiedSigner: Sendable {
     /// checking its own signature again proves nothing more. Apple signs a notification and the transaction and
     /// renewal info it carries under one header; any other header gets the full check.
     func covers(header segment: some Collection<UInt8>, at date: Date) -> Bool {
-        date >= notBefore && date <= notAfter && segment.elementsEqual(header)
+        date >= notBefore && date <= notAfter && segment.hasSameBytes(as: header)
     }
 }
 

@@ -25,3 +25,32 @@ struct ValidUTF8Tests {
         #expect((long + [0x80]).withUnsafeBufferPointer { String(validUTF8: $0) } == nil)
     }
 }
+
+@Suite("Byte arrays compared by memcmp")
+struct SameBytesTests {
+    @Test("hasSameBytes(as:) answers what == answers: empty arrays, one byte changed anywhere, different lengths, shared prefixes, slices")
+    func agreesWithEquality() {
+        var generator = SystemRandomNumberGenerator()
+        var equal = 0
+        for _ in 0..<20_000 {
+            let a = (0..<Int.random(in: 0...40, using: &generator)).map { _ in UInt8.random(in: 0...3, using: &generator) }
+            var b = a
+            switch Int.random(in: 0..<4, using: &generator) {
+            case 0: break
+            case 1 where !b.isEmpty: b[Int.random(in: 0..<b.count, using: &generator)] ^= UInt8.random(in: 0...3, using: &generator)
+            case 2: b.append(UInt8.random(in: 0...3, using: &generator))
+            default: b = Array(b.dropLast())
+            }
+            #expect(a.hasSameBytes(as: b) == (a == b), "\(a) \(b)")
+            #expect(b.hasSameBytes(as: a) == (a == b))
+            // Slices of a larger array (what a JWS's header segment is), and a collection without contiguous storage.
+            let framed = [9] + b + [9]
+            #expect(framed[1..<(framed.count - 1)].hasSameBytes(as: a) == (a == b))
+            #expect(a.hasSameBytes(as: b.lazy.map { $0 }) == (a == b))
+            if a == b { equal += 1 }
+        }
+        #expect(equal > 5_000 && equal < 15_000)
+        #expect([UInt8]().hasSameBytes(as: []))
+        #expect(![UInt8]().hasSameBytes(as: [0]))
+    }
+}
