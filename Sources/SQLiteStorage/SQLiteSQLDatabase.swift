@@ -11,7 +11,8 @@ public final class SQLiteSQLDatabase: SQLDatabase {
     private let readers: SQLiteReaders?
     public let dialect = SQLDialect.sqlite
 
-    /// Opens or creates the database at `path`. `readers` is how many connections `read` may open (at first use).
+    /// Opens or creates the database at `path`. `readers` is how many connections `read` may open beside the writer
+    /// (a write-ahead log only), at first use or at `openReaders()`.
     public init(path: String, readers: Int = SQLiteReaders.defaultCount) throws {
         database = try SQLiteDatabase(path: path)
         self.readers = database.isWriteAheadLogged && readers > 0 ? SQLiteReaders(path: path, count: readers) : nil
@@ -60,6 +61,13 @@ public final class SQLiteSQLDatabase: SQLDatabase {
     public func wait(for channel: String, timeout: Duration) async {
         try? await Task.sleep(for: timeout)
     }
+    /// Opens the reading connections now rather than at their first use (a server, at start); how many are open.
+    @discardableResult
+    public func openReaders() -> Int {
+        readers?.openAll()
+        return readers?.openCount ?? 0
+    }
+
     public func close() async {}
 }
 
@@ -109,7 +117,21 @@ public final class SQLiteReaders: Sendable {
         slots = Mutex(Array(repeating: Slot(), count: count))
     }
 
-    /// The connection with the fewest short reads under way (opened now if it never was) and its index for `release`;
+    /// Opens every connection not open yet, so that no read pays an open under the lock that every read takes (on the
+    /// cooperative pool). One that fails is tried again at its first use; until then reads go to the others or the writer.
+    func openAll() {
+        slots.withLock { slots in
+            for index in slots.indices where slots[index].connection == nil { slots[index].connection = try? SQLiteDatabase(readerOf: path) }
+        }
+        long.withLock { long in
+            if long == nil { long = try? SQLiteDatabase(readerOf: path) }
+        }
+    }
+
+    /// How many connections are open.
+    var openCount: Int { opened.count }
+
+    /// The connection with the fewest short reads under way (opened now if it is not yet) and its index for `release`;
     /// nil if it could not be opened (the read then runs on the writer).
     func acquire() -> (SQLiteDatabase, Int)? {
         slots.withLock { slots in
@@ -126,7 +148,7 @@ public final class SQLiteReaders: Sendable {
         slots.withLock { $0[index].reads -= 1 }
     }
 
-    /// The connection for long reads (opened now if it never was), or nil if it could not be opened.
+    /// The connection for long reads (opened now if it is not yet), or nil if it cannot be opened.
     func longReader() -> SQLiteDatabase? {
         long.withLock { long in
             if long == nil { long = try? SQLiteDatabase(readerOf: path) }
@@ -134,7 +156,7 @@ public final class SQLiteReaders: Sendable {
         }
     }
 
-    /// Every connection opened so far.
+    /// Every connection open.
     var opened: [SQLiteDatabase] {
         slots.withLock { $0.compactMap(\.connection) } + long.withLock { $0.map { [$0] } ?? [] }
     }

@@ -136,7 +136,10 @@ struct ServerOptions {
         if let url = self.database {
             database = try PostgresDatabase(url: url, size: databasePool, channels: ["storekeeper_jobs"])
         } else {
-            database = try SQLiteSQLDatabase(path: directory.appendingPathComponent("server.sqlite").path)
+            let sqlite = try SQLiteSQLDatabase(path: directory.appendingPathComponent("server.sqlite").path)
+            // Opened now, not by the first reads of a running server (each open would hold up every read).
+            sqlite.openReaders()
+            database = sqlite
         }
         var certificates: [Certificate] = []
         for file in trustFiles {

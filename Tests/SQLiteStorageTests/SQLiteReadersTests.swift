@@ -105,6 +105,22 @@ struct SQLiteReadersTests {
         }
     }
 
+    @Test("Readers opened before the schema exists (as a server opens them, before its migrations) see tables made after; none to open without readers")
+    func openedAtStart() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("readers-\(UUID().uuidString).sqlite").path
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        let database = try SQLiteSQLDatabase(path: path, readers: 3)
+        #expect(database.openReaders() == 4, "three short readers and the one for long reads")
+        #expect(database.openReaders() == 4, "opening again opens nothing more")
+        try await database.transaction { db in
+            try db.query("CREATE TABLE items (id INTEGER PRIMARY KEY)")
+            try db.query("INSERT INTO items (id) VALUES (7)")
+        }
+        for _ in 0..<6 { #expect(try await database.read { db in try Self.count(db) } == 1) }
+        #expect(try await database.longRead { db in try Self.count(db) } == 1)
+        #expect(try SQLiteSQLDatabase(path: path, readers: 0).openReaders() == 0)
+    }
+
     @Test("Without readers (none asked, or a database in memory) reads run on the writer and see its data")
     func withoutReaders() async throws {
         try await Self.withDatabase(readers: 0) { database in
