@@ -35,11 +35,17 @@ public final class ReceiptInspector: Sendable {
         let serial: [UInt8]
 
         // Hashes the signer id and the certificates' sizes in bulk (hashing kilobytes of DER byte by byte
-        // showed in profiles); equality still compares every byte.
+        // showed in profiles); equality still compares every byte, by memcmp (`==` on the arrays went a byte at a time).
         func hash(into hasher: inout Hasher) {
             serial.withUnsafeBytes { hasher.combine(bytes: $0) }
             issuer.withUnsafeBytes { hasher.combine(bytes: $0) }
             for certificate in certificates { hasher.combine(certificate.count) }
+        }
+
+        static func == (left: SignerKey, right: SignerKey) -> Bool {
+            left.serial.hasSameBytes(as: right.serial) && left.issuer.hasSameBytes(as: right.issuer)
+                && left.certificates.count == right.certificates.count
+                && zip(left.certificates, right.certificates).allSatisfy { $0.hasSameBytes(as: $1) }
         }
     }
 
