@@ -32,11 +32,14 @@ extension PurchaseStore {
         try await database.transaction { db in try self.insert(jobs, db) }
     }
 
-    /// A new pending job, not yet written.
+    /// A new pending job, not yet written, its receipt's SHA-256 taken once: its row and, handed over, its worker read it.
     func newJob(appId: String, appUserId: String, kind: VerificationJob.Kind, receiptData: String, userAuthenticated: Bool = true,
                 deliver: DeliveryHint? = nil, now: Date) -> VerificationJob {
-        VerificationJob(id: ids.nextOrderedString(), appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData, state: .pending,
-                        attempts: 0, nextAttemptAt: now, createdAt: now, updatedAt: now, userAuthenticated: userAuthenticated, deliver: deliver)
+        var job = VerificationJob(id: ids.nextOrderedString(), appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData,
+                                  state: .pending, attempts: 0, nextAttemptAt: now, createdAt: now, updatedAt: now,
+                                  userAuthenticated: userAuthenticated, deliver: deliver)
+        job.receiptDigest = job.receiptSHA256
+        return job
     }
 
     /// Writes new jobs in the caller's transaction. This process's worker is the caller's to wake; other processes'

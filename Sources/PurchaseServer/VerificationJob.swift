@@ -34,7 +34,8 @@ public struct VerificationJob: Sendable, Codable, Equatable {
     public var userAuthenticated: Bool = true
     /// What the upload says it delivers (`transactionId`, `productId`): see `DeliveryHint`.
     public var deliver: DeliveryHint?
-    /// The SHA-256 of `receiptData`, kept when the verification engine lets the text go while Apple answers.
+    /// The SHA-256 of `receiptData`, taken when a new job is made and kept when the verification engine lets the text go
+    /// while Apple answers.
     var receiptDigest: String?
     /// On a new job written already claimed by this process's worker (`VerificationWorker.reserve`): its lease.
     var lease: Lease?

@@ -61,11 +61,12 @@ public final class SQLiteSQLDatabase: SQLDatabase {
     public func wait(for channel: String, timeout: Duration) async {
         try? await Task.sleep(for: timeout)
     }
+
     /// Opens the reading connections now rather than at their first use (a server, at start); how many are open.
     @discardableResult
     public func openReaders() -> Int {
         readers?.openAll()
-        return readers?.openCount ?? 0
+        return readers?.opened.count ?? 0
     }
 
     public func close() async {}
@@ -123,13 +124,8 @@ public final class SQLiteReaders: Sendable {
         slots.withLock { slots in
             for index in slots.indices where slots[index].connection == nil { slots[index].connection = try? SQLiteDatabase(readerOf: path) }
         }
-        long.withLock { long in
-            if long == nil { long = try? SQLiteDatabase(readerOf: path) }
-        }
+        _ = longReader()
     }
-
-    /// How many connections are open.
-    var openCount: Int { opened.count }
 
     /// The connection with the fewest short reads under way (opened now if it is not yet) and its index for `release`;
     /// nil if it could not be opened (the read then runs on the writer).
