@@ -6,9 +6,27 @@ extension AppStoreEmulator {
     /// Answers `POST /verifyReceipt` of one environment exactly as Apple does: HTTP 200 with the
     /// outcome in `status`. Returns the JSON body.
     public func verifyReceipt(body: Data, environment: AppStoreEnvironment) async -> Data {
+        let (answer, aftermath) = verifyReceiptNow(body: body, environment: environment)
+        return await Self.answer(answer, after: aftermath, environment: environment)
+    }
+
+    /// A verification's answer once what it left to do has completed, or Apple's internal data access error if that failed.
+    static func answer(_ answer: Data, after aftermath: Aftermath?, environment: AppStoreEnvironment) async -> Data {
+        do {
+            try await aftermath?.complete()
+            return answer
+        } catch {
+            return Data(VerifyReceiptResponse(status: VerifyReceiptStatus.internalDataAccessError, environment: environment).jsonBytes())
+        }
+    }
+
+    /// verifyReceipt without waiting: the answer, and what must complete before it is given out (the renewals its
+    /// read found, persisted; nil or empty for nearly every call). It computes over memory only, so a transport may
+    /// run it on its own thread.
+    func verifyReceiptNow(body: Data, environment: AppStoreEnvironment) -> (Data, Aftermath?) {
         func answer(_ response: VerifyReceiptResponse) -> Data { Data(response.jsonBytes()) }
-        func status(_ code: Int, exception: String? = nil) -> Data {
-            answer(VerifyReceiptResponse(status: code, environment: environment, exception: exception))
+        func status(_ code: Int, exception: String? = nil) -> (Data, Aftermath?) {
+            (answer(VerifyReceiptResponse(status: code, environment: environment, exception: exception)), nil)
         }
 
         guard let request = VerifyReceiptRequest(json: body) else {
@@ -27,7 +45,8 @@ extension AppStoreEmulator {
         case .app(let receipt, let signedData):
             guard isSignedByUs(signedData) else { return status(VerifyReceiptStatus.notAuthenticated) }
             do {
-                return answer(try await verifyAppReceipt(receipt, request: request, environment: environment))
+                let (response, aftermath) = try verifyAppReceipt(receipt, request: request, environment: environment)
+                return (answer(response), aftermath)
             } catch {
                 return status(VerifyReceiptStatus.internalDataAccessError)
             }
@@ -37,7 +56,7 @@ extension AppStoreEmulator {
                 return status(VerifyReceiptStatus.notAuthenticated)
             }
             do {
-                return try await verifyTransactionReceipt(legacy, request: request, environment: environment)
+                return try verifyTransactionReceipt(legacy, request: request, environment: environment)
             } catch {
                 return status(VerifyReceiptStatus.internalDataAccessError)
             }
@@ -57,14 +76,14 @@ extension AppStoreEmulator {
         return (try? signedData.verify(with: verifier, at: clock.now())) != nil
     }
 
-    func verifyAppReceipt(_ receipt: AppReceipt, request: VerifyReceiptRequest, environment: AppStoreEnvironment) async throws -> VerifyReceiptResponse {
+    func verifyAppReceipt(_ receipt: AppReceipt, request: VerifyReceiptRequest, environment: AppStoreEnvironment) throws -> (VerifyReceiptResponse, Aftermath?) {
         guard let receiptEnvironment = receipt.receiptType.environment else {
-            return VerifyReceiptResponse(status: VerifyReceiptStatus.notAuthenticated, environment: environment)
+            return (VerifyReceiptResponse(status: VerifyReceiptStatus.notAuthenticated, environment: environment), nil)
         }
         // Under the state's lock only what needs the state: the answer's rendering (a thousand purchases of a receipt,
         // a subscriber's latest transactions) is made after it, so verifications of different receipts do not wait on
         // each other for it.
-        let built = try await read { state, now -> LockedAnswer in
+        let (built, aftermath) = try readNow { state, now -> LockedAnswer in
             func refused(_ status: Int) -> LockedAnswer {
                 LockedAnswer(response: VerifyReceiptResponse(status: status, environment: environment), requestDate: now)
             }
@@ -127,7 +146,7 @@ extension AppStoreEmulator {
             response.latestReceiptInfo = latest.map(\.latestReceiptInfo)
             response.latestReceipt = Data(try sign(fresh)).base64EncodedString()
         }
-        return response
+        return (response, aftermath)
     }
 
     /// What verifyReceipt learns under the state's lock: the answer's status, when it was asked, and for a subscriber the
@@ -138,10 +157,10 @@ extension AppStoreEmulator {
         var subscription: (fresh: AppReceipt, latest: [TransactionRecord])?
     }
 
-    func verifyTransactionReceipt(_ legacy: LegacyTransactionReceipt, request: VerifyReceiptRequest, environment: AppStoreEnvironment) async throws -> Data {
+    func verifyTransactionReceipt(_ legacy: LegacyTransactionReceipt, request: VerifyReceiptRequest, environment: AppStoreEnvironment) throws -> (Data, Aftermath?) {
         if legacy.environment != environment {
             let code = environment == .production ? VerifyReceiptStatus.sandboxReceiptInProduction : VerifyReceiptStatus.productionReceiptInSandbox
-            return Data(VerifyReceiptResponse(status: code, environment: environment).jsonBytes())
+            return (Data(VerifyReceiptResponse(status: code, environment: environment).jsonBytes()), nil)
         }
         struct Answer: Sendable {
             var status: Int
@@ -152,7 +171,7 @@ extension AppStoreEmulator {
             var renewed: TransactionRecord?
             var app: CatalogApp?
         }
-        let answer = try await read { state, now -> Answer in
+        let (answer, aftermath) = try readNow { state, now -> Answer in
             guard let id = legacy.purchaseInfo["transaction-id"], let record = state.transactions[id], let app = state.apps[record.bundleId] else {
                 return Answer(status: VerifyReceiptStatus.notAuthenticated)
             }
@@ -185,6 +204,6 @@ extension AppStoreEmulator {
         if let latest = answer.renewed, let app = answer.app {
             body["latest_receipt"] = Data(try legacyReceipt(for: latest, app: app)).base64EncodedString()
         }
-        return try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys, .withoutEscapingSlashes])
+        return (try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys, .withoutEscapingSlashes]), aftermath)
     }
 }

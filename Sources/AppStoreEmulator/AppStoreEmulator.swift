@@ -111,27 +111,53 @@ public final class AppStoreEmulator: Sendable {
 
     /// Runs an operation under the lock, then persists what it changed before returning.
     func mutate<T: Sendable>(_ body: (inout EmulatorState, inout Changes, Date) throws -> T) async throws -> T {
+        let (result, aftermath) = try mutateNow(body)
+        try await aftermath.complete()
+        return result
+    }
+
+    /// Runs an operation under the lock and returns with what is left to do before its result may be given out:
+    /// the writes it queued and the notifications it caused (nothing, for most reads).
+    func mutateNow<T>(_ body: (inout EmulatorState, inout Changes, Date) throws -> T) throws -> (T, Aftermath) {
         // The App Store records whole seconds (receipts store RFC 3339 dates without fractions).
         let now = Date(timeIntervalSince1970: clock.now().timeIntervalSince1970.rounded(.down))
         let store = self.store
-        let (result, drafts, pending): (T, [NotificationDraft], Task<Void, any Error>?) = try state.withLock { state in
+        return try state.withLock { state in
             var changes = Changes()
             renewSubscriptions(&state, &changes, now: now)
             let result = try body(&state, &changes, now)
             let drafts = changes.notifications.isEmpty ? [] : draftNotifications(state, &changes, now: now)
             let writes = AppStoreEmulator.writes(for: changes, in: state)
             // Enqueued under the lock so batches reach the store in the order the operations ran.
-            return (result, drafts, writes.isEmpty ? nil : persistLock.enqueue { try await store.apply(writes) })
+            let pending = writes.isEmpty ? nil : persistLock.enqueue { try await store.apply(writes) }
+            return (result, Aftermath(emulator: self, pending: pending, drafts: drafts))
         }
-        try await pending?.value
-        // The notifications this operation caused are signed outside the lock and stored before it returns.
-        if !drafts.isEmpty { try await publish(drafts) }
-        return result
     }
 
     /// Reads state after processing renewals due by now; renewals found are persisted.
     func read<T: Sendable>(_ body: (EmulatorState, Date) throws -> T) async throws -> T {
         try await mutate { state, _, now in try body(state, now) }
+    }
+
+    /// Reads state after processing renewals due by now, returning with the persisting of any renewals found.
+    func readNow<T>(_ body: (EmulatorState, Date) throws -> T) throws -> (T, Aftermath) {
+        try mutateNow { state, _, now in try body(state, now) }
+    }
+
+    /// What an operation leaves to do after the state's lock: its writes reaching the store, then the notifications
+    /// it caused signed (outside the lock) and stored. Its result is given out only once this completes.
+    struct Aftermath: Sendable {
+        let emulator: AppStoreEmulator
+        let pending: Task<Void, any Error>?
+        let drafts: [NotificationDraft]
+
+        /// Nothing to wait for: the operation changed nothing.
+        var isEmpty: Bool { pending == nil && drafts.isEmpty }
+
+        func complete() async throws {
+            try await pending?.value
+            if !drafts.isEmpty { try await emulator.publish(drafts) }
+        }
     }
 
     static func writes(for changes: Changes, in state: EmulatorState) -> [DocumentWrite] {

@@ -39,12 +39,47 @@ public struct AppStoreResponder: Responder {
     }
 
     public func respond(to request: Request) async -> Response {
+        let named: Request
+        switch served(request) {
+        case .success(let served): named = served
+        case .failure(let refusal): return refusal.response
+        }
+        if named.path.hasPrefix("/device/") { return await respondAsDevice(to: named) }
+        return await router.respond(to: named)
+    }
+
+    /// verifyReceipt without a fault in force is answered on the transport's thread: it computes over memory (the
+    /// receipt's signature, the state under its lock, the answer's rendering), and the hand-off to a task and back
+    /// cost about a quarter of a one-purchase verification. Everything else, and a verification whose read found
+    /// renewals to persist, goes on as a task.
+    public func respondPromptly(to request: Request) -> PromptAnswer {
+        guard request.method == .post, case .success(let named) = served(request),
+              let environment = AppStoreResponder.verifyReceiptPaths[named.path],
+              emulator.fault(for: "verifyReceipt", environment: environment) == nil else {
+            return .later { await self.respond(to: request) }
+        }
+        let (answer, aftermath) = emulator.verifyReceiptNow(body: named.body, environment: environment)
+        let route = named.path
+        @Sendable func response(_ body: Data) -> Response {
+            var response = Response.rawJSON(body)
+            response.route = route
+            return response
+        }
+        guard let aftermath, !aftermath.isEmpty else { return .now(response(answer)) }
+        return .later { response(await AppStoreEmulator.answer(answer, after: aftermath, environment: environment)) }
+    }
+
+    /// The verifyReceipt path of each environment.
+    static let verifyReceiptPaths = Dictionary(uniqueKeysWithValues: AppStoreEnvironment.allCases.map { ("/\($0.pathComponent)/verifyReceipt", $0) })
+
+    /// The request as the routes see it: Apple's host names mapped onto the emulator's paths, or a refusal.
+    func served(_ request: Request) -> Result<Request, HTTPError> {
         var request = request
         // Through a tunnel only Apple's names are served: a Host of 127.0.0.1 (or none) inside it must not
         // reach the admin or device API behind the proxy's back.
         if request.tunnel != nil, !(request.host.map(AppleHosts.all.contains) ?? false) {
-            return HTTPError(HTTPStatus(421), code: "misdirected_request",
-                             message: "Through the proxy only Apple's App Store hosts are served; this request names \(request.host ?? "no host").").response
+            return .failure(HTTPError(HTTPStatus(421), code: "misdirected_request",
+                                      message: "Through the proxy only Apple's App Store hosts are served; this request names \(request.host ?? "no host")."))
         }
         // Apple's hosts (reached through the proxy or a hosts entry) serve paths without an environment;
         // the Host header picks it. Nothing else is served under Apple's names: the admin API stays on loopback names.
@@ -59,11 +94,10 @@ public struct AppStoreResponder: Responder {
                 request.path = request.method == .get && segments.count == 2
                     ? "/ocsp/" + segments[1].replacingOccurrences(of: "/", with: "%2F") : "/ocsp"
             } else {
-                return HTTPError(.notFound, code: "not_found", message: "\(host) serves no \(request.path) here.").response
+                return .failure(HTTPError(.notFound, code: "not_found", message: "\(host) serves no \(request.path) here."))
             }
         }
-        if request.path.hasPrefix("/device/") { return await respondAsDevice(to: request) }
-        return await router.respond(to: request)
+        return .success(request)
     }
 
     /// Applies a matching fault: latency first, then the misbehaviour (nil means answer normally).

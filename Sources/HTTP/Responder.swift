@@ -9,11 +9,29 @@ public protocol Responder: Sendable {
     /// of it: the transport asks before reading a byte of it, on its own thread, so this must be
     /// quick and must not block (no database, no await). Refusals are sent at once.
     func admit(_ head: RequestHead) -> Admission
+
+    /// Answers a whole request on the transport's own thread when that can be done without waiting (no
+    /// database, no peer, no sleep: pure computation over memory), saving the hand-off to a task and back;
+    /// `.later` hands it to the cooperative pool as `respond(to:)` would. The transport asks once the body is read.
+    func respondPromptly(to request: Request) -> PromptAnswer
 }
 
 extension Responder {
     /// Admits everything up to the transport's own body limit.
     public func admit(_ head: RequestHead) -> Admission { .accept(bodyLimit: .max) }
+
+    /// Answers everything on the cooperative pool.
+    public func respondPromptly(to request: Request) -> PromptAnswer {
+        .later { await self.respond(to: request) }
+    }
+}
+
+/// A responder's answer on the transport's thread.
+public enum PromptAnswer: Sendable {
+    /// The response, sent at once.
+    case now(Response)
+    /// Work that must wait for something; the transport runs it as a task and sends what it returns.
+    case later(@Sendable () async -> Response)
 }
 
 /// What a transport knows of a request before its body: method, path and headers.

@@ -276,15 +276,14 @@ public final class HTTPServer: Sendable {
         state.withLock { $0.front = nil }
     }
 
-    func dispatch(_ request: Request, context: RequestContext, connection: OpaquePointer) {
+    func dispatch(_ work: @escaping @Sendable () async -> Response, context: RequestContext, connection: OpaquePointer) {
         let taskID = state.withLock { state -> Int in
             state.nextTaskID += 1
             return state.nextTaskID
         }
-        let responder = self.responder
         let connectionBox = ConnectionHandle(pointer: connection)
         let task = Task { [weak self] in
-            let response = await responder.respond(to: request)
+            let response = await work()
             context.complete(with: response)
             guard let self else {
                 MHD_resume_connection(connectionBox.pointer)
@@ -554,13 +553,22 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
     request.queryItems = query.items
     request.body = context.fields.withLock { fields in
         fields.started = true
-        fields.suspended = true
+        // The body is the request's now; the context keeps no second copy while it is answered.
+        defer { fields.body = Data() }
         return fields.body
     }
-    server.noteSuspended()
-    MHD_suspend_connection(connection)
-    server.dispatch(request, context: context, connection: connection)
-    return .YES
+    switch server.responder.respondPromptly(to: request) {
+    case .now(let response):
+        server.log(request, status: response.dropConnection ? 0 : response.status.code, bytes: response.body.count,
+                   started: context.fields.withLock { $0.startedAt }, response: response)
+        return queue(response, on: connection)
+    case .later(let work):
+        context.fields.withLock { $0.suspended = true }
+        server.noteSuspended()
+        MHD_suspend_connection(connection)
+        server.dispatch(work, context: context, connection: connection)
+        return .YES
+    }
 }
 
 private let completedHandler: MHD_RequestCompletedCallback = { cls, _, requestContext, _ in

@@ -95,12 +95,16 @@ public struct InProcessClient: Sendable {
         var payload = body ?? Data()
         if let json { payload = try JSONSerialization.data(withJSONObject: json) }
         let request = Request(method: method, target: target, headers: headers, body: payload)
-        // As the HTTP server does: the responder's admission first, then its body limit.
+        // As the HTTP server does: the responder's admission first, then its body limit, then its prompt answer.
         switch responder.admit(RequestHead(method: method, path: request.path, headers: headers, contentLength: payload.count)) {
         case .refuse(let response): return response
         case .accept(let limit) where payload.count > limit:
             return HTTPError(.payloadTooLarge, code: "payload_too_large", message: "The request body exceeds \(limit) bytes.").response
-        case .accept: return await responder.respond(to: request)
+        case .accept:
+            switch responder.respondPromptly(to: request) {
+            case .now(let response): return response
+            case .later(let work): return await work()
+            }
         }
     }
 

@@ -3,6 +3,8 @@ import AppStoreCrypto
 import AppStoreModels
 import Foundation
 import HTTP
+import Locking
+import Storage
 import StorekeeperTesting
 import Testing
 
@@ -326,4 +328,82 @@ struct FaultTests {
         try await world.emulator.setQuirks(quirks)
         #expect(try await world.verify(receipt, .production).status == 21002)
     }
+
+    @Test("verifyReceipt is answered on the transport's thread unless a fault is in force or its read found renewals to store")
+    func promptAnswers() async throws {
+        let store = FailingDocumentStore()
+        let clock = TestSupport.fixedClock()
+        let world = try await World.make(store: store, clock: clock)
+        let responder = AppStoreResponder(emulator: world.emulator)
+        let secret = try await world.secret("com.example.magazine")
+        _ = try await world.buy("com.example.magazine", "com.example.magazine.monthly")
+        let receipt = try await world.receipt("com.example.magazine")
+        func request(_ path: String = "/sandbox/verifyReceipt", host: String? = nil) throws -> Request {
+            let body = try JSONSerialization.data(withJSONObject: ["receipt-data": receipt, "password": secret])
+            return Request(method: .post, target: path, headers: host.map { ["Host": $0] } ?? [:], body: body)
+        }
+        func status(_ response: Response) -> Int? {
+            ((try? JSONSerialization.jsonObject(with: response.body)) as? [String: Any])?.status
+        }
+
+        // Nothing to store: answered at once, under Apple's host name too, with the route the access log names.
+        for (path, host) in [("/sandbox/verifyReceipt", nil), ("/verifyReceipt", "sandbox.itunes.apple.com")] {
+            guard case .now(let response) = responder.respondPromptly(to: try request(path, host: host)) else {
+                Issue.record("\(path) was not answered at once")
+                continue
+            }
+            #expect(status(response) == 0)
+            #expect(response.route == "/sandbox/verifyReceipt")
+        }
+        // Other routes, and verifyReceipt with a fault in force, go on as tasks (the fault's latency and misbehaviour apply).
+        guard case .later = responder.respondPromptly(to: Request(method: .get, target: "/health")) else {
+            Issue.record("a route other than verifyReceipt was answered on the transport's thread")
+            return
+        }
+        try await world.emulator.addFault(endpoint: "verifyReceipt", environment: .sandbox, behavior: .status(21005))
+        guard case .later(let faulted) = responder.respondPromptly(to: try request()) else {
+            Issue.record("a verification with a fault in force was answered on the transport's thread")
+            return
+        }
+        #expect(status(await faulted()) == 21005)
+        try await world.emulator.clearFaults()
+
+        // Renewals found by the verification's own read: the answer waits for them to be stored, and says so when they
+        // cannot be (the clock is moved without an operation, so the read is the first to see them due).
+        store.failing.withLock { $0 = true }
+        clock.advance(by: 180 + 300 + 1)
+        guard case .later(let renewing) = responder.respondPromptly(to: try request()) else {
+            Issue.record("a verification that found renewals was answered before they were stored")
+            return
+        }
+        #expect(status(await renewing()) == VerifyReceiptStatus.internalDataAccessError)
+        store.failing.withLock { $0 = false }
+        clock.advance(by: 300)
+        guard case .later(let stored) = responder.respondPromptly(to: try request()) else {
+            Issue.record("a verification that found renewals was answered before they were stored")
+            return
+        }
+        let answer = await stored()
+        #expect(status(answer) == 0)
+        // The renewal the answer shows was stored before it was given.
+        let object = try #require((try JSONSerialization.jsonObject(with: answer.body)) as? [String: Any])
+        let newest = try #require(object.latest.first?["transaction_id"] as? String)
+        #expect(try await store.document(in: "transactions", id: newest) != nil)
+    }
+}
+
+/// A store in memory whose writes fail while `failing` is set.
+final class FailingDocumentStore: DocumentStore {
+    let inner = InMemoryDocumentStore()
+    let failing = Locked(false)
+
+    struct WriteFailed: Error {}
+
+    func apply(_ writes: [DocumentWrite]) async throws {
+        if failing.withLock({ $0 }) { throw WriteFailed() }
+        try await inner.apply(writes)
+    }
+
+    func documents(in collection: String) async throws -> [StoredDocument] { try await inner.documents(in: collection) }
+    func document(in collection: String, id: String) async throws -> Data? { try await inner.document(in: collection, id: id) }
 }

@@ -108,3 +108,36 @@ struct HTTPServerTests {
         await #expect(throws: (any Error).self) { _ = try await Self.fetch(base.appendingPathComponent("fast")) }
     }
 }
+
+/// Answers `/prompt` on the transport's thread (echoing the body) and everything else as a task; its task path
+/// answers `/prompt` differently, so a client sees which path answered.
+struct PromptResponder: Responder {
+    func respond(to request: Request) async -> Response {
+        .text(request.path == "/prompt" ? "task" : "later \(request.path)")
+    }
+
+    func respondPromptly(to request: Request) -> PromptAnswer {
+        guard request.path == "/prompt" else { return .later { await respond(to: request) } }
+        return .now(Response(status: .created, headers: ["Content-Type": "application/octet-stream"], body: request.body))
+    }
+}
+
+@Suite("libmicrohttpd server, answers on its own thread", .serialized)
+struct HTTPServerPromptTests {
+    @Test("A prompt answer is sent as given, without a task; other requests on the same connections go on as tasks")
+    func promptAnswers() async throws {
+        let server = HTTPServer(configuration: .init(port: 0, maxBodySize: 1 << 20, accessLog: false), responder: PromptResponder())
+        let base = URL(string: "http://127.0.0.1:\(try server.start())")!
+        for round in 0..<50 {
+            let payload = Data((0..<(round * 97)).map { UInt8(($0 + round) % 251) })
+            let (status, data) = try await HTTPServerTests.fetch(base.appendingPathComponent("prompt"), method: "POST", body: payload)
+            #expect(status == 201)
+            #expect(data == payload)
+            let (laterStatus, later) = try await HTTPServerTests.fetch(base.appendingPathComponent("other"))
+            #expect(laterStatus == 200)
+            #expect(String(decoding: later, as: UTF8.self) == "later /other")
+        }
+        #expect(server.requestsInFlight == 0)
+        await server.shutdown()
+    }
+}
