@@ -50,9 +50,11 @@ extension AppStoreEmulator {
     /// A fault that covers a call; when several do, one at random, so faults can be mixed
     /// (an outage of 21005, 503, HTML and drops together).
     func fault(for endpoint: String, environment: AppStoreEnvironment?) -> Fault? {
-        let now = clock.now()
-        return state.withLock { state in
-            state.faults.isEmpty ? nil : state.faults.values.filter { $0.applies(to: endpoint, environment: environment, at: now) }.randomElement()
+        state.withLock { state in
+            // The clock is read only when there is a fault to ask (most calls find none).
+            guard !state.faults.isEmpty else { return nil }
+            let now = clock.now()
+            return state.faults.values.filter { $0.applies(to: endpoint, environment: environment, at: now) }.randomElement()
         }
     }
 

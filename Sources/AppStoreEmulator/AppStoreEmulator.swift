@@ -161,11 +161,18 @@ public final class AppStoreEmulator: Sendable {
     }
 
     static func writes(for changes: Changes, in state: EmulatorState) -> [DocumentWrite] {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = .sortedKeys
+        // Made at the first write: most operations (every read) have none.
+        var madeEncoder: JSONEncoder?
+        func encoder() -> JSONEncoder {
+            if let madeEncoder { return madeEncoder }
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = .sortedKeys
+            madeEncoder = encoder
+            return encoder
+        }
         var writes: [DocumentWrite] = []
         func put<T: Encodable>(_ collection: String, _ id: String, _ value: T?) {
-            if let value, let body = try? encoder.encode(value) {
+            if let value, let body = try? encoder().encode(value) {
                 writes.append(.put(collection: collection, id: id, body: body))
             } else {
                 writes.append(.delete(collection: collection, id: id))

@@ -16,7 +16,8 @@ public enum AppleHosts {
     public static let ocsp = "ocsp.apple.com"
 
     /// Every name the TLS certificate carries and the proxy tunnels to.
-    public static var all: Set<String> { Set(verifyReceipt.keys).union(serverAPI.keys).union([ocsp]) }
+    /// Made once: every request to the emulator asks whether its Host is one of them.
+    public static let all: Set<String> = Set(verifyReceipt.keys).union(serverAPI.keys).union([ocsp])
 }
 
 /// The emulator's TLS root and the server certificate it issues for `AppleHosts.all`, kept as PEM files.

@@ -53,6 +53,14 @@ public struct RequestHead: Sendable {
         self.contentLength = contentLength
     }
 
+    /// The head of a request whose body is still to come (its header names are lower-cased already).
+    public init(_ request: Request, contentLength: Int?) {
+        method = request.method
+        path = request.path
+        headers = request.headers
+        self.contentLength = contentLength
+    }
+
     /// The header value for a case-insensitive name.
     public func header(_ name: String) -> String? { headers[HTTPText.lowercasedName(name)] }
 }

@@ -468,15 +468,15 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
         let context = RequestContext()
         let headers = PairCollector()
         MHD_get_connection_values(connection, .HEADER_KIND, collectPair, Unmanaged.passUnretained(headers).toOpaque())
-        let declared = headers.pairs.first { $0.key.lowercased() == "content-length" }.flatMap { Int($0.value) }
         let requestMethod = HTTPMethod(rawValue: method.map { String(cString: $0) } ?? "GET")
         let target = url.map { String(cString: $0) } ?? "/"
         var request = Request(method: requestMethod, target: target, headers: headers.pairs)
+        let declared = request.headers["content-length"].flatMap { Int($0) }
         if let mark = shim_mhd_socket_context(connection) {
             request.tunnel = Unmanaged<TunnelMark>.fromOpaque(mark).takeUnretainedValue().host
         }
         // Limits and authentication before a byte of the body is read: refusals go out now.
-        let head = RequestHead(method: requestMethod, path: request.path, headers: headers.pairs, contentLength: declared)
+        let head = RequestHead(request, contentLength: declared)
         var refusal: Response?
         var limit = server.configuration.maxBodySize
         switch server.responder.admit(head) {
