@@ -41,8 +41,9 @@ extension PurchaseServer {
             throw ServerError(.invalidQuery, "query is 1–256 characters without control characters.")
         }
         guard let app = try await store.app(appId) else { throw ServerError(.appNotFound, "App \(appId) is not registered.") }
+        let dialect = store.database.dialect
         var matches = try await store.database.read { db -> [CustomerMatch] in
-            let customers = CustomerRepository(db: db, appId: appId)
+            let customers = CustomerRepository(db: db, appId: appId, dialect: dialect)
             var found: [CustomerMatch] = []
             func add(_ users: [String], _ how: String) {
                 for user in users where !found.contains(where: { $0.appUserId == user }) { found.append(CustomerMatch(appUserId: user, matchedBy: how)) }
@@ -91,9 +92,10 @@ extension PurchaseServer {
         }
         let fetch = limit + skip
         let until = before
+        let dialect = store.database.dialect
         var items = try await store.database.read { db -> [TimelineItem] in
             let before = until
-            let customers = CustomerRepository(db: db, appId: appId)
+            let customers = CustomerRepository(db: db, appId: appId, dialect: dialect)
             var items: [TimelineItem] = []
             for transaction in try UserRepository(db: db, appId: appId).transactions(appUserId) {
                 let detail = ["productId": transaction.productId, "productType": transaction.productType, "environment": transaction.environment,
