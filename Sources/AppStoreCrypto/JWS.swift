@@ -175,18 +175,28 @@ public enum Base64URL {
 
     private static let alphabet: [UInt8] = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 
-    public static func decode(_ text: some StringProtocol) -> [UInt8]? {
-        if let decoded = text.utf8.withContiguousStorageIfAvailable({ decode($0) }) { return decoded }
-        return Array(text.utf8).withUnsafeBufferPointer { decode($0) }
+    /// Which two characters stand for 62 and 63.
+    public enum Alphabet: Sendable {
+        /// `-` and `_` (RFC 4648 §5): JWS.
+        case url
+        /// `+` and `/` (RFC 4648 §4), here without its padding.
+        case standard
     }
 
-    /// Decodes Base64url bytes (no padding; the standard alphabet's `+` and `/` are accepted too), four
-    /// characters into three bytes at a time, straight into the array's storage.
-    public static func decode(_ input: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
+    public static func decode(_ text: some StringProtocol, alphabet: Alphabet = .url) -> [UInt8]? {
+        if let decoded = text.utf8.withContiguousStorageIfAvailable({ decode($0, alphabet: alphabet) }) { return decoded }
+        return Array(text.utf8).withUnsafeBufferPointer { decode($0, alphabet: alphabet) }
+    }
+
+    /// Decodes unpadded Base64 in one alphabet, four characters into three bytes at a time, straight into the array's
+    /// storage. Only the canonical spelling is accepted: characters of the other alphabet, and a last character whose
+    /// unused low bits are not zero, are refused, so one value has one text (a JWS cannot be re-spelt into another that
+    /// verifies).
+    public static func decode(_ input: UnsafeBufferPointer<UInt8>, alphabet: Alphabet = .url) -> [UInt8]? {
         guard input.count % 4 != 1 else { return nil }
         let length = input.count / 4 * 3 + [0, 0, 1, 2][input.count % 4]
         var valid = true
-        let output = table.withUnsafeBufferPointer { table in
+        let output = (alphabet == .url ? urlTable : standardTable).withUnsafeBufferPointer { table in
             [UInt8](unsafeUninitializedCapacity: length) { output, initialized in
                 var read = 0, written = 0
                 while read + 4 <= input.count {
@@ -197,13 +207,15 @@ public enum Base64URL {
                     written += 3
                 }
                 if valid, read < input.count {
-                    // Two or three characters left: one or two bytes (the bits past them are ignored, as before).
+                    // Two or three characters left: one or two bytes, the bits past them zero.
                     var value: UInt32 = 0
                     for index in read..<input.count {
                         let digit = table[Int(input[index])]
                         guard digit < 64 else { valid = false; break }
                         value = value << 6 | UInt32(digit)
                     }
+                    let unused: UInt32 = input.count - read == 2 ? 0x0f : 0x03
+                    if value & unused != 0 { valid = false }
                     if valid {
                         value <<= UInt32(6 * (4 - (input.count - read)))
                         output[written] = UInt8(truncatingIfNeeded: value >> 16)
@@ -220,14 +232,15 @@ public enum Base64URL {
         return valid ? output : nil
     }
 
-    /// Base64url (and standard) digit values; 255 for anything else (padding included: JWS has none).
-    private static let table: [UInt8] = {
+    /// Digit values of each alphabet; 255 for anything else (padding included: JWS has none).
+    private static let urlTable = digitTable(sixtyTwo: "-", sixtyThree: "_")
+    private static let standardTable = digitTable(sixtyTwo: "+", sixtyThree: "/")
+
+    private static func digitTable(sixtyTwo: Unicode.Scalar, sixtyThree: Unicode.Scalar) -> [UInt8] {
         var table = [UInt8](repeating: 255, count: 256)
         for (index, character) in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789".utf8.enumerated() { table[Int(character)] = UInt8(index) }
-        table[Int(UInt8(ascii: "-"))] = 62
-        table[Int(UInt8(ascii: "_"))] = 63
-        table[Int(UInt8(ascii: "+"))] = 62
-        table[Int(UInt8(ascii: "/"))] = 63
+        table[Int(sixtyTwo.value)] = 62
+        table[Int(sixtyThree.value)] = 63
         return table
-    }()
+    }
 }

@@ -93,6 +93,6 @@ enum Base64 {
     static func decode(_ text: String) -> [UInt8]? {
         var trimmed = Substring(text)
         while trimmed.hasSuffix("=") { trimmed = trimmed.dropLast() }
-        return Base64URL.decode(trimmed)
+        return Base64URL.decode(trimmed, alphabet: .standard)
     }
 }

@@ -127,6 +127,53 @@ struct Base64URLTests {
         }
         #expect(Base64URL.decode("A") == nil)
         #expect(Base64URL.decode("AAAAA") == nil)
-        #expect(Base64URL.decode("+/8") == [0xFB, 0xFF])  // the standard alphabet's two characters are accepted too
+        #expect(Base64URL.decode("-_8") == [0xFB, 0xFF])
+        #expect(Base64URL.decode("+/8") == nil)  // the standard alphabet's two characters are not JWS's
+        #expect(Base64URL.decode("+/8", alphabet: .standard) == [0xFB, 0xFF])
+        #expect(Base64URL.decode("-_8", alphabet: .standard) == nil)
+    }
+
+    @Test("Only the canonical spelling decodes: a last character with unused bits set is refused, so one value has one text")
+    func canonicalOnly() {
+        for length in 0..<40 {
+            let bytes = (0..<length).map { UInt8(truncatingIfNeeded: $0 * 53 + 11) }
+            let encoded = Array(Base64URL.encode(bytes).utf8)
+            #expect(encoded.withUnsafeBufferPointer { Base64URL.decode($0) } == bytes || (length == 0))
+            // Every other spelling of the last character: it decodes only when it is the encoder's.
+            guard length % 3 != 0, let last = encoded.last else { continue }
+            var accepted: [UInt8] = []
+            for candidate in Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8) {
+                var respelt = encoded
+                respelt[respelt.count - 1] = candidate
+                if let decoded = respelt.withUnsafeBufferPointer({ Base64URL.decode($0) }) {
+                    accepted.append(candidate)
+                    #expect(decoded.count == bytes.count)
+                }
+            }
+            // The last character carries 2 bits (two left) or 4 bits (three left) of data: 4 or 16 spellings decode,
+            // one for each value those bits take, and the encoder's is among them.
+            #expect(accepted.count == (length % 3 == 1 ? 4 : 16))
+            #expect(accepted.contains(last))
+        }
+    }
+
+    @Test("A JWS whose signature is re-spelt (the standard alphabet, or unused bits set) is refused before its signature is checked")
+    func respeltSignature() throws {
+        let jws = try JWS.sign(payload: Array("{}".utf8), key: try PrivateKey.generateEC())
+        let parts = jws.split(separator: ".").map(String.init)
+        let signature = parts[2]
+        // A P-256 signature is 64 bytes: 86 characters, the last carrying 2 bits of data and 4 unused.
+        #expect(signature.utf8.count == 86)
+        let last = Array(signature.utf8).last!
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+        let index = alphabet.firstIndex(of: last)!
+        var respelt = Array(signature.utf8)
+        respelt[respelt.count - 1] = alphabet[index | 1]
+        #expect(throws: CryptoError.self) { try JWS(compact: parts[0] + "." + parts[1] + "." + String(decoding: respelt, as: UTF8.self)) }
+        let standard = signature.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        if standard != signature {
+            #expect(throws: CryptoError.self) { try JWS(compact: parts[0] + "." + parts[1] + "." + standard) }
+        }
+        #expect(throws: Never.self) { try JWS(compact: jws) }
     }
 }
