@@ -41,9 +41,9 @@ extension PurchaseServer {
             throw ServerError(.invalidQuery, "query is 1–256 characters without control characters.")
         }
         guard let app = try await store.app(appId) else { throw ServerError(.appNotFound, "App \(appId) is not registered.") }
-        let dialect = store.database.dialect
+        let codePointOrder = try await store.userIdsSortByCodePoint()
         var matches = try await store.database.read { db -> [CustomerMatch] in
-            let customers = CustomerRepository(db: db, appId: appId, dialect: dialect)
+            let customers = CustomerRepository(db: db, appId: appId)
             var found: [CustomerMatch] = []
             func add(_ users: [String], _ how: String) {
                 for user in users where !found.contains(where: { $0.appUserId == user }) { found.append(CustomerMatch(appUserId: user, matchedBy: how)) }
@@ -52,7 +52,7 @@ extension PurchaseServer {
                 add(try customers.users(transactionId: query), "transactionId")
                 add(try customers.users(originalTransactionId: query), "originalTransactionId")
             }
-            add(try customers.users(prefix: query, limit: 20), "appUserId")
+            add(try customers.users(prefix: query, limit: 20, codePointOrder: codePointOrder), "appUserId")
             return found
         }
         // An Apple order id (letters and digits, on the customer's email receipt): only Apple knows its transactions.
@@ -92,10 +92,9 @@ extension PurchaseServer {
         }
         let fetch = limit + skip
         let until = before
-        let dialect = store.database.dialect
         var items = try await store.database.read { db -> [TimelineItem] in
             let before = until
-            let customers = CustomerRepository(db: db, appId: appId, dialect: dialect)
+            let customers = CustomerRepository(db: db, appId: appId)
             var items: [TimelineItem] = []
             for transaction in try UserRepository(db: db, appId: appId).transactions(appUserId) {
                 let detail = ["productId": transaction.productId, "productType": transaction.productType, "environment": transaction.environment,

@@ -4,6 +4,15 @@ import Foundation
 import Storage
 
 extension PurchaseStore {
+    /// Whether app user ids sort by code point in this database, asked once (see `CustomerRepository.idsSortByCodePoint`).
+    func userIdsSortByCodePoint() async throws -> Bool {
+        if let known = userIdOrder.withLock({ $0 }) { return known }
+        let dialect = database.dialect
+        let ordered = try await database.read { db in try CustomerRepository.idsSortByCodePoint(db, dialect: dialect) }
+        userIdOrder.withLock { $0 = ordered }
+        return ordered
+    }
+
     /// The longest promotional grant: a century.
     static let maximumGrantDays: Int64 = 36_500
 

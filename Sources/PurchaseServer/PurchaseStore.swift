@@ -20,6 +20,8 @@ public final class PurchaseStore: Sendable {
     let secrets: SecretBox?
     private let appCache = Locked<[String: (app: ServerApp, expires: Date)]>([:])
     private let appsCache = Locked<(apps: [ServerApp], expires: Date)?>(nil)
+    /// Whether `users.app_user_id` sorts by code point, once asked (the customer search's prefix range relies on it).
+    let userIdOrder = Locked<Bool?>(nil)
     /// Each app's product mappings as a user view reads them, remembered for two seconds (dropped here at once
     /// when this process changes one; another process's change shows within the two seconds).
     private let productsCache = Locked<(entries: [String: (mappings: [String: ProductMapping], expires: ContinuousClock.Instant)],

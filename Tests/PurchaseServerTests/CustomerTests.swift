@@ -87,11 +87,19 @@ struct CustomerTests {
         let world = try await ServerWorld.make(engine)
         defer { Task { await world.stop() } }
         if engine == .postgres {
-            // A database whose collation is not byte order (Slovak's, where "ch" is one letter after "h"): a user id that
-            // starts with the prefix can sort past the prefix's byte range, so only LIKE may decide there.
-            try await world.server.store.database.transaction { db in
-                try db.run("ALTER TABLE users ALTER COLUMN app_user_id TYPE TEXT COLLATE \"sk-x-icu\"", [])
+            // Byte order (C) lets the search seek a range around the prefix; a linguistic collation (Slovak's, where "ch" is
+            // one letter after "h") does not: a user id that starts with the prefix can sort past that range, so only LIKE
+            // may decide there. The search below runs under Slovak's.
+            func order(_ collation: String) async throws -> Bool {
+                try await world.server.store.database.transaction { db in
+                    try db.run("ALTER TABLE users ALTER COLUMN app_user_id TYPE TEXT COLLATE \"\(collation)\"", [])
+                    return try CustomerRepository.idsSortByCodePoint(db, dialect: .postgres)
+                }
             }
+            #expect(try await order("C"))
+            #expect(try await order("ucs_basic"))
+            #expect(try await !order("en-x-icu"))
+            #expect(try await !order("sk-x-icu"))
         }
         let (bought, receipt) = try await world.buy("com.example.coins", "Nada.JPYF02")
         _ = try await world.upload("com.example.coins", user: "alice_100%", receipt: receipt)

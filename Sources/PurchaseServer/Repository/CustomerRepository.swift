@@ -7,15 +7,31 @@ struct CustomerRepository {
     let appId: String
     var dialect: SQLDialect = .sqlite
 
-    /// Users whose id starts with `prefix` (LIKE with its wildcards escaped), first 20 by id.
-    func users(prefix: String, limit: Int) throws -> [String] {
+    /// Users whose id starts with `prefix` (LIKE with its wildcards escaped), first 20 by id. `codePointOrder` says
+    /// the ids sort by code point (see `idsSortByCodePoint`): then a range around the prefix, which the index can
+    /// seek, holds every match, and LIKE keeps it exact. Otherwise (a linguistic collation on PostgreSQL, where "ch"
+    /// may sort after "h") LIKE decides alone.
+    func users(prefix: String, limit: Int, codePointOrder: Bool) throws -> [String] {
         let escaped = prefix.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "%", with: "\\%").replacingOccurrences(of: "_", with: "\\_")
-        // On SQLite, LIKE cannot use the index (it ignores case); a byte range around the prefix can, and LIKE keeps it exact.
-        // PostgreSQL's collation may not order bytes, so it keeps LIKE alone.
-        let range = dialect == .sqlite ? " AND app_user_id >= ? AND app_user_id < ?" : ""
-        let bounds: [any SQLBindable] = dialect == .sqlite ? [prefix, prefix + "\u{10FFFF}"] : []
+        let range = codePointOrder ? " AND app_user_id >= ? AND app_user_id < ?" : ""
+        let bounds: [any SQLBindable] = codePointOrder ? [prefix, prefix + "\u{10FFFF}"] : []
         return try db.query("SELECT app_user_id FROM users WHERE app_id = ? AND app_user_id LIKE ? ESCAPE '\\'\(range) ORDER BY app_user_id LIMIT ?",
                             [appId, escaped + "%"] + bounds + [limit]).compactMap { $0.string("app_user_id") }
+    }
+
+    /// Whether `users.app_user_id` sorts by code point. SQLite compares text by its bytes (UTF-8 keeps code point
+    /// order). On PostgreSQL it is the column's collation: asked once whether 'B' sorts before 'a' and 'z' before 'é',
+    /// which every byte-ordered collation (C, POSIX, C.UTF-8, ucs_basic) answers yes and every linguistic one no.
+    static func idsSortByCodePoint(_ db: any SQLConnection, dialect: SQLDialect) throws -> Bool {
+        guard dialect == .postgres else { return true }
+        guard let row = try db.query("""
+            SELECT n.nspname, c.collname FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
+            JOIN pg_namespace n ON n.oid = c.collnamespace WHERE a.attrelid = 'users'::regclass AND a.attname = 'app_user_id'
+            """, []).first, let schema = row.string("nspname"), let name = row.string("collname") else { return false }
+        func quoted(_ identifier: String) -> String { "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
+        let collation = quoted(schema) + "." + quoted(name)
+        return try db.query("SELECT ('B' < 'a' COLLATE \(collation)) AND ('z' < 'é' COLLATE \(collation)) AS ordered", [])
+            .first?.bool("ordered") ?? false
     }
 
     /// Who a transaction was recorded to, and the owners of its original transaction.
