@@ -144,7 +144,12 @@ extension AppStoreEmulator {
         if let (fresh, latest) = built.subscription {
             // The subscription's entries are rendered here, after the lock, like the receipt's own.
             response.latestReceiptInfo = latest.map(\.latestReceiptInfo)
-            response.latestReceipt = Data(try sign(fresh)).base64EncodedString()
+            do {
+                response.latestReceipt = Data(try sign(fresh)).base64EncodedString()
+            } catch {
+                // The renewals the read found are still stored and announced before this answer goes.
+                return (VerifyReceiptResponse(status: VerifyReceiptStatus.internalDataAccessError, environment: environment), aftermath)
+            }
         }
         return (response, aftermath)
     }
@@ -201,9 +206,14 @@ extension AppStoreEmulator {
         if answer.sandbox { body["environment"] = "Sandbox" }
         if let receipt = answer.receipt { body["receipt"] = receipt }
         if let key = answer.latestKey, let latest = answer.latest { body[key] = latest }
-        if let latest = answer.renewed, let app = answer.app {
-            body["latest_receipt"] = Data(try legacyReceipt(for: latest, app: app)).base64EncodedString()
+        do {
+            if let latest = answer.renewed, let app = answer.app {
+                body["latest_receipt"] = Data(try legacyReceipt(for: latest, app: app)).base64EncodedString()
+            }
+            return (try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys, .withoutEscapingSlashes]), aftermath)
+        } catch {
+            // As for app receipts: what the read found is still stored before this answer goes.
+            return (Data(VerifyReceiptResponse(status: VerifyReceiptStatus.internalDataAccessError, environment: environment).jsonBytes()), aftermath)
         }
-        return (try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys, .withoutEscapingSlashes]), aftermath)
     }
 }
