@@ -16,10 +16,17 @@ extension AppStoreEmulator {
     }
 
     /// Creates the renewal transactions due by `now` for every subscription that still auto-renews.
+    /// Every operation asks (reads too): the walk over every chain is skipped while nothing it could act on has changed
+    /// and the soonest expiry it saw is still ahead.
     func renewSubscriptions(_ state: inout EmulatorState, _ changes: inout Changes, now: Date) {
+        if let quiet = state.renewalsQuiet, quiet.version == state.renewalInputsVersion, now < quiet.until { return }
+        // The soonest moment a chain can next be due (a lapse in billing retry or a spent budget: now, so the next call walks).
+        var soonest = Date.distantFuture
+        defer { state.renewalsQuiet = (state.renewalInputsVersion, soonest) }
         // Family members' subscriptions renew with the purchaser's (below), never on their own.
         for (originalId, var chain) in state.chains where chain.autoRenewEnabled && chain.sharedFromOriginalId == nil {
             guard var latest = state.transactions[chain.latestTransactionId], let account = state.accounts[chain.accountEmail.lowercased()] else { continue }
+            defer { if chain.autoRenewEnabled, let expires = latest.expiresDate { soonest = min(soonest, expires) } }
             var changed = false
             // At most this many periods per chain per pass: a long jump of the clock catches up over later passes
             // instead of holding the state lock for millions of renewals.
@@ -95,7 +102,11 @@ extension AppStoreEmulator {
         }
         for (originalId, var chain) in state.chains where !chain.autoRenewEnabled && chain.expiryNotified != true {
             guard let latest = state.transactions[chain.latestTransactionId], latest.cancellationDate == nil,
-                  let expires = latest.expiresDate, expires <= now else { continue }
+                  let expires = latest.expiresDate else { continue }
+            guard expires <= now else {
+                soonest = min(soonest, expires)
+                continue
+            }
             chain.expiryNotified = true
             state.chains[originalId] = chain
             changes.chains.insert(originalId)

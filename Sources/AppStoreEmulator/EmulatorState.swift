@@ -33,7 +33,7 @@ struct EmulatorState: Sendable {
     var apps: [String: CatalogApp] = [:]
     /// Product ids ever used per app: an identifier once used cannot be reused.
     var usedProductIds: [String: Set<String>] = [:]
-    var accounts: [String: Account] = [:]
+    var accounts: [String: Account] = [:] { didSet { renewalInputsVersion &+= 1 } }
     /// Devices by id. Written through `put(_:)`, which keeps `devicesByAccount` in step.
     private(set) var devices: [String: Device] = [:]
     /// Device ids per lowercased account email: finding an account's devices must not read every device.
@@ -46,7 +46,13 @@ struct EmulatorState: Sendable {
     /// The auto-renewable ones among them, kept by the same functions: whether an account holds a
     /// subscription is asked on every verifyReceipt call, and an account of a thousand consumables holds none.
     private(set) var subscriptionIndex: [String: [String]] = [:]
-    var chains: [String: SubscriptionChain] = [:]
+    var chains: [String: SubscriptionChain] = [:] { didSet { renewalInputsVersion &+= 1 } }
+    /// Bumped by every change to what decides whether a subscription is due (its chain, an auto-renewable transaction,
+    /// an account): a `renewalsQuiet` of an older version no longer holds.
+    private(set) var renewalInputsVersion = 0
+    /// What `renewSubscriptions` found when it last walked every chain: until `until` nothing is due, as long as the
+    /// inputs are still at `version`. Nil before the first walk.
+    var renewalsQuiet: (version: Int, until: Date)?
     var faults: [String: Fault] = [:]
     /// In-app purchase keys for the App Store Server API, by key id.
     var apiKeys: [String: ServerAPIKey] = [:]
@@ -89,7 +95,9 @@ struct EmulatorState: Sendable {
 
     private mutating func store(_ record: TransactionRecord) {
         let key = EmulatorState.indexKey(record.accountEmail, record.bundleId, record.environment)
+        if record.productType == .autoRenewable { renewalInputsVersion &+= 1 }
         if let previous = transactions.updateValue(record, forKey: record.id) {
+            if previous.productType == .autoRenewable { renewalInputsVersion &+= 1 }
             // Written again: listed once, where it was, unless its account, app or environment changed or it became or
             // stopped being auto-renewable.
             guard EmulatorState.indexKey(previous.accountEmail, previous.bundleId, previous.environment) != key
@@ -102,6 +110,7 @@ struct EmulatorState: Sendable {
 
     mutating func remove(_ id: String) {
         guard let record = transactions.removeValue(forKey: id) else { return }
+        if record.productType == .autoRenewable { renewalInputsVersion &+= 1 }
         unlist(record)
     }
 

@@ -20,6 +20,37 @@ struct NotificationFormsTests {
 
     func types(_ world: World, _ original: String) async throws -> Set<String> { Set(try await sent(world, chain: original)) }
 
+    @Test("Renewals and expiries are found however the clock moves: operations in between that change no subscription do not hide them")
+    func dueWithoutChanges() async throws {
+        let clock = TestSupport.fixedClock()
+        let world = try await World.make(clock: clock)
+        try await world.emulator.setNotificationURLs(bundleId: Self.app, NotificationURLs(sandbox: "http://127.0.0.1:9/none"))
+        func quietOperations() async throws {
+            // A consumable purchase and a read change no subscription; each is an operation that asks what is due.
+            _ = try await world.buy("com.example.coins", "Nada.JPYF01")
+            _ = try await world.verify(try await world.receipt("com.example.coins"))
+        }
+        // A subscription that will lapse (auto-renew off), alone: its expiry is the only thing ahead.
+        let lapsing = try await world.buy(Self.app, "com.example.magazine.monthly")
+        _ = try await world.emulator.setAutoRenew(originalTransactionId: lapsing.originalId, enabled: false)
+        try await quietOperations()
+        #expect(try await sent(world, chain: lapsing.originalId).contains("EXPIRED/VOLUNTARY") == false)
+        // The clock passes it without an operation; the next one finds it.
+        clock.advance(by: try #require(lapsing.expiresDate).timeIntervalSince(clock.now()) + 1)
+        try await quietOperations()
+        #expect(try await sent(world, chain: lapsing.originalId).contains("EXPIRED/VOLUNTARY"))
+
+        // Then one that renews, on another account, alone again.
+        try await world.emulator.addAccount(email: "second@example.com", environment: .sandbox)
+        let secondDevice = try await world.emulator.signIn(deviceId: nil, email: "second@example.com")
+        let renewing = try await world.buy(Self.app, "com.example.magazine.monthly", device: secondDevice.id)
+        try await quietOperations()
+        #expect(try await sent(world, chain: renewing.originalId).contains("DID_RENEW") == false)
+        clock.advance(by: try #require(renewing.expiresDate).timeIntervalSince(clock.now()) + 1)
+        try await quietOperations()
+        #expect(try await sent(world, chain: renewing.originalId).contains("DID_RENEW"))
+    }
+
     @Test("Buying the current product again reverts a pending downgrade (no subtype) and turns auto-renew back on")
     func revertAndResubscribe() async throws {
         let world = try await World.make()
