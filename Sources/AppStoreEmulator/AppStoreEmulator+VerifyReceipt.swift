@@ -91,6 +91,8 @@ extension AppStoreEmulator {
             // Looked up in place: a receipt of a thousand purchases copies no product and no transaction it does not answer with,
             // and is searched only for the app's products of the type (usually none or a few), one hash per purchase.
             func receiptHas(_ type: ProductType) -> Bool {
+                // Most apps have no product of the type asked about (a store of coins has no subscription): no set, no scan.
+                guard app?.products.contains(where: { $0.type == type }) == true else { return false }
                 var ids = Set<String>()
                 for product in app?.products ?? [] where product.type == type { ids.insert(product.productId) }
                 return !ids.isEmpty && receipt.inApp.contains { ids.contains($0.productId) }

@@ -64,8 +64,12 @@ public struct Request: Sendable {
 
     /// The `Host` header without its port.
     public var host: String? {
-        guard let host = header("host") else { return nil }
-        return host.split(separator: ":").first.map(String.init)?.lowercased()
+        guard let host = headers["host"] else { return nil }
+        // Most are a lower-case name and a port, or a name alone: cut at the first colon, lower-case only when needed.
+        if let colon = host.utf8.firstIndex(of: UInt8(ascii: ":")), colon != host.utf8.startIndex {
+            return HTTPText.lowercasedName(String(host[..<colon]))
+        }
+        return host.split(separator: ":").first.map { HTTPText.lowercasedName(String($0)) }
     }
 
     /// Decodes the JSON body, mapping failures to a 400 `invalid_json` error.

@@ -48,4 +48,15 @@ struct RouterTests {
         #expect(request.host == "buy.itunes.apple.com")
         #expect(request.header("HOST") == "Buy.iTunes.Apple.com:443")
     }
+
+    @Test("The host is the Host header before its first colon, lower-cased, for every shape of header")
+    func hostShapes() {
+        let headers = ["buy.itunes.apple.com", "Buy.iTunes.Apple.com:443", "127.0.0.1:8010", "LOCALHOST", ":80", "::", "",
+                       "[::1]:8080", "Straße.example:1", "ÉCOLE.example", "a:b:c"]
+        for header in headers {
+            let expected = header.split(separator: ":").first.map(String.init)?.lowercased()
+            #expect(Request(method: .get, target: "/", headers: ["Host": header]).host == expected, "Host: \(header)")
+        }
+        #expect(Request(method: .get, target: "/").host == nil)
+    }
 }
