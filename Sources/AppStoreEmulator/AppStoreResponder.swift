@@ -54,17 +54,25 @@ public struct AppStoreResponder: Responder {
     /// renewals to persist, goes on as a task.
     public func respondPromptly(to request: Request) -> PromptAnswer {
         guard request.method == .post, case .success(let named) = served(request),
-              let environment = AppStoreResponder.verifyReceiptPaths[named.path],
-              emulator.fault(for: "verifyReceipt", environment: environment) == nil else {
+              let environment = AppStoreResponder.verifyReceiptPaths[named.path] else {
             return .later { await self.respond(to: request) }
         }
-        let (answer, aftermath) = emulator.verifyReceiptNow(body: named.body, environment: environment)
         let route = named.path
-        @Sendable func response(_ body: Data) -> Response {
-            var response = Response.rawJSON(body)
+        @Sendable func routed(_ response: Response) -> Response {
+            var response = response
             response.route = route
             return response
         }
+        @Sendable func response(_ body: Data) -> Response { routed(.rawJSON(body)) }
+        let emulator = self.emulator
+        // The fault chosen here is the one applied: the request is not routed or a fault chosen a second time.
+        if let fault = emulator.fault(for: "verifyReceipt", environment: environment) {
+            return .later {
+                if let faulted = await AppStoreResponder.apply(fault, environment: environment) { return routed(faulted) }
+                return response(await emulator.verifyReceipt(body: named.body, environment: environment))
+            }
+        }
+        let (answer, aftermath) = emulator.verifyReceiptNow(body: named.body, environment: environment)
         guard let aftermath, !aftermath.isEmpty else { return .now(response(answer)) }
         return .later { response(await AppStoreEmulator.answer(answer, after: aftermath, environment: environment)) }
     }
@@ -103,6 +111,11 @@ public struct AppStoreResponder: Responder {
     /// Applies a matching fault: latency first, then the misbehaviour (nil means answer normally).
     static func applyFault(_ emulator: AppStoreEmulator, endpoint: String, environment: AppStoreEnvironment?) async -> Response? {
         guard let fault = emulator.fault(for: endpoint, environment: environment) else { return nil }
+        return await apply(fault, environment: environment)
+    }
+
+    /// Applies a fault already chosen: its latency, then its misbehaviour (nil means answer normally).
+    static func apply(_ fault: Fault, environment: AppStoreEnvironment?) async -> Response? {
         if fault.latencyMax > 0 {
             let seconds = Double.random(in: fault.latencyMin...max(fault.latencyMin, fault.latencyMax))
             await HeldCalls.shared.hold(for: .milliseconds(Int(seconds * 1000)))
