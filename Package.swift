@@ -29,8 +29,8 @@ let package = Package(
         .target(name: "Clocks", dependencies: ["Locking"], swiftSettings: swiftSettings),
         .target(name: "AppStoreModels", swiftSettings: swiftSettings),
         .target(name: "HTTP", swiftSettings: swiftSettings),
-        .target(name: "HTTPServer", dependencies: ["HTTP", "CMicroHTTPD", "COpenSSL", "COpenSSLSetup", "CSystem", "Locking"], swiftSettings: swiftSettings),
-        .target(name: "HTTPClient", dependencies: ["COpenSSL", "COpenSSLSetup", "CSystem", "Locking"], swiftSettings: swiftSettings),
+        .target(name: "HTTPServer", dependencies: ["HTTP", "Clocks", "CMicroHTTPD", "COpenSSL", "COpenSSLSetup", "CSystem", "Locking"], swiftSettings: swiftSettings),
+        .target(name: "HTTPClient", dependencies: ["Clocks", "COpenSSL", "COpenSSLSetup", "CSystem", "Locking"], swiftSettings: swiftSettings),
         .target(name: "AppStoreCrypto", dependencies: ["AppStoreModels", "COpenSSL", "COpenSSLSetup", "Locking"], swiftSettings: swiftSettings),
         .target(name: "Storage", dependencies: ["Locking"], swiftSettings: swiftSettings),
         .target(name: "SQLiteStorage", dependencies: ["Storage", "CSQLite"], swiftSettings: swiftSettings),
@@ -70,7 +70,7 @@ let package = Package(
             dependencies: ["AppStoreCrypto", "AppStoreModels"],
             swiftSettings: swiftSettings
         ),
-        .testTarget(name: "HTTPTests", dependencies: ["HTTP", "HTTPServer", "HTTPClient", "Locking"], swiftSettings: swiftSettings),
+        .testTarget(name: "HTTPTests", dependencies: ["HTTP", "HTTPServer", "HTTPClient", "Locking", "Clocks"], swiftSettings: swiftSettings),
         .testTarget(name: "SQLiteStorageTests", dependencies: ["Storage", "SQLiteStorage"], swiftSettings: swiftSettings),
         .testTarget(
             name: "PurchaseServerTests",

@@ -48,10 +48,11 @@ public struct AppStoreResponder: Responder {
         return await router.respond(to: named)
     }
 
-    /// verifyReceipt without a fault in force is answered on the transport's thread: it computes over memory (the
-    /// receipt's signature, the state under its lock, the answer's rendering), and the hand-off to a task and back
-    /// cost about a quarter of a one-purchase verification. Everything else, and a verification whose read found
-    /// renewals to persist, goes on as a task.
+    /// verifyReceipt is answered on the transport's thread: it computes over memory (the receipt's signature, the state
+    /// under its lock, the answer's rendering), and the hand-off to a task and back cost about a quarter of a
+    /// one-purchase verification. A fault's latency is held by the transport (`.after`, no task waiting), and its
+    /// misbehaviour, or the verification, decided when it is due. A verification whose read found renewals to persist,
+    /// a hanging fault and every other route go on as tasks.
     public func respondPromptly(to request: Request) -> PromptAnswer {
         guard request.method == .post, case .success(let named) = served(request),
               let environment = AppStoreResponder.verifyReceiptPaths[named.path] else {
@@ -65,16 +66,22 @@ public struct AppStoreResponder: Responder {
         }
         @Sendable func response(_ body: Data) -> Response { routed(.rawJSON(body)) }
         let emulator = self.emulator
-        // The fault chosen here is the one applied: the request is not routed or a fault chosen a second time.
-        if let fault = emulator.fault(for: "verifyReceipt", environment: environment) {
-            return .later {
-                if let faulted = await AppStoreResponder.apply(fault, environment: environment) { return routed(faulted) }
-                return response(await emulator.verifyReceipt(body: named.body, environment: environment))
-            }
+        @Sendable func verification() -> PromptAnswer {
+            let (answer, aftermath) = emulator.verifyReceiptNow(body: named.body, environment: environment)
+            guard let aftermath, !aftermath.isEmpty else { return .now(response(answer)) }
+            return .later { response(await AppStoreEmulator.answer(answer, after: aftermath, environment: environment)) }
         }
-        let (answer, aftermath) = emulator.verifyReceiptNow(body: named.body, environment: environment)
-        guard let aftermath, !aftermath.isEmpty else { return .now(response(answer)) }
-        return .later { response(await AppStoreEmulator.answer(answer, after: aftermath, environment: environment)) }
+        // The fault chosen here is the one applied: the request is not routed or a fault chosen a second time.
+        guard let fault = emulator.fault(for: "verifyReceipt", environment: environment) else { return verification() }
+        if case .hang = fault.behavior {
+            return .later { routed(await AppStoreResponder.apply(fault, environment: environment) ?? .drop) }
+        }
+        // Its latency is held by the transport (no task waits); then the misbehaviour, or the verification then.
+        @Sendable func faulted() -> PromptAnswer {
+            AppStoreResponder.misbehaviour(of: fault, environment: environment).map { .now(routed($0)) } ?? verification()
+        }
+        guard let latency = AppStoreResponder.latency(of: fault) else { return faulted() }
+        return .after(latency, faulted)
     }
 
     /// The verifyReceipt path of each environment.
@@ -116,13 +123,28 @@ public struct AppStoreResponder: Responder {
 
     /// Applies a fault already chosen: its latency, then its misbehaviour (nil means answer normally).
     static func apply(_ fault: Fault, environment: AppStoreEnvironment?) async -> Response? {
-        if fault.latencyMax > 0 {
-            let seconds = Double.random(in: fault.latencyMin...max(fault.latencyMin, fault.latencyMax))
-            await HeldCalls.shared.hold(for: .milliseconds(Int(seconds * 1000)))
+        if let latency = latency(of: fault) { await HeldCalls.shared.hold(for: latency) }
+        if case .hang = fault.behavior {
+            // Hold the request until the server shuts down (which cancels this task), then drop it.
+            while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
         }
+        return misbehaviour(of: fault, environment: environment)
+    }
+
+    /// A fault's latency this time: a fixed value or a draw from its range (nil when it has none).
+    static func latency(of fault: Fault) -> Duration? {
+        guard fault.latencyMax > 0 else { return nil }
+        let seconds = Double.random(in: fault.latencyMin...max(fault.latencyMin, fault.latencyMax))
+        return .milliseconds(Int(seconds * 1000))
+    }
+
+    /// What a fault answers instead of the endpoint (nil: answer normally); a hang's end (`apply` holds it first).
+    static func misbehaviour(of fault: Fault, environment: AppStoreEnvironment?) -> Response? {
         switch fault.behavior {
         case .none:
             return nil
+        case .hang:
+            return .drop
         case .status(let code):
             var body: [String: Any] = ["status": code]
             if let environment { body["environment"] = environment.rawValue }
@@ -135,10 +157,6 @@ public struct AppStoreResponder: Responder {
             return .text("<html><head><title>Apple</title></head><body><h1>We're sorry.</h1><p>The service is temporarily unavailable.</p></body></html>",
                          contentType: "text/html; charset=utf-8")
         case .drop:
-            return .drop
-        case .hang:
-            // Hold the request until the server shuts down (which cancels this task), then drop it.
-            while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
             return .drop
         }
     }

@@ -32,6 +32,10 @@ public enum PromptAnswer: Sendable {
     case now(Response)
     /// Work that must wait for something; the transport runs it as a task and sends what it returns.
     case later(@Sendable () async -> Response)
+    /// An answer due after a delay (an emulated latency), decided then by the closure: no task waits meanwhile. The
+    /// transport calls the closure on its own thread, as it asks for answers `.now` (at once when it is shutting
+    /// down), so the closure must be as quick; it may hand over `.later`, or hold again.
+    case after(Duration, @Sendable () -> PromptAnswer)
 }
 
 /// What a transport knows of a request before its body: method, path and headers.

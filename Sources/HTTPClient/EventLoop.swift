@@ -1,4 +1,5 @@
 import CSystem
+import Clocks
 import Foundation
 import Locking
 #if canImport(Glibc)

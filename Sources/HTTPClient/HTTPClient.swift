@@ -1,3 +1,4 @@
+import Clocks
 import Foundation
 
 /// What a request came to.
@@ -163,11 +164,3 @@ enum RequestBytes {
     }
 }
 
-/// Nanoseconds on the monotonic clock.
-public enum Monotonic {
-    public static var now: UInt64 {
-        var spec = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &spec)
-        return UInt64(spec.tv_sec) * 1_000_000_000 + UInt64(spec.tv_nsec)
-    }
-}

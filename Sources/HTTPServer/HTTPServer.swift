@@ -1,4 +1,5 @@
 import CMicroHTTPD
+import Clocks
 import Foundation
 import HTTP
 import Locking
@@ -94,6 +95,8 @@ public final class HTTPServer: Sendable {
     static let drainLimit = 16 << 20
     private let state = Locked<State>(State())
     let resumes = ResumeBatcher()
+    /// Answers due after a delay (`PromptAnswer.after`), their connections suspended meanwhile.
+    let heldAnswers = Alarms(name: "storekeeper-http-held")
     /// The daemon as hand-offs see it: held while a socket is given to libmicrohttpd, so shutdown cannot stop the
     /// daemon under it. Its own lock, not `state`'s: libmicrohttpd may call back (notifications, requests) on the
     /// calling thread, and those callbacks take `state`.
@@ -119,10 +122,12 @@ public final class HTTPServer: Sendable {
         /// Connections suspended and not yet taken back by libmicrohttpd's thread. A response being ready is not
         /// enough: MHD_stop_daemon aborts the process while any connection is still suspended inside the library.
         var suspended = 0
+        /// Set by shutdown once its grace has passed: answers held for a delay are due at once, new tasks cancelled.
+        var stopping = false
     }
 
-    /// Requests whose responder is running now.
-    public var requestsInFlight: Int { state.withLock { $0.inFlight.count } }
+    /// Requests whose responder is running now, or whose answer is held for a delay.
+    public var requestsInFlight: Int { state.withLock { $0.inFlight.count } + heldAnswers.count }
 
     func noteSuspended() { state.withLock { $0.suspended += 1 } }
     func noteResumed() { state.withLock { $0.suspended -= 1 } }
@@ -249,10 +254,17 @@ public final class HTTPServer: Sendable {
             if listener >= 0 { close(listener) }
         }
         let deadline = ContinuousClock.now.advanced(by: grace)
-        while state.withLock({ !$0.inFlight.isEmpty }) && ContinuousClock.now < deadline {
+        while requestsInFlight > 0 && ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(20))
         }
-        for task in state.withLock({ Array($0.inFlight.values) }) { task.cancel() }
+        // Held answers are due now (their delay cut short, as a cancelled task's sleep is), and tasks are cancelled,
+        // those a held answer hands over to included.
+        let tasks = state.withLock { state -> [Task<Void, Never>] in
+            state.stopping = true
+            return Array(state.inFlight.values)
+        }
+        heldAnswers.fireAll()
+        for task in tasks { task.cancel() }
         while state.withLock({ !$0.inFlight.isEmpty }) {
             try? await Task.sleep(for: .milliseconds(10))
         }
@@ -276,6 +288,38 @@ public final class HTTPServer: Sendable {
         state.withLock { $0.front = nil }
     }
 
+    /// Carries out a responder's prompt answer on libmicrohttpd's thread: sends a response now, or suspends the
+    /// connection and runs a task or holds the answer for its delay.
+    func carryOut(_ answer: PromptAnswer, for request: Request, context: RequestContext, connection: OpaquePointer) -> MHD_Result {
+        if case .now(let response) = answer {
+            log(request, status: response.dropConnection ? 0 : response.status.code, bytes: response.body.count,
+                started: context.fields.withLock { $0.startedAt }, response: response)
+            return queue(response, on: connection)
+        }
+        context.fields.withLock { $0.suspended = true }
+        noteSuspended()
+        MHD_suspend_connection(connection)
+        switch answer {
+        case .now: break  // sent above
+        case .later(let work): dispatch(work, context: context, connection: connection)
+        case .after(let delay, let next): hold(next, after: delay, context: context, connection: connection)
+        }
+        return .YES
+    }
+
+    /// Once `delay` has passed the connection is resumed with `next` in its context, and libmicrohttpd's thread, called
+    /// for it again, carries out what `next` answers then: the timer's one thread only resumes, and the answers' work
+    /// is spread over libmicrohttpd's threads as prompt answers are. A server stopping holds nothing.
+    private func hold(_ next: @escaping @Sendable () -> PromptAnswer, after delay: Duration, context: RequestContext, connection: OpaquePointer) {
+        let connectionBox = ConnectionHandle(pointer: connection)
+        // `self` is held strongly: libmicrohttpd, which will call back into it once resumed, holds it unretained.
+        let due: @Sendable () -> Void = { [self] in
+            context.fields.withLock { $0.due = next }
+            resumes.resume(connectionBox, suspended: state.withLock { $0.suspended })
+        }
+        if state.withLock({ $0.stopping }) { due() } else { heldAnswers.schedule(after: delay, due) }
+    }
+
     func dispatch(_ work: @escaping @Sendable () async -> Response, context: RequestContext, connection: OpaquePointer) {
         let taskID = state.withLock { state -> Int in
             state.nextTaskID += 1
@@ -295,10 +339,13 @@ public final class HTTPServer: Sendable {
             }
             resumes.resume(connectionBox, suspended: suspended)
         }
-        state.withLock { state in
+        let stopping = state.withLock { state -> Bool in
             // The task may already have finished; only track it while it runs.
             if !context.isComplete { state.inFlight[taskID] = task }
+            return state.stopping
         }
+        // Started after shutdown cancelled the tasks in flight (a held answer handed over): cancelled too.
+        if stopping { task.cancel() }
     }
 
     func log(_ request: Request, status: Int, bytes: Int, started: ContinuousClock.Instant, response: Response? = nil) {
@@ -388,12 +435,22 @@ final class RequestContext: Sendable {
         var request: Request?
         /// Suspended for the responder and not yet taken back (see `HTTPServer.State.suspended`).
         var suspended = false
+        /// A held answer come due (`PromptAnswer.after`): carried out when libmicrohttpd calls for the connection again.
+        var due: (@Sendable () -> PromptAnswer)?
     }
     let fields = Locked(Fields())
 
     var isComplete: Bool { fields.withLock { $0.response != nil } }
 
     func complete(with response: Response) { fields.withLock { $0.response = response } }
+
+    /// Whether the connection was suspended and not yet taken back; it is marked taken back.
+    func takeBack() -> Bool {
+        fields.withLock { fields in
+            defer { fields.suspended = false }
+            return fields.suspended
+        }
+    }
 }
 
 /// What a connection carried in from a terminated TLS tunnel: the host name its client asked for.
@@ -527,13 +584,17 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
 
     let (ready, tooLarge, started, request) = context.fields.withLock { ($0.response, $0.tooLarge, $0.started, $0.request) }
     if let ready, let request {
-        if context.fields.withLock({ fields -> Bool in
-            defer { fields.suspended = false }
-            return fields.suspended
-        }) { server.noteResumed() }
+        if context.takeBack() { server.noteResumed() }
         server.log(request, status: ready.dropConnection ? 0 : ready.status.code, bytes: ready.body.count,
                    started: context.fields.withLock { $0.startedAt }, response: ready)
         return queue(ready, on: connection)
+    }
+    if let request, let due = context.fields.withLock({ fields -> (@Sendable () -> PromptAnswer)? in
+        defer { fields.due = nil }
+        return fields.due
+    }) {
+        if context.takeBack() { server.noteResumed() }
+        return server.carryOut(due(), for: request, context: context, connection: connection)
     }
     guard var request, !started else { return .YES }
     if let refusal = context.fields.withLock({ $0.refusal }) {
@@ -557,28 +618,14 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
         defer { fields.body = Data() }
         return fields.body
     }
-    switch server.responder.respondPromptly(to: request) {
-    case .now(let response):
-        server.log(request, status: response.dropConnection ? 0 : response.status.code, bytes: response.body.count,
-                   started: context.fields.withLock { $0.startedAt }, response: response)
-        return queue(response, on: connection)
-    case .later(let work):
-        context.fields.withLock { $0.suspended = true }
-        server.noteSuspended()
-        MHD_suspend_connection(connection)
-        server.dispatch(work, context: context, connection: connection)
-        return .YES
-    }
+    return server.carryOut(server.responder.respondPromptly(to: request), for: request, context: context, connection: connection)
 }
 
 private let completedHandler: MHD_RequestCompletedCallback = { cls, _, requestContext, _ in
     guard let requestContext, let pointer = requestContext.pointee else { return }
     let context = Unmanaged<RequestContext>.fromOpaque(pointer)
     // A connection closed while suspended (the client went away) is taken back here instead.
-    if let cls, context.takeUnretainedValue().fields.withLock({ fields -> Bool in
-        defer { fields.suspended = false }
-        return fields.suspended
-    }) {
+    if let cls, context.takeUnretainedValue().takeBack() {
         Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue().noteResumed()
     }
     context.release()

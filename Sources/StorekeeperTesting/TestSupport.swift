@@ -101,10 +101,18 @@ public struct InProcessClient: Sendable {
         case .accept(let limit) where payload.count > limit:
             return HTTPError(.payloadTooLarge, code: "payload_too_large", message: "The request body exceeds \(limit) bytes.").response
         case .accept:
-            switch responder.respondPromptly(to: request) {
-            case .now(let response): return response
-            case .later(let work): return await work()
-            }
+            return await Self.answer(responder.respondPromptly(to: request))
+        }
+    }
+
+    /// A prompt answer carried out as the HTTP server does (a delay slept here, on the test's task).
+    static func answer(_ answer: PromptAnswer) async -> Response {
+        switch answer {
+        case .now(let response): return response
+        case .later(let work): return await work()
+        case .after(let delay, let next):
+            try? await Task.sleep(for: delay)
+            return await Self.answer(next())
         }
     }
 

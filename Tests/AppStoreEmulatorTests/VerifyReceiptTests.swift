@@ -329,7 +329,7 @@ struct FaultTests {
         #expect(try await world.verify(receipt, .production).status == 21002)
     }
 
-    @Test("verifyReceipt is answered on the transport's thread unless a fault is in force or its read found renewals to store")
+    @Test("verifyReceipt is answered on the transport's thread, after a fault's latency held there, unless it hangs or its read found renewals to store")
     func promptAnswers() async throws {
         let store = FailingDocumentStore()
         let clock = TestSupport.fixedClock()
@@ -355,17 +355,41 @@ struct FaultTests {
             #expect(status(response) == 0)
             #expect(response.route == "/sandbox/verifyReceipt")
         }
-        // Other routes, and verifyReceipt with a fault in force, go on as tasks (the fault's latency and misbehaviour apply).
+        // Other routes go on as tasks.
         guard case .later = responder.respondPromptly(to: Request(method: .get, target: "/health")) else {
             Issue.record("a route other than verifyReceipt was answered on the transport's thread")
             return
         }
+        // A fault's misbehaviour without latency is answered at once; with a latency, after it, held by the transport
+        // (the misbehaviour, or the verification, decided when it is due); a hang goes on as a task.
         try await world.emulator.addFault(endpoint: "verifyReceipt", environment: .sandbox, behavior: .status(21005))
-        guard case .later(let faulted) = responder.respondPromptly(to: try request()) else {
-            Issue.record("a verification with a fault in force was answered on the transport's thread")
+        guard case .now(let faulted) = responder.respondPromptly(to: try request()) else {
+            Issue.record("a fault's misbehaviour without latency was not answered at once")
             return
         }
-        #expect(status(await faulted()) == 21005)
+        #expect(status(faulted) == 21005)
+        #expect(faulted.route == "/sandbox/verifyReceipt")
+        for (behavior, expected) in [(Fault.Behavior.status(21005), 21005), (.none, 0)] {
+            try await world.emulator.clearFaults()
+            try await world.emulator.addFault(endpoint: "verifyReceipt", environment: .sandbox, behavior: behavior, latency: 0.2...0.3)
+            guard case .after(let delay, let due) = responder.respondPromptly(to: try request()) else {
+                Issue.record("a fault's latency (\(behavior)) was not held by the transport")
+                continue
+            }
+            #expect(delay >= .milliseconds(200) && delay <= .milliseconds(300))
+            guard case .now(let answer) = due() else {
+                Issue.record("a held verification (\(behavior)) was not answered when due")
+                continue
+            }
+            #expect(status(answer) == expected)
+            #expect(answer.route == "/sandbox/verifyReceipt")
+        }
+        try await world.emulator.clearFaults()
+        try await world.emulator.addFault(endpoint: "verifyReceipt", environment: .sandbox, behavior: .hang)
+        guard case .later = responder.respondPromptly(to: try request()) else {
+            Issue.record("a hanging verification was not handed to a task")
+            return
+        }
         try await world.emulator.clearFaults()
 
         // Renewals found by the verification's own read: the answer waits for them to be stored, and says so when they

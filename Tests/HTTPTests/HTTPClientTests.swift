@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 #endif
 import HTTP
+@testable import Clocks
 @testable import HTTPClient
 @testable import HTTPServer
 import Synchronization

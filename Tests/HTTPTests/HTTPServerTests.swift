@@ -117,6 +117,18 @@ struct PromptResponder: Responder {
     }
 
     func respondPromptly(to request: Request) -> PromptAnswer {
+        // `/held/<ms>` is answered after that delay, decided then; `/held-task/<ms>` hands over to a task then;
+        // `/held-twice/<ms>` holds again for as long.
+        let parts = request.path.split(separator: "/")
+        if parts.count == 2, let milliseconds = Int(parts[1]) {
+            switch parts[0] {
+            case "held": return .after(.milliseconds(milliseconds)) { .now(.text("after \(milliseconds)")) }
+            case "held-task": return .after(.milliseconds(milliseconds)) { .later { .text("task after \(milliseconds)") } }
+            case "held-twice":
+                return .after(.milliseconds(milliseconds)) { .after(.milliseconds(milliseconds)) { .now(.text("twice after \(milliseconds)")) } }
+            default: break
+            }
+        }
         guard request.path == "/prompt" else { return .later { await respond(to: request) } }
         return .now(Response(status: .created, headers: ["Content-Type": "application/octet-stream"], body: request.body))
     }
@@ -139,5 +151,48 @@ struct HTTPServerPromptTests {
         }
         #expect(server.requestsInFlight == 0)
         await server.shutdown()
+    }
+
+    @Test("An answer held for a delay is sent after it, counted in flight meanwhile; shutdown sends it at once", .timeLimit(.minutes(1)))
+    func heldAnswers() async throws {
+        let server = HTTPServer(configuration: .init(port: 0, maxBodySize: 1 << 20, accessLog: false), responder: PromptResponder())
+        let base = URL(string: "http://127.0.0.1:\(try server.start())")!
+        let started = ContinuousClock.now
+        let answers = try await withThrowingTaskGroup(of: (String, Int, String, Duration).self) { group in
+            for index in 0..<20 {
+                let path = ["held", "held-task", "held-twice"][index % 3] + "/\(300 + index * 10)"
+                group.addTask {
+                    let (status, data) = try await HTTPServerTests.fetch(base.appendingPathComponent(path))
+                    return (path, status, String(decoding: data, as: UTF8.self), ContinuousClock.now - started)
+                }
+            }
+            // Held, not answered: counted as requests in flight (the client sends a few at a time).
+            for _ in 0..<500 where server.requestsInFlight == 0 { try await Task.sleep(for: .milliseconds(5)) }
+            #expect(server.requestsInFlight > 0)
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(answers.count == 20)
+        for (path, status, body, elapsed) in answers {
+            let milliseconds = Int(path.split(separator: "/")[1])!
+            #expect(status == 200)
+            let twice = path.hasPrefix("held-twice")
+            #expect(body == (path.hasPrefix("held-task") ? "task after \(milliseconds)" : twice ? "twice after \(milliseconds)" : "after \(milliseconds)"))
+            #expect(elapsed >= .milliseconds(twice ? 2 * milliseconds : milliseconds))
+        }
+        #expect(server.requestsInFlight == 0)
+
+        // Shutdown does not wait out an answer held for ten minutes: it is sent, and the server stops.
+        async let held = HTTPServerTests.fetch(base.appendingPathComponent("held/600000"))
+        async let heldTask = HTTPServerTests.fetch(base.appendingPathComponent("held-task/600000"))
+        async let heldTwice = HTTPServerTests.fetch(base.appendingPathComponent("held-twice/600000"))
+        for _ in 0..<500 where server.requestsInFlight < 3 { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(server.requestsInFlight == 3)
+        await server.shutdown(grace: .milliseconds(100))
+        let (status, data) = try await held
+        #expect(status == 200 && String(decoding: data, as: UTF8.self) == "after 600000")
+        let (taskStatus, taskData) = try await heldTask
+        #expect(taskStatus == 200 && String(decoding: taskData, as: UTF8.self) == "task after 600000")
+        let (twiceStatus, twiceData) = try await heldTwice
+        #expect(twiceStatus == 200 && String(decoding: twiceData, as: UTF8.self) == "twice after 600000")
     }
 }
