@@ -582,17 +582,15 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
         return .YES
     }
 
-    let (ready, tooLarge, started, request) = context.fields.withLock { ($0.response, $0.tooLarge, $0.started, $0.request) }
+    let (ready, tooLarge, started, request, due) = context.fields.withLock { ($0.response, $0.tooLarge, $0.started, $0.request, $0.due) }
     if let ready, let request {
         if context.takeBack() { server.noteResumed() }
         server.log(request, status: ready.dropConnection ? 0 : ready.status.code, bytes: ready.body.count,
                    started: context.fields.withLock { $0.startedAt }, response: ready)
         return queue(ready, on: connection)
     }
-    if let request, let due = context.fields.withLock({ fields -> (@Sendable () -> PromptAnswer)? in
-        defer { fields.due = nil }
-        return fields.due
-    }) {
+    if let request, let due {
+        context.fields.withLock { $0.due = nil }
         if context.takeBack() { server.noteResumed() }
         return server.carryOut(due(), for: request, context: context, connection: connection)
     }
