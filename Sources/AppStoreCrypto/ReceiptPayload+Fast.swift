@@ -2,49 +2,11 @@ import AppStoreModels
 import Foundation
 
 /// The fast path of `ReceiptPayload.decode` for payloads in plain DER, as the App Store writes them: one pass over the
-/// bytes with integer offsets, so no slice (and no reference count) is made per element. Anything it does not
-/// expect (indefinite lengths, constructed strings, multi-byte tags, a value out of range) makes it give up and the
-/// general decoder reads the payload instead, with its own errors: the fast path never decides that a payload is bad.
+/// bytes with `DERCursor`. Anything it does not expect (indefinite lengths, constructed strings, multi-byte tags, a value
+/// out of range) makes it give up and the general decoder reads the payload instead, with its own errors: the fast path
+/// never decides that a payload is bad.
 extension ReceiptPayload {
-    /// One definite-length element: its tag and where its content lies.
-    private struct Element {
-        var tag: UInt8
-        var start: Int
-        var end: Int
-    }
-
-    /// Reads DER elements one after another within `[position, end)`.
-    private struct Cursor {
-        let bytes: UnsafeBufferPointer<UInt8>
-        var position: Int
-        let end: Int
-
-        var isAtEnd: Bool { position >= end }
-
-        /// The next element, or nil where the fast path stops (the general decoder takes over).
-        mutating func next() -> Element? {
-            guard position + 2 <= end else { return nil }
-            let tag = bytes[position]
-            guard tag & 0x1f != 0x1f else { return nil }
-            var length = Int(bytes[position + 1])
-            var offset = position + 2
-            if length & 0x80 != 0 {
-                let count = length & 0x7f
-                guard (1...3).contains(count), offset + count <= end else { return nil }
-                length = 0
-                for index in 0..<count { length = length << 8 | Int(bytes[offset + index]) }
-                offset += count
-            }
-            guard length <= end - offset else { return nil }
-            position = offset + length
-            return Element(tag: tag, start: offset, end: offset + length)
-        }
-
-        /// The elements of a constructed element.
-        func children(of element: Element) -> Cursor { Cursor(bytes: bytes, position: element.start, end: element.end) }
-    }
-
-    private static func integer(_ bytes: UnsafeBufferPointer<UInt8>, _ element: Element) -> Int64? {
+    private static func integer(_ bytes: UnsafeBufferPointer<UInt8>, _ element: DERElement) -> Int64? {
         guard element.tag == 0x02, element.end > element.start, bytes[element.start] & 0x80 == 0 else { return nil }
         var start = element.start
         while start < element.end, bytes[start] == 0 { start += 1 }
@@ -54,7 +16,7 @@ extension ReceiptPayload {
         return value <= UInt64(Int64.max) ? Int64(value) : nil
     }
 
-    private static func string(_ bytes: UnsafeBufferPointer<UInt8>, _ element: Element) -> String? {
+    private static func string(_ bytes: UnsafeBufferPointer<UInt8>, _ element: DERElement) -> String? {
         guard ASN1Element.isString(tag: element.tag) else { return nil }
         return String(validUTF8: UnsafeBufferPointer(rebasing: bytes[element.start..<element.end]))
     }
@@ -66,7 +28,7 @@ extension ReceiptPayload {
         case unreadable
     }
 
-    private static func date(_ bytes: UnsafeBufferPointer<UInt8>, _ element: Element) -> DateValue {
+    private static func date(_ bytes: UnsafeBufferPointer<UInt8>, _ element: DERElement) -> DateValue {
         guard ASN1Element.isString(tag: element.tag) else { return .unreadable }
         if element.start == element.end { return .absent }
         guard let date = ReceiptDate.parseRFC3339(utf8: UnsafeBufferPointer(rebasing: bytes[element.start..<element.end])) else { return .unreadable }
@@ -74,7 +36,7 @@ extension ReceiptPayload {
     }
 
     /// The date or nil (absent), or false when the fast path stops.
-    private static func readDate(_ bytes: UnsafeBufferPointer<UInt8>, _ octets: Element) -> (ok: Bool, date: Date?) {
+    private static func readDate(_ bytes: UnsafeBufferPointer<UInt8>, _ octets: DERElement) -> (ok: Bool, date: Date?) {
         guard let value = single(bytes, octets) else { return (false, nil) }
         switch date(bytes, value) {
         case .absent: return (true, nil)
@@ -84,9 +46,9 @@ extension ReceiptPayload {
     }
 
     /// Calls `body` with each attribute's (type, value element inside the OCTET STRING); false where the fast path stops.
-    private static func forEachAttribute(_ bytes: UnsafeBufferPointer<UInt8>, in range: Element,
-                                         _ body: (Int, Element) -> Bool) -> Bool {
-        var cursor = Cursor(bytes: bytes, position: range.start, end: range.end)
+    private static func forEachAttribute(_ bytes: UnsafeBufferPointer<UInt8>, in range: DERElement,
+                                         _ body: (Int, DERElement) -> Bool) -> Bool {
+        var cursor = DERCursor(bytes: bytes, position: range.start, end: range.end)
         guard let set = cursor.next(), set.tag == DER.Tag.set, cursor.isAtEnd else { return false }
         var attributes = cursor.children(of: set)
         while !attributes.isAtEnd {
@@ -100,8 +62,8 @@ extension ReceiptPayload {
     }
 
     /// The value inside an attribute's OCTET STRING, when it is exactly one element.
-    private static func single(_ bytes: UnsafeBufferPointer<UInt8>, _ octets: Element) -> Element? {
-        var cursor = Cursor(bytes: bytes, position: octets.start, end: octets.end)
+    private static func single(_ bytes: UnsafeBufferPointer<UInt8>, _ octets: DERElement) -> DERElement? {
+        var cursor = DERCursor(bytes: bytes, position: octets.start, end: octets.end)
         guard let element = cursor.next(), cursor.isAtEnd else { return nil }
         return element
     }
@@ -111,7 +73,7 @@ extension ReceiptPayload {
         payload.withUnsafeBufferPointer { bytes -> AppReceipt? in
             var receipt = AppReceipt(receiptType: ReceiptType(rawValue: ""), bundleId: "", applicationVersion: "", creationDate: nil)
             var sawBundle = false
-            let whole = Element(tag: 0, start: 0, end: bytes.count)
+            let whole = DERElement(tag: 0, start: 0, end: bytes.count)
             let complete = forEachAttribute(bytes, in: whole) { type, octets in
                 switch type {
                 case Field.opaqueValue: receipt.opaqueValue = Data(UnsafeBufferPointer(rebasing: bytes[octets.start..<octets.end]))
@@ -159,7 +121,7 @@ extension ReceiptPayload {
         }
     }
 
-    private static func decodePurchaseFast(_ bytes: UnsafeBufferPointer<UInt8>, _ octets: Element) -> InAppPurchase? {
+    private static func decodePurchaseFast(_ bytes: UnsafeBufferPointer<UInt8>, _ octets: DERElement) -> InAppPurchase? {
         var purchase = InAppPurchase(productId: "", transactionId: "", purchaseDate: nil)
         let complete = forEachAttribute(bytes, in: octets) { type, octets in
             switch type {

@@ -25,6 +25,15 @@ public struct SignedData: Sendable {
 
     /// Parses BER or DER. Throws `CryptoError` with code `malformed_pkcs7`.
     public init(ber bytes: [UInt8]) throws {
+        if let parsed = SignedData.parseDER(bytes) {
+            self = parsed
+        } else {
+            try self.init(generalBER: bytes)
+        }
+    }
+
+    /// The general parser, which reads every form `init(ber:)` accepts and names what is wrong.
+    init(generalBER bytes: [UInt8]) throws {
         do {
             let contentInfo = try ASN1Element.parse(bytes).children(expecting: DER.Tag.sequence, "ContentInfo")
             guard contentInfo.count >= 2, try contentInfo[0].objectIdentifier() == OID.signedData else {
