@@ -69,7 +69,7 @@ extension ReceiptPayload {
     }
 
     /// The payload read in one DER pass, or nil to have the general decoder read it.
-    static func decodeFast(_ payload: [UInt8]) -> AppReceipt? {
+    package static func decodeFast(_ payload: [UInt8]) -> AppReceipt? {
         payload.withUnsafeBufferPointer { bytes -> AppReceipt? in
             var receipt = AppReceipt(receiptType: ReceiptType(rawValue: ""), bundleId: "", applicationVersion: "", creationDate: nil)
             var sawBundle = false

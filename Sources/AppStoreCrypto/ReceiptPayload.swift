@@ -127,7 +127,7 @@ public enum ReceiptPayload {
     }
 
     /// The decoder for every payload, DER or BER (the fast path gives the same answer for the DER ones it reads).
-    static func decodeGeneral(_ payload: [UInt8]) throws -> AppReceipt {
+    package static func decodeGeneral(_ payload: [UInt8]) throws -> AppReceipt {
         var receipt = AppReceipt(receiptType: ReceiptType(rawValue: ""), bundleId: "", applicationVersion: "", creationDate: nil)
         var sawBundle = false
         try forEachAttribute(payload[...]) { type, value in

@@ -18,7 +18,7 @@ extension SignedData {
     }
 
     /// The SignedData read in one DER pass, or nil to have the general parser read it.
-    static func parseDER(_ bytes: [UInt8]) -> SignedData? {
+    package static func parseDER(_ bytes: [UInt8]) -> SignedData? {
         bytes.withUnsafeBufferPointer { buffer -> SignedData? in
             var outer = DERCursor(bytes: buffer)
             guard let contentInfo = outer.next(tagged: DER.Tag.sequence), outer.isAtEnd else { return nil }

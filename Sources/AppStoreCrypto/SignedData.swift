@@ -3,7 +3,7 @@ import Foundation
 
 /// A PKCS#7/CMS SignedData container as App Store receipts use it: the payload, embedded
 /// certificates and one signer identified by issuer and serial number.
-public struct SignedData: Sendable {
+public struct SignedData: Sendable, Equatable {
     /// The signed content (the receipt payload).
     public let payload: [UInt8]
     /// Embedded certificates in the order they appear.
@@ -33,7 +33,7 @@ public struct SignedData: Sendable {
     }
 
     /// The general parser, which reads every form `init(ber:)` accepts and names what is wrong.
-    init(generalBER bytes: [UInt8]) throws {
+    package init(generalBER bytes: [UInt8]) throws {
         do {
             let contentInfo = try ASN1Element.parse(bytes).children(expecting: DER.Tag.sequence, "ContentInfo")
             guard contentInfo.count >= 2, try contentInfo[0].objectIdentifier() == OID.signedData else {

@@ -42,8 +42,21 @@ public enum FuzzTargets {
     /// An app receipt: PKCS#7 and the receipt payload with its in-app purchases (the base64 text too).
     static func receipt(_ bytes: [UInt8]) {
         _ = try? ReceiptDecoder.decode(bytes)
+        fastPathsAgree(bytes)
         if let text = String(validating: bytes, as: UTF8.self), let decoded = ReceiptDecoder.base64Decode(text) {
             _ = try? ReceiptDecoder.decode(decoded)
+            fastPathsAgree(decoded)
+        }
+    }
+
+    /// The fast paths of the PKCS#7 container and of the payload read nothing the general parsers would not read the
+    /// same way (a difference stops the fuzzer as a crash).
+    private static func fastPathsAgree(_ bytes: [UInt8]) {
+        if let fast = SignedData.parseDER(bytes) {
+            precondition(fast == (try? SignedData(generalBER: bytes)), "the SignedData fast path read differently")
+            if let payload = ReceiptPayload.decodeFast(fast.payload) {
+                precondition(payload == (try? ReceiptPayload.decodeGeneral(fast.payload)), "the payload's fast path read differently")
+            }
         }
     }
 
