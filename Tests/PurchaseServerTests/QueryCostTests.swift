@@ -145,6 +145,48 @@ extension QueryCostTests {
         return text
     }
 
+    @Test("The admin listing of ledger rows reads each app's newest along an index, merges apps newest first, and narrows to a user",
+          arguments: Engine.available)
+    func ledgerListing(engine: Engine) async throws {
+        let database = try await Self.migratedDatabase(engine)
+        let apps = ["com.example.a", "com.example.b", "com.example.c"]
+        try await database.transaction { db in
+            // 600 rows: the app of row i is i % 3 (c has none past the first 30), its user i % 7, recorded at i * 10 ms but
+            // written in a shuffled order, so neither the primary key nor insertion order gives the answer.
+            for index in (0..<600).shuffled() where index % 3 != 2 || index < 90 {
+                try db.query("""
+                    INSERT INTO ledger (environment, transaction_id, app_id, app_user_id, product_id, product_type, quantity, purchase_date,
+                    original_transaction_id, source, verification_id, is_trial, recorded_at)
+                    VALUES ('Production', ?, ?, ?, 'coins', 'Consumable', 1, 0, ?, 'receipt', 'v', 0, ?)
+                    """, ["t\(index)", apps[index % 3], "user-\(index % 7)", "t\(index)", Int64(index) * 10])
+            }
+        }
+        if engine == .postgres { _ = try await database.transaction { db in try db.query("ANALYZE ledger") } }
+        // One app's rows from the end of an index, nothing read past the page and nothing sorted; one user's through
+        // theirs (PostgreSQL may sort a user's few rows rather than walk the index: its statistics say how few).
+        for (filter, index) in [("", "ledger_recorded"), (" AND app_user_id = 'user-3'", "ledger_user_recorded")] {
+            let plan = try await Self.plan("SELECT * FROM ledger WHERE app_id = 'com.example.a'\(filter) ORDER BY recorded_at DESC LIMIT 100",
+                                           in: database)
+            #expect(plan.contains(index), "\(plan)")
+            if filter.isEmpty { #expect(!plan.lowercased().contains("temp b-tree") && !plan.contains("Sort"), "no sort of the app's rows: \(plan)") }
+        }
+        #expect(try await database.read { db in try LedgerReader(db: db).appsInLedger() } == apps)
+
+        func listed(_ app: String?, _ user: String?, _ limit: Int) async throws -> [String] {
+            try await database.read { db in try LedgerReader(db: db).rows(appId: app, appUserId: user, limit: limit) }.compactMap { $0["transaction_id"] }
+        }
+        let written = (0..<600).filter { $0 % 3 != 2 || $0 < 90 }
+        func expected(_ keep: (Int) -> Bool, _ limit: Int) -> [String] { written.filter(keep).sorted(by: >).prefix(limit).map { "t\($0)" } }
+        #expect(try await listed("com.example.a", nil, 25) == expected({ $0 % 3 == 0 }, 25))
+        #expect(try await listed("com.example.b", "user-3", 10) == expected({ $0 % 3 == 1 && $0 % 7 == 3 }, 10))
+        // Without an app: every app the ledger holds, newest first (c's rows are older than the first 50 of the others).
+        #expect(try await listed(nil, nil, 50) == expected({ _ in true }, 50))
+        #expect(try await listed(nil, nil, 1_000) == expected({ _ in true }, 1_000))
+        #expect(try await listed(nil, "user-5", 40) == expected({ $0 % 7 == 5 }, 40))
+        #expect(try await listed("com.example.none", nil, 10).isEmpty)
+        await database.close()
+    }
+
     @Test("Expired leases, a user by appAccountToken and the gauges of GET /metrics are each found through their index, not a scan",
           arguments: Engine.available)
     func statementsUseTheirIndex(engine: Engine) async throws {

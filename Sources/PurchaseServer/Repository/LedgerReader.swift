@@ -48,17 +48,41 @@ struct LedgerReader {
             """, [appId, appUserId, transactionId, transactionId]).isEmpty
     }
 
-    /// Rows recorded newest first, of one app and user when given, every column as text.
+    /// Rows recorded newest first, of one app and user when given, every column as text. One app's newest rows are
+    /// read from the end of `ledger_recorded` (one user's from the end of theirs in `ledger_user_recorded`); without an
+    /// app, each app's newest `limit` are read so and merged. No listing reads or sorts more than `limit` rows of an app,
+    /// whatever the ledger has grown to.
     func rows(appId: String?, appUserId: String?, limit: Int) throws -> [[String: String]] {
-        var sql = "SELECT * FROM ledger WHERE 1 = 1"
-        var parameters: [any SQLBindable] = []
-        if let appId { sql += " AND app_id = ?"; parameters.append(appId) }
-        if let appUserId { sql += " AND app_user_id = ?"; parameters.append(appUserId) }
-        return try db.query(sql + " ORDER BY recorded_at DESC LIMIT ?", parameters + [limit]).map { row in
-            var object: [String: String] = [:]
-            for (column, value) in zip(row.columns, row.values) where value != .null { object[column] = value.description }
-            return object
+        let apps = try appId.map { [$0] } ?? appsInLedger()
+        var newest: [(recordedAt: Int64, row: [String: String])] = []
+        for app in apps {
+            var sql = "SELECT * FROM ledger WHERE app_id = ?"
+            var parameters: [any SQLBindable] = [app]
+            if let appUserId { sql += " AND app_user_id = ?"; parameters.append(appUserId) }
+            for row in try db.query(sql + " ORDER BY recorded_at DESC LIMIT ?", parameters + [limit]) {
+                var object: [String: String] = [:]
+                for (column, value) in zip(row.columns, row.values) where value != .null { object[column] = value.description }
+                newest.append((row.int("recorded_at") ?? 0, object))
+            }
         }
+        guard apps.count > 1 else { return newest.map(\.row) }
+        // Each app's rows are newest first already; a stable sort keeps their order among equal times.
+        return newest.enumerated().sorted { first, second in
+            first.element.recordedAt != second.element.recordedAt ? first.element.recordedAt > second.element.recordedAt : first.offset < second.offset
+        }.prefix(limit).map(\.element.row)
+    }
+
+    /// The app ids the ledger holds, each found by one seek along an index that begins with the app id rather than by
+    /// reading every row (a registered app may have none, and a restored ledger may hold an app no longer registered).
+    func appsInLedger() throws -> [String] {
+        try db.query("""
+            WITH RECURSIVE found(app_id) AS (
+                SELECT min(app_id) FROM ledger
+                UNION ALL
+                SELECT (SELECT min(app_id) FROM ledger WHERE app_id > found.app_id) FROM found WHERE found.app_id IS NOT NULL
+            )
+            SELECT app_id FROM found WHERE app_id IS NOT NULL
+            """, []).compactMap { $0.string("app_id") }
     }
 
     /// An app's transactions for the console, newest first: purchased in [from, to), narrowed by product, type,
