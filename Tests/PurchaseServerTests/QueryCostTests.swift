@@ -184,6 +184,9 @@ extension QueryCostTests {
         #expect(try await listed(nil, nil, 1_000) == expected({ _ in true }, 1_000))
         #expect(try await listed(nil, "user-5", 40) == expected({ $0 % 7 == 5 }, 40))
         #expect(try await listed("com.example.none", nil, 10).isEmpty)
+        // The merge keeps the page's rows before the next app's at equal times, and stops at the page's size.
+        let merged = LedgerReader.merged([(5, "a1"), (3, "a2")], [(5, "b1"), (4, "b2"), (1, "b3")], limit: 4).map(\.row)
+        #expect(merged == ["a1", "b1", "b2", "a2"])
         await database.close()
     }
 

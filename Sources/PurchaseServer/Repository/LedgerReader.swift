@@ -50,26 +50,42 @@ struct LedgerReader {
 
     /// Rows recorded newest first, of one app and user when given, every column as text. One app's newest rows are
     /// read from the end of `ledger_recorded` (one user's from the end of theirs in `ledger_user_recorded`); without an
-    /// app, each app's newest `limit` are read so and merged. No listing reads or sorts more than `limit` rows of an app,
-    /// whatever the ledger has grown to.
+    /// app, each app's are read so in turn, once a page is full only those as new as its oldest, and merged into it. No
+    /// listing reads or holds more than a page of an app's rows, whatever the ledger has grown to.
     func rows(appId: String?, appUserId: String?, limit: Int) throws -> [[String: String]] {
         let apps = try appId.map { [$0] } ?? appsInLedger()
-        var newest: [(recordedAt: Int64, row: [String: String])] = []
+        var page: [(recordedAt: Int64, row: [String: String])] = []
         for app in apps {
             var sql = "SELECT * FROM ledger WHERE app_id = ?"
             var parameters: [any SQLBindable] = [app]
             if let appUserId { sql += " AND app_user_id = ?"; parameters.append(appUserId) }
+            if page.count == limit, let oldest = page.last?.recordedAt { sql += " AND recorded_at >= ?"; parameters.append(oldest) }
+            var rows: [(recordedAt: Int64, row: [String: String])] = []
             for row in try db.query(sql + " ORDER BY recorded_at DESC LIMIT ?", parameters + [limit]) {
                 var object: [String: String] = [:]
                 for (column, value) in zip(row.columns, row.values) where value != .null { object[column] = value.description }
-                newest.append((row.int("recorded_at") ?? 0, object))
+                rows.append((row.int("recorded_at") ?? 0, object))
+            }
+            // Both are newest first; a stable merge keeps the earlier app's rows first among equal times.
+            page = Self.merged(page, rows, limit: limit)
+        }
+        return page.map(\.row)
+    }
+
+    /// Two lists newest first merged into one, newest first, of at most `limit`; `first`'s before `second`'s at equal times.
+    static func merged<Row>(_ first: [(recordedAt: Int64, row: Row)], _ second: [(recordedAt: Int64, row: Row)],
+                            limit: Int) -> [(recordedAt: Int64, row: Row)] {
+        var result: [(recordedAt: Int64, row: Row)] = []
+        result.reserveCapacity(min(limit, first.count + second.count))
+        var left = first.startIndex, right = second.startIndex
+        while result.count < limit, left < first.endIndex || right < second.endIndex {
+            if right == second.endIndex || (left < first.endIndex && first[left].recordedAt >= second[right].recordedAt) {
+                result.append(first[left]); left += 1
+            } else {
+                result.append(second[right]); right += 1
             }
         }
-        guard apps.count > 1 else { return newest.map(\.row) }
-        // Each app's rows are newest first already; a stable sort keeps their order among equal times.
-        return newest.enumerated().sorted { first, second in
-            first.element.recordedAt != second.element.recordedAt ? first.element.recordedAt > second.element.recordedAt : first.offset < second.offset
-        }.prefix(limit).map(\.element.row)
+        return result
     }
 
     /// The app ids the ledger holds, each found by one seek along an index that begins with the app id rather than by
