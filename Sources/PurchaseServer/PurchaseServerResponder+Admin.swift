@@ -198,7 +198,8 @@ extension PurchaseServerResponder {
         }
         admin(.get, "/admin/v1/transactions") { request in
             let limit = Self.listLimit(request)
-            let rows = try await server.store.database.longRead { db in
+            // Several statements (one per app without an app): one snapshot, so a page holds no row newer than one it lacks.
+            let rows = try await server.store.database.snapshotRead { db in
                 try LedgerReader(db: db).rows(appId: request.query["app"], appUserId: request.query["user"], limit: limit)
             }
             return .json(rows)

@@ -277,6 +277,17 @@ extension SQLDatabase {
     public func longRead<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
         try await read(body)
     }
+
+    /// Runs `body`, which only reads, with several statements that must see one state of the database (a page merged
+    /// from several queries): on SQLite `longRead`, one transaction on a connection of its own; on PostgreSQL a
+    /// read-only REPEATABLE READ transaction, where `read` and `longRead` give each statement a snapshot of its own.
+    public func snapshotRead<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+        guard dialect == .postgres else { return try await longRead(body) }
+        return try await transaction { db in
+            try db.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            return try body(db)
+        }
+    }
 }
 
 /// A schema migration: an ordered list of statements identified by a version.

@@ -173,7 +173,7 @@ extension QueryCostTests {
         #expect(try await database.read { db in try LedgerReader(db: db).appsInLedger() } == apps)
 
         func listed(_ app: String?, _ user: String?, _ limit: Int) async throws -> [String] {
-            try await database.read { db in try LedgerReader(db: db).rows(appId: app, appUserId: user, limit: limit) }.compactMap { $0["transaction_id"] }
+            try await database.snapshotRead { db in try LedgerReader(db: db).rows(appId: app, appUserId: user, limit: limit) }.compactMap { $0["transaction_id"] }
         }
         let written = (0..<600).filter { $0 % 3 != 2 || $0 < 90 }
         func expected(_ keep: (Int) -> Bool, _ limit: Int) -> [String] { written.filter(keep).sorted(by: >).prefix(limit).map { "t\($0)" } }
@@ -184,6 +184,11 @@ extension QueryCostTests {
         #expect(try await listed(nil, nil, 1_000) == expected({ _ in true }, 1_000))
         #expect(try await listed(nil, "user-5", 40) == expected({ $0 % 7 == 5 }, 40))
         #expect(try await listed("com.example.none", nil, 10).isEmpty)
+        // On PostgreSQL the page's statements share one snapshot.
+        if engine == .postgres {
+            let isolation = try await database.snapshotRead { db in try db.query("SHOW transaction_isolation").first?.string("transaction_isolation") }
+            #expect(isolation == "repeatable read")
+        }
         // The merge keeps the page's rows before the next app's at equal times, and stops at the page's size.
         let merged = LedgerReader.merged([(5, "a1"), (3, "a2")], [(5, "b1"), (4, "b2"), (1, "b3")], limit: 4).map(\.row)
         #expect(merged == ["a1", "b1", "b2", "a2"])

@@ -50,8 +50,9 @@ struct LedgerReader {
 
     /// Rows recorded newest first, of one app and user when given, every column as text. One app's newest rows are
     /// read from the end of `ledger_recorded` (one user's from the end of theirs in `ledger_user_recorded`); without an
-    /// app, each app's are read so in turn, once a page is full only those as new as its oldest, and merged into it. No
-    /// listing reads or holds more than a page of an app's rows, whatever the ledger has grown to.
+    /// app, each app's are read so in turn, once a page is full only those newer than its oldest, and merged into it. No
+    /// listing reads or holds more than a page of an app's rows, whatever the ledger has grown to. Run it in one snapshot
+    /// (`SQLDatabase.snapshotRead`).
     func rows(appId: String?, appUserId: String?, limit: Int) throws -> [[String: String]] {
         let apps = try appId.map { [$0] } ?? appsInLedger()
         var page: [(recordedAt: Int64, row: [String: String])] = []
@@ -59,7 +60,8 @@ struct LedgerReader {
             var sql = "SELECT * FROM ledger WHERE app_id = ?"
             var parameters: [any SQLBindable] = [app]
             if let appUserId { sql += " AND app_user_id = ?"; parameters.append(appUserId) }
-            if page.count == limit, let oldest = page.last?.recordedAt { sql += " AND recorded_at >= ?"; parameters.append(oldest) }
+            // A later app's row at the page's oldest time would be merged after the page's own: only newer ones can enter.
+            if page.count == limit, let oldest = page.last?.recordedAt { sql += " AND recorded_at > ?"; parameters.append(oldest) }
             var rows: [(recordedAt: Int64, row: [String: String])] = []
             for row in try db.query(sql + " ORDER BY recorded_at DESC LIMIT ?", parameters + [limit]) {
                 var object: [String: String] = [:]
