@@ -1,4 +1,4 @@
-import Foundation
+import AppStoreModels
 
 /// One definite-length DER element found by `DERCursor`: its identifier octet and where its encoding and its content lie,
 /// as offsets into the buffer read.
@@ -79,9 +79,6 @@ struct DERCursor {
 
     /// Whether an element's content is exactly these bytes.
     func content(of element: DERElement, equals expected: [UInt8]) -> Bool {
-        guard element.end - element.start == expected.count else { return false }
-        return expected.withUnsafeBufferPointer { wanted in
-            wanted.isEmpty || memcmp(bytes.baseAddress! + element.start, wanted.baseAddress!, wanted.count) == 0
-        }
+        expected.hasSameBytes(as: UnsafeBufferPointer(rebasing: bytes[element.start..<element.end]))
     }
 }
