@@ -1,4 +1,5 @@
 import Foundation
+import CSystem
 import Locking
 import Synchronization
 
@@ -15,10 +16,10 @@ public protocol IDGenerator: Sendable {
 
 extension IDGenerator {
     /// A new identifier in the lowercase form Apple and Storekeeper write (`notificationUUID`, job ids).
-    public func nextString() -> String { next().uuidString.lowercased() }
+    public func nextString() -> String { next().lowercasedString }
 
     /// `nextOrdered()` in the same lowercase form.
-    public func nextOrderedString() -> String { nextOrdered().uuidString.lowercased() }
+    public func nextOrderedString() -> String { nextOrdered().lowercasedString }
 
     /// A generator whose identifiers already come in order (`SequentialIDs`) needs nothing else.
     public func nextOrdered() -> UUID { next() }
@@ -31,21 +32,32 @@ extension IDGenerator {
 public struct RandomIDs: IDGenerator {
     public init() {}
     public func next() -> UUID {
-        var generator = SystemRandomNumberGenerator()
+        let (first, second) = Self.randomWords()
         // Version 4 in the high nibble of byte 6, variant 10 in the top bits of byte 8 (RFC 9562).
-        let high = (generator.next() as UInt64) & 0xffff_ffff_ffff_0fff | 0x0000_0000_0000_4000
-        let low = (generator.next() as UInt64) & 0x3fff_ffff_ffff_ffff | 0x8000_0000_0000_0000
+        let high = first & 0xffff_ffff_ffff_0fff | 0x0000_0000_0000_4000
+        let low = second & 0x3fff_ffff_ffff_ffff | 0x8000_0000_0000_0000
         return Self.uuid(high: high, low: low)
     }
 
     /// Version 7 (RFC 9562): the Unix time in milliseconds in the first 48 bits, then 74 random bits (12 after the
     /// version, 62 after the variant). Ids of the same millisecond are in no particular order.
     public func nextOrdered() -> UUID {
-        var generator = SystemRandomNumberGenerator()
+        let (first, second) = Self.randomWords()
         let milliseconds = UInt64(max(0, (Date().timeIntervalSince1970 * 1000).rounded(.down))) & 0xffff_ffff_ffff
-        let high = milliseconds << 16 | 0x7000 | (generator.next() as UInt64) & 0x0fff
-        let low = (generator.next() as UInt64) & 0x3fff_ffff_ffff_ffff | 0x8000_0000_0000_0000
+        let high = milliseconds << 16 | 0x7000 | first & 0x0fff
+        let low = second & 0x3fff_ffff_ffff_ffff | 0x8000_0000_0000_0000
         return Self.uuid(high: high, low: low)
+    }
+
+    /// Sixteen bytes from the system generator in one `getrandom(2)` call (the standard generator makes one call per eight
+    /// bytes: two system calls for every id, on the SQLite writer's thread for each audit row). If the call fails or
+    /// returns short, the standard generator, which does not fail.
+    private static func randomWords() -> (UInt64, UInt64) {
+        var words: (UInt64, UInt64) = (0, 0)
+        let filled = withUnsafeMutableBytes(of: &words) { getrandom($0.baseAddress, $0.count, 0) }
+        if filled == MemoryLayout<(UInt64, UInt64)>.size { return words }
+        var generator = SystemRandomNumberGenerator()
+        return (generator.next(), generator.next())
     }
 
     private static func uuid(high: UInt64, low: UInt64) -> UUID {
@@ -74,5 +86,28 @@ public final class SequentialIDs: IDGenerator {
         }
         let text = String(format: "00000000-0000-4%03x-8000-%012llx", Int(prefix & 0xfff), value & 0xffff_ffff_ffff)
         return UUID(uuidString: text)!
+    }
+}
+
+extension UUID {
+    /// `uuidString.lowercased()`, written directly: the settlement's audit rows and every job take one, on the SQLite
+    /// writer's thread, and Foundation's string and its lowercased copy were a quarter of writing an audit row.
+    public var lowercasedString: String {
+        let digits: StaticString = "0123456789abcdef"
+        return withUnsafeBytes(of: uuid) { bytes in
+            String(unsafeUninitializedCapacity: 36) { buffer in
+                var offset = 0
+                for (index, byte) in bytes.enumerated() {
+                    if index == 4 || index == 6 || index == 8 || index == 10 {
+                        buffer[offset] = UInt8(ascii: "-")
+                        offset += 1
+                    }
+                    buffer[offset] = digits.utf8Start[Int(byte >> 4)]
+                    buffer[offset + 1] = digits.utf8Start[Int(byte & 0x0f)]
+                    offset += 2
+                }
+                return offset
+            }
+        }
     }
 }

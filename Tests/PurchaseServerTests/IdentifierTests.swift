@@ -254,4 +254,22 @@ struct ServerIdentifierTests {
     func noBearer(header: String) {
         #expect(PurchaseServerResponder.bearer(header) == nil)
     }
+
+    @Test("Identifiers are written as Foundation's lowercased UUID string")
+    func lowercasedUUIDs() {
+        var random = SplitMix64(state: 7)
+        let edges = [UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)),
+                     UUID(uuid: (255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255))]
+        let randoms = (0..<2_000).map { _ in
+            withUnsafeBytes(of: (random.next(), random.next())) { bytes in
+                UUID(uuid: (bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+                            bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]))
+            }
+        }
+        for uuid in edges + randoms + [RandomIDs().next(), RandomIDs().nextOrdered()] {
+            #expect(uuid.lowercasedString == uuid.uuidString.lowercased())
+        }
+        #expect(RandomIDs().nextOrderedString().count == 36)
+        #expect(UUID(uuidString: RandomIDs().nextString()) != nil)
+    }
 }

@@ -145,6 +145,34 @@ struct SubscriptionMetricsRollupTests {
         #expect(MetricsRepository.decode(MetricsRepository.encode(days)) == days)
     }
 
+    /// Chains stored by earlier versions are read back, and chains stored now by a process of an earlier version: the
+    /// text is the same byte for byte as the parts joined the way it was first written.
+    @Test("A chain's days are written exactly as before, over random tallies and currencies")
+    func encodingUnchanged() {
+        func joined(_ days: [MetricsKey: MetricsTally]) -> String {
+            days.sorted { $0.key < $1.key }.map { key, tally in
+                ([String(key.day), key.currency.isEmpty ? "-" : key.currency.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "-"]
+                 + MetricsField.days.map { String(tally[$0]) }).joined(separator: " ")
+            }.joined(separator: "\n")
+        }
+        var random = SplitMix64(state: 31)
+        let currencies = ["", "USD", "JPY", "usd", "A1b2", "-", "U S\nD", "\u{20AC}", "e\u{301}", "100%", "Z9z0"]
+        #expect(MetricsRepository.encode([:]) == "")
+        for _ in 0..<500 {
+            var days: [MetricsKey: MetricsTally] = [:]
+            for _ in 0..<Int.random(in: 1...4, using: &random) {
+                var tally = MetricsTally()
+                for field in MetricsField.allCases where Bool.random(using: &random) {
+                    tally[field] = [Int64.min, Int64.max, 0, -1].randomElement(using: &random)! &+ Int64.random(in: -1_000...1_000, using: &random)
+                }
+                days[MetricsKey(day: Int64.random(in: -1...40, using: &random) * 86_400_000, currency: currencies.randomElement(using: &random)!)] = tally
+            }
+            let text = MetricsRepository.encode(days)
+            #expect(text == joined(days))
+            #expect(MetricsRepository.decode(text) == days.mapValues { $0.keeping(moments: false) })
+        }
+    }
+
     /// Through the real server on each engine: the rollup, kept by settlements and refreshed by two refreshers at
     /// once, says what the definitions say over the ledger after purchases, renewals, a refund and a rebuild.
     @Test("Through the server: the rollup follows purchases, renewals, a refund and a rebuild, with two refreshers at once",

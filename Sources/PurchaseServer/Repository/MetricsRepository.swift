@@ -231,10 +231,30 @@ struct MetricsRepository {
     }
 
     /// A chain's day tallies as text: `day currency v0 v1 …` per line (the day fields only; the currency percent-escaped).
+    /// Written into one string: a chain's encoding is made for every chain the rollup refreshes, on the SQLite writer,
+    /// and arrays of parts joined twice, with Foundation's percent-encoding of an ISO code that needs none, cost as much
+    /// as the refresh's statements.
     static func encode(_ days: [MetricsKey: MetricsTally]) -> String {
-        days.sorted { $0.key < $1.key }.map { key, tally in
-            ([String(key.day), key.currency.isEmpty ? "-" : key.currency.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "-"] + MetricsField.days.map { String(tally[$0]) }).joined(separator: " ")
-        }.joined(separator: "\n")
+        var text = ""
+        for (key, tally) in days.sorted(by: { $0.key < $1.key }) {
+            if !text.isEmpty { text += "\n" }
+            text += String(key.day)
+            text += " "
+            text += escaped(currency: key.currency)
+            for field in MetricsField.days {
+                text += " "
+                text += String(tally[field])
+            }
+        }
+        return text
+    }
+
+    /// A currency as `encode` writes it: "-" for none; ASCII letters and digits as they are (percent-encoding leaves them
+    /// so); anything else percent-encoded.
+    static func escaped(currency: String) -> String {
+        if currency.isEmpty { return "-" }
+        if currency.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x41...0x5a).contains($0) || (0x61...0x7a).contains($0) }) { return currency }
+        return currency.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "-"
     }
 
     static func decode(_ text: String) -> [MetricsKey: MetricsTally] {
