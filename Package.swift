@@ -26,7 +26,7 @@ let package = Package(
         .target(name: "COpenSSLSetup", linkerSettings: [.linkedLibrary("crypto")]),
 
         .target(name: "Locking", swiftSettings: swiftSettings),
-        .target(name: "Clocks", dependencies: ["CSystem", "Locking"], swiftSettings: swiftSettings),
+        .target(name: "Clocks", dependencies: [.target(name: "CSystem", condition: .when(platforms: [.linux])), "Locking"], swiftSettings: swiftSettings),
         .target(name: "AppStoreModels", swiftSettings: swiftSettings),
         .target(name: "HTTP", swiftSettings: swiftSettings),
         .target(name: "HTTPServer", dependencies: ["HTTP", "Clocks", "CMicroHTTPD", "COpenSSL", "COpenSSLSetup", "CSystem", "Locking"], swiftSettings: swiftSettings),

@@ -1,5 +1,7 @@
 import Foundation
+#if os(Linux)
 import CSystem
+#endif
 import Locking
 import Synchronization
 
@@ -54,8 +56,10 @@ public struct RandomIDs: IDGenerator {
     /// returns short, the standard generator, which does not fail.
     private static func randomWords() -> (UInt64, UInt64) {
         var words: (UInt64, UInt64) = (0, 0)
+        #if os(Linux)
         let filled = withUnsafeMutableBytes(of: &words) { getrandom($0.baseAddress, $0.count, 0) }
         if filled == MemoryLayout<(UInt64, UInt64)>.size { return words }
+        #endif
         var generator = SystemRandomNumberGenerator()
         return (generator.next(), generator.next())
     }

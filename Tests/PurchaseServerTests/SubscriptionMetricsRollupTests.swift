@@ -156,7 +156,7 @@ struct SubscriptionMetricsRollupTests {
             }.joined(separator: "\n")
         }
         var random = SplitMix64(state: 31)
-        let currencies = ["", "USD", "JPY", "usd", "A1b2", "-", "U S\nD", "\u{20AC}", "e\u{301}", "100%", "Z9z0"]
+        let currencies = ["", "USD", "JPY", "usd", "A1b2", "-", "U S\nD", "U S", "USD ", " ", "a\nb", "a%b", "US_D", "\u{20AC}", "e\u{301}", "100%", "Z9z0"]
         #expect(MetricsRepository.encode([:]) == "")
         for _ in 0..<500 {
             var days: [MetricsKey: MetricsTally] = [:]
