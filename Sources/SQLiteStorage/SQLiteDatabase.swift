@@ -145,16 +145,7 @@ public final class SQLiteDatabase: @unchecked Sendable {
     /// Executes one statement with `SQLValue` parameters, straight into `SQLRow`s (no values in between: every
     /// statement of a settlement passes here). Blobs read as UTF-8 text, as `SQLConnection` has no blobs.
     func rows(_ sql: String, _ parameters: [any SQLBindable]) throws -> [SQLRow] {
-        let (columns, rows) = try readRows(sql, bind: { statement in
-            for (offset, parameter) in parameters.enumerated() {
-                let index = Int32(offset + 1)
-                switch parameter.sqlValue {
-                case .text(let text): bind(text, at: index, of: statement)
-                case .integer(let value): sqlite3_bind_int64(statement, index, value)
-                case .null: sqlite3_bind_null(statement, index)
-                }
-            }
-        }, value: { statement, column -> SQLValue in
+        let (columns, rows) = try readRows(sql, bind: { statement in bind(parameters, to: statement) }, value: { statement, column -> SQLValue in
             switch sqlite3_column_type(statement, column) {
             case SQLITE_NULL: return .null
             case SQLITE_INTEGER: return .integer(sqlite3_column_int64(statement, column))
@@ -163,6 +154,32 @@ public final class SQLiteDatabase: @unchecked Sendable {
             }
         })
         return rows.map { SQLRow(columns: columns, values: $0) }
+    }
+
+    /// Executes one statement that returns no rows with `SQLValue` parameters, and returns how many rows it inserted,
+    /// updated or deleted itself (`sqlite3_changes`: not those of triggers or foreign-key actions). What a `RETURNING` of
+    /// the key would tell of an insert under a conflict clause, without SQLite gathering the returned rows in a table
+    /// of its own first. Throws if the statement returns a row.
+    func changes(_ sql: String, _ parameters: [any SQLBindable]) throws -> Int {
+        let statement = try prepared(sql)
+        defer {
+            sqlite3_reset(statement)
+            sqlite3_clear_bindings(statement)
+        }
+        bind(parameters, to: statement)
+        guard try !step(statement) else { throw StorageErrorFactory.make("sql_failed", "a statement counted for its changes returned a row") }
+        return Int(sqlite3_changes(handle))
+    }
+
+    private func bind(_ parameters: [any SQLBindable], to statement: OpaquePointer) {
+        for (offset, parameter) in parameters.enumerated() {
+            let index = Int32(offset + 1)
+            switch parameter.sqlValue {
+            case .text(let text): bind(text, at: index, of: statement)
+            case .integer(let value): sqlite3_bind_int64(statement, index, value)
+            case .null: sqlite3_bind_null(statement, index)
+            }
+        }
     }
 
     /// Prepares (or reuses) `sql`, binds its parameters, and reads every row a value at a time; the statement is reset
