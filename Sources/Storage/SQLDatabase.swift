@@ -138,9 +138,11 @@ public protocol SQLConnection {
     /// may be written once.
     func append(into table: String, columns: [String], values: [any SQLBindable], conflict: String) throws
 
-    /// Adds one row that must be written, gathered like `append`: the insert returns the `key` column (one of
-    /// `columns`), and a row whose key does not come back (its `conflict` clause skipped it) fails the transaction
-    /// with `orElse`, no later than the commit. Identical rows may be written once.
+    /// Adds one row that must be written, gathered like `append`: a row its `conflict` clause skipped fails the
+    /// transaction with `orElse`, no later than the commit. Where rows are gathered (PostgreSQL) the insert returns the
+    /// `key` column (one of `columns`) and a key that does not come back is the skipped row; SQLite, which writes the
+    /// row at once, reads the statement's count of changes instead and does not use `key`. Identical rows may be
+    /// written once.
     func append(into table: String, columns: [String], values: [any SQLBindable], conflict: String, returning key: String,
                 orElse: any Error) throws
 
