@@ -73,12 +73,12 @@ public final class SQLiteSQLDatabase: SQLDatabase {
 }
 
 /// Adapts the queue-owned SQLite handle to `SQLConnection` for the duration of a transaction. Row writes run at once,
-/// with their texts from the connection's `SQLTextCache`.
+/// with their texts from the connection's `SQLTextCache`, and return nothing (no row is read back: `SQLiteDatabase.changes`).
 struct SQLiteConnection: SQLConnection {
     let database: SQLiteDatabase
 
     func append(into table: String, columns: [String], values: [any SQLBindable], conflict: String) throws {
-        try run(database.sqlTexts.insert(into: table, columns: columns, conflict: conflict), values)
+        _ = try database.changes(database.sqlTexts.insert(into: table, columns: columns, conflict: conflict), values)
     }
 
     /// Whether the row was written is told by SQLite's count of changes rather than by `RETURNING` the key, which made
@@ -90,11 +90,11 @@ struct SQLiteConnection: SQLConnection {
     }
 
     func update(_ table: String, set assignments: [String], values: [any SQLBindable], keyColumn: String, key: any SQLBindable) throws {
-        try run(database.sqlTexts.update(table, set: assignments, keyColumn: keyColumn), values + [key])
+        _ = try database.changes(database.sqlTexts.update(table, set: assignments, keyColumn: keyColumn), values + [key])
     }
 
     func add(_ amount: Int64, to column: String, of table: String, keyColumns: [String], key: [any SQLBindable]) throws {
-        try run(database.sqlTexts.addition(to: column, of: table, keyColumns: keyColumns), key + [amount])
+        _ = try database.changes(database.sqlTexts.addition(to: column, of: table, keyColumns: keyColumns), key + [amount])
     }
 
     func query(_ sql: String, _ parameters: [any SQLBindable]) throws -> [SQLRow] {

@@ -12,7 +12,6 @@ public struct SQLTextCache {
         let table: String
         let columns: [String]
         let clause: String
-        let returning: String?
 
         // The table and the lengths only: strings from one call site compare equal at once (same storage), and a
         // table's few shapes rarely share both lengths.
@@ -31,23 +30,23 @@ public struct SQLTextCache {
 
     public var count: Int { texts.count }
 
-    /// `SQLStatement.insert(into:columns:rows: 1, conflict:)`, with ` RETURNING key` when `key` is given.
-    public mutating func insert(into table: String, columns: [String], conflict: String, returning key: String? = nil) -> String {
-        text(Shape(kind: .insert, table: table, columns: columns, clause: conflict, returning: key)) {
-            SQLStatement.insert(into: table, columns: columns, rows: 1, conflict: conflict) + (key.map { " RETURNING \($0)" } ?? "")
+    /// `SQLStatement.insert(into:columns:rows: 1, conflict:)`.
+    public mutating func insert(into table: String, columns: [String], conflict: String) -> String {
+        text(Shape(kind: .insert, table: table, columns: columns, clause: conflict)) {
+            SQLStatement.insert(into: table, columns: columns, rows: 1, conflict: conflict)
         }
     }
 
     /// `UPDATE table SET assignments WHERE keyColumn = ?`.
     public mutating func update(_ table: String, set assignments: [String], keyColumn: String) -> String {
-        text(Shape(kind: .update, table: table, columns: assignments, clause: keyColumn, returning: nil)) {
+        text(Shape(kind: .update, table: table, columns: assignments, clause: keyColumn)) {
             SQLStatement.update(table, set: assignments, keyColumn: keyColumn)
         }
     }
 
     /// `SQLStatement.addition(to:of:keyColumns:rows: 1)`.
     public mutating func addition(to column: String, of table: String, keyColumns: [String]) -> String {
-        text(Shape(kind: .addition, table: table, columns: keyColumns, clause: column, returning: nil)) {
+        text(Shape(kind: .addition, table: table, columns: keyColumns, clause: column)) {
             SQLStatement.addition(to: column, of: table, keyColumns: keyColumns, rows: 1)
         }
     }
