@@ -84,4 +84,41 @@ struct SQLTextCacheTests {
         let total = try await database.transaction { try $0.query("SELECT v FROM n WHERE k = 'total'").first?.int("v") }
         #expect(total == 15)
     }
+
+    @Test("On SQLite, a row write that reads a row back is refused: its transaction fails, none of it stays, and the statement is usable again")
+    func rowWriteReturningARowFails() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("sqltexts-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let database = try SQLiteSQLDatabase(path: directory.appendingPathComponent("t.sqlite").path)
+        try await database.transaction { try $0.run("CREATE TABLE t (a TEXT PRIMARY KEY, b TEXT)") }
+        // A clause that makes the insert give its row back: row writes count changes and read nothing, so this is a
+        // caller's mistake, told as one, not a row written and its answer dropped.
+        let returning = "ON CONFLICT DO NOTHING RETURNING a"
+        for round in 0..<2 {
+            await #expect {
+                try await database.transaction { connection in
+                    try connection.append(into: "t", columns: ["a", "b"], values: ["kept\(round)", "x"], conflict: "ON CONFLICT DO NOTHING")
+                    try connection.append(into: "t", columns: ["a", "b"], values: ["returned\(round)", "x"], conflict: returning)
+                }
+            } throws: { ($0 as? StorageError)?.code == "sql_failed" }
+            await #expect {
+                try await database.transaction { connection in
+                    try connection.append(into: "t", columns: ["a", "b"], values: ["must\(round)", "x"], conflict: returning,
+                                          returning: "a", orElse: Skipped())
+                }
+            } throws: { ($0 as? StorageError)?.code == "sql_failed" }
+        }
+        // The same texts again, now without a row to give back (the conflict skips it): the statements were reset.
+        try await database.transaction { connection in
+            try connection.append(into: "t", columns: ["a", "b"], values: ["after", "x"], conflict: "ON CONFLICT DO NOTHING")
+        }
+        try await database.transaction { connection in
+            try connection.append(into: "t", columns: ["a", "b"], values: ["after", "y"], conflict: returning)
+        }
+        let rows = try await database.transaction { connection in
+            try connection.query("SELECT a, b FROM t ORDER BY a").map { [$0.string("a"), $0.string("b")] }
+        }
+        #expect(rows == [["after", "x"]])
+    }
 }
