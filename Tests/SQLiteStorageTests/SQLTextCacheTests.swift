@@ -36,89 +36,91 @@ struct SQLTextCacheTests {
 
     @Test("Text holding a NUL, or not UTF-8 as stored, comes back whole through SQLConnection")
     func textWhole() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("sqltexts-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let database = try SQLiteSQLDatabase(path: directory.appendingPathComponent("t.sqlite").path)
-        let texts = ["a\u{0}b", "\u{0}", "", "é😀\u{0}z", String(repeating: "x", count: 10_000) + "\u{0}" + "y"]
-        let read = try await database.transaction { connection in
-            try connection.run("CREATE TABLE t (n INTEGER PRIMARY KEY, s TEXT, b BLOB)")
-            for (index, text) in texts.enumerated() {
-                try connection.append(into: "t", columns: ["n", "s", "b"], values: [index, text, text], conflict: "")
+        try await Self.withDatabase { database in
+            let texts = ["a\u{0}b", "\u{0}", "", "é😀\u{0}z", String(repeating: "x", count: 10_000) + "\u{0}" + "y"]
+            let read = try await database.transaction { connection in
+                try connection.run("CREATE TABLE t (n INTEGER PRIMARY KEY, s TEXT, b BLOB)")
+                for (index, text) in texts.enumerated() {
+                    try connection.append(into: "t", columns: ["n", "s", "b"], values: [index, text, text], conflict: "")
+                }
+                return try connection.query("SELECT s, CAST(b AS BLOB) AS b FROM t ORDER BY n", []).map { [$0.string("s"), $0.string("b")] }
             }
-            return try connection.query("SELECT s, CAST(b AS BLOB) AS b FROM t ORDER BY n", []).map { [$0.string("s"), $0.string("b")] }
+            #expect(read == texts.map { [$0, $0] })
         }
-        #expect(read == texts.map { [$0, $0] })
     }
 
     @Test("On SQLite, appends, returning appends, updates and additions write what they say, again and again")
     func writes() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("sqltexts-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let database = try SQLiteSQLDatabase(path: directory.appendingPathComponent("t.sqlite").path)
-        try await database.transaction { connection in
-            try connection.run("CREATE TABLE t (a TEXT PRIMARY KEY, b TEXT, c TEXT)")
-            try connection.run("CREATE TABLE n (k TEXT PRIMARY KEY, v INTEGER NOT NULL)")
-        }
-        for round in 0..<3 {
+        try await Self.withDatabase { database in
             try await database.transaction { connection in
-                try connection.append(into: "t", columns: ["a", "b"], values: ["x\(round)", "b\(round)"], conflict: "")
-                try connection.append(into: "t", columns: ["a", "c"], values: ["y\(round)", "c\(round)"], conflict: "")
-                try connection.append(into: "t", columns: ["a", "b"], values: ["x\(round)", "again"], conflict: "ON CONFLICT DO NOTHING")
-                try connection.update("t", set: ["c = ?"], values: ["set\(round)"], keyColumn: "a", key: "x\(round)")
-                try connection.add(5, to: "v", of: "n", keyColumns: ["k"], key: ["total"])
+                try connection.run("CREATE TABLE t (a TEXT PRIMARY KEY, b TEXT, c TEXT)")
+                try connection.run("CREATE TABLE n (k TEXT PRIMARY KEY, v INTEGER NOT NULL)")
             }
-            await #expect(throws: Skipped.self) {
+            for round in 0..<3 {
                 try await database.transaction { connection in
-                    try connection.append(into: "t", columns: ["a", "b"], values: ["x\(round)", "dup"],
-                                          conflict: "ON CONFLICT DO NOTHING", returning: "a", orElse: Skipped())
+                    try connection.append(into: "t", columns: ["a", "b"], values: ["x\(round)", "b\(round)"], conflict: "")
+                    try connection.append(into: "t", columns: ["a", "c"], values: ["y\(round)", "c\(round)"], conflict: "")
+                    try connection.append(into: "t", columns: ["a", "b"], values: ["x\(round)", "again"], conflict: "ON CONFLICT DO NOTHING")
+                    try connection.update("t", set: ["c = ?"], values: ["set\(round)"], keyColumn: "a", key: "x\(round)")
+                    try connection.add(5, to: "v", of: "n", keyColumns: ["k"], key: ["total"])
+                }
+                await #expect(throws: Skipped.self) {
+                    try await database.transaction { connection in
+                        try connection.append(into: "t", columns: ["a", "b"], values: ["x\(round)", "dup"],
+                                              conflict: "ON CONFLICT DO NOTHING", returning: "a", orElse: Skipped())
+                    }
                 }
             }
+            let rows = try await database.transaction { connection in
+                try connection.query("SELECT a, b, c FROM t ORDER BY a").map { [$0.string("a"), $0.string("b"), $0.string("c")] }
+            }
+            #expect(rows == [["x0", "b0", "set0"], ["x1", "b1", "set1"], ["x2", "b2", "set2"],
+                             ["y0", nil, "c0"], ["y1", nil, "c1"], ["y2", nil, "c2"]])
+            let total = try await database.transaction { try $0.query("SELECT v FROM n WHERE k = 'total'").first?.int("v") }
+            #expect(total == 15)
         }
-        let rows = try await database.transaction { connection in
-            try connection.query("SELECT a, b, c FROM t ORDER BY a").map { [$0.string("a"), $0.string("b"), $0.string("c")] }
-        }
-        #expect(rows == [["x0", "b0", "set0"], ["x1", "b1", "set1"], ["x2", "b2", "set2"],
-                         ["y0", nil, "c0"], ["y1", nil, "c1"], ["y2", nil, "c2"]])
-        let total = try await database.transaction { try $0.query("SELECT v FROM n WHERE k = 'total'").first?.int("v") }
-        #expect(total == 15)
     }
 
     @Test("On SQLite, a row write that reads a row back is refused: its transaction fails, none of it stays, and the statement is usable again")
     func rowWriteReturningARowFails() async throws {
+        try await Self.withDatabase { database in
+            try await database.transaction { try $0.run("CREATE TABLE t (a TEXT PRIMARY KEY, b TEXT)") }
+            // A clause that makes the insert give its row back: row writes count changes and read nothing, so this is a
+            // caller's mistake, told as one, not a row written and its answer dropped.
+            let returning = "ON CONFLICT DO NOTHING RETURNING a"
+            for round in 0..<2 {
+                await #expect {
+                    try await database.transaction { connection in
+                        try connection.append(into: "t", columns: ["a", "b"], values: ["kept\(round)", "x"], conflict: "ON CONFLICT DO NOTHING")
+                        try connection.append(into: "t", columns: ["a", "b"], values: ["returned\(round)", "x"], conflict: returning)
+                    }
+                } throws: { ($0 as? StorageError)?.code == "sql_failed" }
+                await #expect {
+                    try await database.transaction { connection in
+                        try connection.append(into: "t", columns: ["a", "b"], values: ["must\(round)", "x"], conflict: returning,
+                                              returning: "a", orElse: Skipped())
+                    }
+                } throws: { ($0 as? StorageError)?.code == "sql_failed" }
+            }
+            // The same texts again, now without a row to give back (the conflict skips it): the statements were reset.
+            try await database.transaction { connection in
+                try connection.append(into: "t", columns: ["a", "b"], values: ["after", "x"], conflict: "ON CONFLICT DO NOTHING")
+            }
+            try await database.transaction { connection in
+                try connection.append(into: "t", columns: ["a", "b"], values: ["after", "y"], conflict: returning)
+            }
+            let rows = try await database.transaction { connection in
+                try connection.query("SELECT a, b FROM t ORDER BY a").map { [$0.string("a"), $0.string("b")] }
+            }
+            #expect(rows == [["after", "x"]])
+        }
+    }
+
+    /// Runs `body` with an SQLite database in a directory of its own, removed afterwards.
+    private static func withDatabase(_ body: (SQLiteSQLDatabase) async throws -> Void) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("sqltexts-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
-        let database = try SQLiteSQLDatabase(path: directory.appendingPathComponent("t.sqlite").path)
-        try await database.transaction { try $0.run("CREATE TABLE t (a TEXT PRIMARY KEY, b TEXT)") }
-        // A clause that makes the insert give its row back: row writes count changes and read nothing, so this is a
-        // caller's mistake, told as one, not a row written and its answer dropped.
-        let returning = "ON CONFLICT DO NOTHING RETURNING a"
-        for round in 0..<2 {
-            await #expect {
-                try await database.transaction { connection in
-                    try connection.append(into: "t", columns: ["a", "b"], values: ["kept\(round)", "x"], conflict: "ON CONFLICT DO NOTHING")
-                    try connection.append(into: "t", columns: ["a", "b"], values: ["returned\(round)", "x"], conflict: returning)
-                }
-            } throws: { ($0 as? StorageError)?.code == "sql_failed" }
-            await #expect {
-                try await database.transaction { connection in
-                    try connection.append(into: "t", columns: ["a", "b"], values: ["must\(round)", "x"], conflict: returning,
-                                          returning: "a", orElse: Skipped())
-                }
-            } throws: { ($0 as? StorageError)?.code == "sql_failed" }
-        }
-        // The same texts again, now without a row to give back (the conflict skips it): the statements were reset.
-        try await database.transaction { connection in
-            try connection.append(into: "t", columns: ["a", "b"], values: ["after", "x"], conflict: "ON CONFLICT DO NOTHING")
-        }
-        try await database.transaction { connection in
-            try connection.append(into: "t", columns: ["a", "b"], values: ["after", "y"], conflict: returning)
-        }
-        let rows = try await database.transaction { connection in
-            try connection.query("SELECT a, b FROM t ORDER BY a").map { [$0.string("a"), $0.string("b")] }
-        }
-        #expect(rows == [["after", "x"]])
+        try await body(try SQLiteSQLDatabase(path: directory.appendingPathComponent("t.sqlite").path))
     }
 }
