@@ -161,14 +161,11 @@ public final class SQLiteDatabase: @unchecked Sendable {
     /// the key would tell of an insert under a conflict clause, without SQLite gathering the returned rows in a table
     /// of its own first. Throws if the statement returns a row.
     func changes(_ sql: String, _ parameters: [any SQLBindable]) throws -> Int {
-        let statement = try prepared(sql)
-        defer {
-            sqlite3_reset(statement)
-            sqlite3_clear_bindings(statement)
+        try withStatement(sql) { statement in
+            bind(parameters, to: statement)
+            guard try !step(statement) else { throw StorageErrorFactory.make("sql_failed", "a statement counted for its changes returned a row") }
+            return Int(sqlite3_changes(handle))
         }
-        bind(parameters, to: statement)
-        guard try !step(statement) else { throw StorageErrorFactory.make("sql_failed", "a statement counted for its changes returned a row") }
-        return Int(sqlite3_changes(handle))
     }
 
     private func bind(_ parameters: [any SQLBindable], to statement: OpaquePointer) {
@@ -182,25 +179,32 @@ public final class SQLiteDatabase: @unchecked Sendable {
         }
     }
 
-    /// Prepares (or reuses) `sql`, binds its parameters, and reads every row a value at a time; the statement is reset
-    /// on every path.
+    /// Prepares (or reuses) `sql`, binds its parameters, and reads every row a value at a time.
     private func readRows<V>(_ sql: String, bind: (OpaquePointer) -> Void,
                             value: (OpaquePointer, Int32) -> V) throws -> (columns: [String], rows: [[V]]) {
+        try withStatement(sql) { statement in
+            bind(statement)
+            let columns = columnNames(of: statement)
+            var rows: [[V]] = []
+            while try step(statement) {
+                var row: [V] = []
+                row.reserveCapacity(columns.count)
+                for column in 0..<Int32(columns.count) { row.append(value(statement, column)) }
+                rows.append(row)
+            }
+            return (columns, rows)
+        }
+    }
+
+    /// Runs `body` with the prepared statement for `sql`, then resets it and clears its bindings on every path, so the
+    /// next use of the same text starts afresh.
+    private func withStatement<T>(_ sql: String, _ body: (OpaquePointer) throws -> T) throws -> T {
         let statement = try prepared(sql)
         defer {
             sqlite3_reset(statement)
             sqlite3_clear_bindings(statement)
         }
-        bind(statement)
-        let columns = columnNames(of: statement)
-        var rows: [[V]] = []
-        while try step(statement) {
-            var row: [V] = []
-            row.reserveCapacity(columns.count)
-            for column in 0..<Int32(columns.count) { row.append(value(statement, column)) }
-            rows.append(row)
-        }
-        return (columns, rows)
+        return try body(statement)
     }
 
     /// The statement for `sql`, prepared once and kept (at most 256; all are let go when that is passed).
