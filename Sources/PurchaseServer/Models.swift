@@ -276,6 +276,7 @@ public struct ServerError: Error, Sendable, CustomStringConvertible, Equatable {
         public static let invalidPassword = Code("invalid_password", .invalidRequest)
         public static let operatorNotFound = Code("operator_not_found", .notFound)
         public static let operatorExists = Code("operator_exists", .conflict)
+        public static let notificationNotFound = Code("notification_not_found", .notFound)
         public static let offerKeyMissing = Code("offer_key_missing", .conflict)
         public static let userTokenRequired = Code("user_token_required", .unauthenticated)
         public static let missingIdempotencyKey = Code("missing_idempotency_key", .invalidRequest)

@@ -116,6 +116,10 @@ extension PurchaseServerResponder {
                 try NotificationRepository(db: db).list(appId: query["app"], type: query["type"], state: query["state"], limit: limit)
             })
         }
+        admin(.get, "/admin/v1/notifications/:uuid") { request in
+            let uuid = request.parameters["uuid"] ?? ""
+            return .json(try await server.store.recordedNotification(uuid))
+        }
         admin(.post, "/admin/v1/apps") { request in
             let body = try request.decode(AppBody.self)
             guard let id = body.id ?? body.bundleId else { throw HTTPError.badRequest("id (the bundle id) is required.", code: "missing_id") }

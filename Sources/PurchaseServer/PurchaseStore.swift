@@ -44,6 +44,8 @@ public final class PurchaseStore: Sendable {
     /// SQLite's 570 transactions a second at 900 receipts a second).
     let webhookEventsWritten = Atomic<Int>(0)
     /// Console password hashing and checks (scrypt, ~32 MB and tens of ms each): two at a time off the shared threads, 8 in flight at most.
+    /// JWS headers seen and stored (`StoredJWS`, `jws_headers`).
+    let jwsHeaders = JWSHeaderBook()
     let passwordChecks = BoundedWork(label: "storekeeper.passwords", width: 2, maximumPending: 8)
 
     public init(database: any SQLDatabase, secrets: SecretBox? = nil, ids: any IDGenerator = RandomIDs()) {

@@ -17,6 +17,8 @@ public struct RecordedNotification: Codable, Sendable, Equatable {
     public var state: String
     public var verificationId: String?
     public var reason: String?
+    /// The body's `signedPayload` as Apple sent it (`GET /admin/v1/notifications/{uuid}` only).
+    public var signedPayload: String?
 }
 
 /// The SQL of the `apple_notifications` table.
@@ -47,7 +49,7 @@ struct NotificationRepository {
 
     /// The newest notifications first, filtered by app, type and state when given.
     func list(appId: String?, type: String?, state: String?, limit: Int) throws -> [RecordedNotification] {
-        var sql = "SELECT * FROM apple_notifications WHERE 1 = 1"
+        var sql = "SELECT \(Self.listed) FROM apple_notifications WHERE 1 = 1"
         var parameters: [String] = []
         for (column, value) in [("app_id", appId), ("notification_type", type), ("state", state)] {
             if let value {
@@ -55,13 +57,29 @@ struct NotificationRepository {
                 parameters.append(value)
             }
         }
-        return try db.query(sql + " ORDER BY received_at DESC, notification_uuid LIMIT \(max(1, min(limit, 500)))", parameters).map { row in
-            RecordedNotification(notificationUUID: row.string("notification_uuid") ?? "", app: row.string("app_id") ?? "",
-                                 notificationType: row.string("notification_type") ?? "", subtype: row.string("subtype"),
-                                 environment: row.string("environment") ?? "", signedDate: row.int("signed_date") ?? 0,
-                                 receivedAt: row.int("received_at") ?? 0, transactionId: row.string("transaction_id"),
-                                 originalTransactionId: row.string("original_transaction_id"), state: row.string("state") ?? "",
-                                 verificationId: row.string("verification_id"), reason: row.string("reason"))
+        return try db.query(sql + " ORDER BY received_at DESC, notification_uuid LIMIT \(max(1, min(limit, 500)))", parameters).map(Self.notification)
+    }
+
+    /// One notification with its stored `signedPayload` (`StoredJWS`: the caller expands it), or nil.
+    func find(_ uuid: String) throws -> (notification: RecordedNotification, storedPayload: String)? {
+        guard let row = try db.query("SELECT \(Self.listed), signed_payload FROM apple_notifications WHERE notification_uuid = ?", [uuid]).first else {
+            return nil
         }
+        return (Self.notification(row), row.string("signed_payload") ?? "")
+    }
+
+    /// Every column but the signed payload, kilobytes that lists do not show.
+    private static let listed = """
+        notification_uuid, app_id, notification_type, subtype, environment, signed_date, received_at, transaction_id,
+        original_transaction_id, state, verification_id, reason
+        """
+
+    private static func notification(_ row: SQLRow) -> RecordedNotification {
+        RecordedNotification(notificationUUID: row.string("notification_uuid") ?? "", app: row.string("app_id") ?? "",
+                             notificationType: row.string("notification_type") ?? "", subtype: row.string("subtype"),
+                             environment: row.string("environment") ?? "", signedDate: row.int("signed_date") ?? 0,
+                             receivedAt: row.int("received_at") ?? 0, transactionId: row.string("transaction_id"),
+                             originalTransactionId: row.string("original_transaction_id"), state: row.string("state") ?? "",
+                             verificationId: row.string("verification_id"), reason: row.string("reason"))
     }
 }
