@@ -70,10 +70,29 @@ public enum FuzzTargets {
 
     /// A compact JWS as StoreKit 2 and notifications carry it: header, x5c, payload, transaction fields, signature check.
     static func jws(_ bytes: [UInt8]) {
-        guard let text = String(validating: bytes, as: UTF8.self), let jws = try? JWS(compact: text) else { return }
+        guard let text = String(validating: bytes, as: UTF8.self) else { return }
+        storedForm(text)
+        guard let jws = try? JWS(compact: text) else { return }
         _ = try? jws.certificates()
         if let payload = try? jws.payloadJSON() { _ = JWSTransaction(json: payload) }
         if let verifier = roots { _ = try? jws.verify(with: verifier, at: Date(timeIntervalSince1970: 1_700_000_000)) }
+    }
+
+    /// The stored form of a JWS (`StoredJWS`): any text read as one never traps, and a text compacted (with what its
+    /// payload carries) expands to the very same bytes (a difference stops the fuzzer as a crash).
+    private static func storedForm(_ text: String) {
+        _ = StoredJWS.headerDigests(of: text)
+        _ = StoredJWS.expand(text, header: { $0.hasPrefix("0") ? nil : "e30" })
+        var headers: [String: String] = [:]
+        let digest = { (header: ArraySlice<UInt8>) -> String? in
+            let digest = Digest.sha256.hash(header).hexString
+            headers[digest] = String(decoding: header, as: UTF8.self)
+            return digest
+        }
+        let data = (try? JWS(compact: text).payloadJSON())?["data"]
+        let carried = ["signedTransactionInfo", "signedRenewalInfo", "bundleId"].compactMap { data?[$0]?.text }
+        let stored = StoredJWS.compact(text, carried: carried, digest: digest)
+        precondition(StoredJWS.expand(stored, header: { headers[$0] }) == text, "a stored JWS expanded differently")
     }
 
     /// Apple's real roots, as production verifies.
