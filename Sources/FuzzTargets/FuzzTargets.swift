@@ -78,8 +78,9 @@ public enum FuzzTargets {
         if let verifier = roots { _ = try? jws.verify(with: verifier, at: Date(timeIntervalSince1970: 1_700_000_000)) }
     }
 
-    /// The stored form of a JWS (`StoredJWS`): any text read as one never traps, and a text compacted (with what its
-    /// payload carries) expands to the very same bytes (a difference stops the fuzzer as a crash).
+    /// The stored form of a JWS (`StoredJWS`): any text read as one never traps, and a text without `~` (as every JWS
+    /// the server stores: Base64url has none) compacted with what its payload carries expands to the very same bytes
+    /// (a difference stops the fuzzer as a crash).
     private static func storedForm(_ text: String) {
         _ = StoredJWS.headerDigests(of: text)
         _ = StoredJWS.expand(text, header: { $0.hasPrefix("0") ? nil : "e30" })
@@ -89,6 +90,7 @@ public enum FuzzTargets {
             headers[digest] = String(decoding: header, as: UTF8.self)
             return digest
         }
+        guard !text.utf8.contains(UInt8(ascii: "~")) else { return }
         let data = (try? JWS(compact: text).payloadJSON())?["data"]
         let carried = ["signedTransactionInfo", "signedRenewalInfo", "bundleId"].compactMap { data?[$0]?.text }
         let stored = StoredJWS.compact(text, carried: carried, digest: digest)

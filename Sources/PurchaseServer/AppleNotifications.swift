@@ -90,13 +90,13 @@ extension PurchaseServer {
         let address = NotificationAddress(payload)
         // The envelope as stored: the certificate chain in its header and in the JWS it carries named by digest.
         let store = self.store
-        func storedEnvelope() -> StoredJWSText {
-            store.storedJWS(signed, carried: [envelope.carried("data", "signedTransactionInfo"),
-                                              envelope.carried("data", "signedRenewalInfo")].compactMap { $0?.compact })
+        func storedEnvelope() async throws -> String {
+            try await store.storedJWS(signed, carried: [envelope.carried("data", "signedTransactionInfo"),
+                                                        envelope.carried("data", "signedRenewalInfo")].compactMap { $0?.compact })
         }
         func ignore(_ appId: String?, _ reason: String) async throws -> NotificationReceipt {
             let fresh = try await recordNotification(uuid, appId: appId ?? "", type: type, subtype: subtype,
-                                                     environment: address.environment?.rawValue ?? "", signedDate: signedDate, signed: storedEnvelope(),
+                                                     environment: address.environment?.rawValue ?? "", signedDate: signedDate, signed: try await storedEnvelope(),
                                                      transaction: nil, state: "ignored", reason: reason)
             return NotificationReceipt(notificationUUID: uuid, notificationType: type, outcome: fresh ? .ignored : .duplicate, reason: reason)
         }
@@ -146,7 +146,7 @@ extension PurchaseServer {
         }
 
         let renewal = renewalInfo
-        let stored = storedEnvelope()
+        let stored = try await storedEnvelope()
         let effect = NotificationEffect.of(NotificationType(type), hasTransaction: transaction != nil)
         let env = environment.rawValue
         let now = clock.now()
@@ -158,9 +158,8 @@ extension PurchaseServer {
         // Notifications arriving together share the transaction (group commit), each applied in arrival order.
         let record: @Sendable (any SQLConnection) throws -> (NotificationReceipt.Outcome, VerificationJob?) = { db in
             let notifications = NotificationRepository(db: db)
-            try self.store.addHeaders(of: stored, db)
             guard try notifications.insert(uuid, appId: app.id, type: type, subtype: subtype, environment: env, signedDate: signedDate,
-                                           signed: stored.text, transaction: transaction, state: "received", reason: nil, now: now) else {
+                                           signed: stored, transaction: transaction, state: "received", reason: nil, now: now) else {
                 return (.duplicate, nil)
             }
             let owner = try self.recordNotificationEffects(signed: signed, app: app, environment: env, type: type, subtype: subtype,
@@ -195,7 +194,6 @@ extension PurchaseServer {
             if lease != nil { worker.giveBack() }
             throw error
         }
-        store.headersCommitted(of: stored)
         if let job, job.lease != nil, let transaction {
             worker.handOver(job, inspected: VerificationEngine.InspectedTransaction(transaction: transaction, environment: environment))
         } else if lease != nil {
@@ -261,16 +259,12 @@ extension PurchaseServer {
 
     /// Records a notification in its own transaction; false when it was already recorded.
     private func recordNotification(_ uuid: String, appId: String, type: String, subtype: String?, environment: String, signedDate: Int64,
-                                    signed: StoredJWSText, transaction: JWSTransaction?, state: String, reason: String?) async throws -> Bool {
+                                    signed: String, transaction: JWSTransaction?, state: String, reason: String?) async throws -> Bool {
         let now = clock.now()
-        let fresh = try await store.database.transaction { db in
-            try self.store.addHeaders(of: signed, db)
-            return try NotificationRepository(db: db).insert(uuid, appId: appId, type: type, subtype: subtype, environment: environment,
-                                                             signedDate: signedDate, signed: signed.text, transaction: transaction, state: state,
-                                                             reason: reason, now: now)
+        return try await store.database.transaction { db in
+            try NotificationRepository(db: db).insert(uuid, appId: appId, type: type, subtype: subtype, environment: environment, signedDate: signedDate,
+                                                      signed: signed, transaction: transaction, state: state, reason: reason, now: now)
         }
-        store.headersCommitted(of: signed)
-        return fresh
     }
 }
 

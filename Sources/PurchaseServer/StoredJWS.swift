@@ -60,7 +60,12 @@ public enum StoredJWS {
             form.removeSubrange(prefix...)
             return outerOnly()
         }
-        return String(decoding: form, as: UTF8.self)
+        // A payload that is not UTF-8 (JSON parsers may let such strings through) cannot be text: it keeps its Base64url.
+        guard let text = String(validating: form, as: UTF8.self) else {
+            form.removeSubrange(prefix...)
+            return outerOnly()
+        }
+        return text
     }
 
     /// The compact JWS a stored form stands for; nil when it names a header `header` does not know, or is not a form

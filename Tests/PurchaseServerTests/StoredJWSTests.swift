@@ -1,6 +1,7 @@
 import AppStoreCrypto
 import AppStoreModels
 import Foundation
+import Locking
 @testable import PurchaseServer
 import Storage
 import StorekeeperTesting
@@ -61,6 +62,12 @@ struct StoredJWSTests {
         let stored = StoredJWS.compact(tilde, carried: [nested], digest: headers.digest)
         #expect(stored.split(separator: ".")[1] == tilde.split(separator: ".")[1])
         #expect(StoredJWS.expand(stored, header: headers.header) == tilde)
+        // A payload that is not UTF-8 (a byte 0xFF in a string) keeps its Base64url: as text it would come back changed.
+        let notUTF8 = try JWS.sign(payload: Array(#"{"note":""#.utf8) + [0xFF] + Array(#"","data":{"signedTransactionInfo":"\#(nested)"}}"#.utf8),
+                                   key: TestSupport.jwsAuthority.leafKey, chain: TestSupport.jwsAuthority.chain)
+        let binary = StoredJWS.compact(notUTF8, carried: [nested], digest: headers.digest)
+        #expect(binary.hasPrefix("~") && binary.split(separator: ".")[1] == notUTF8.split(separator: ".")[1])
+        #expect(StoredJWS.expand(binary, header: headers.header) == notUTF8)
         // A carried JWS its payload does not hold as such (escaped) leaves the payload as it came.
         let escaped = try JWS.sign(payload: Array(#"{"data":{"signedTransactionInfo":"\#(nested.replacingOccurrences(of: ".", with: "\\u002e"))"}}"#.utf8),
                                    key: TestSupport.jwsAuthority.leafKey, chain: TestSupport.jwsAuthority.chain)
@@ -158,30 +165,54 @@ struct StoredJWSTests {
         #expect(try await world.client.json(.get, "/admin/v1/notifications/\(uuid)").0 == 401)
     }
 
-    @Test("Headers are added once across stores on one database, and a header whose write rolled back is written again", arguments: Engine.available)
+    @Test("Headers are added once across stores on one database, at once from many, and read back; a store trusts them stored for a minute",
+          arguments: Engine.available)
     func headersAcrossStores(engine: Engine) async throws {
         let database = try await engine.makeDatabase()
         try await database.migrate(Schema.migrations)
-        let jws = try RealAppleJWSTests.jws("j05")
-        let first = PurchaseStore(database: database), second = PurchaseStore(database: database)
-        // Written in a transaction that rolls back: not committed, so written again with the next JWS.
-        let lost = first.storedJWS(jws)
-        #expect(lost.newHeaders.count == 1)
-        await #expect(throws: ServerError.self) {
-            try await database.transaction { db in
-                try first.addHeaders(of: lost, db)
-                throw ServerError(.internalError, "rolled back")
+        let notification = try RealAppleJWSTests.jws("j04-"), transaction = try RealAppleJWSTests.jws("j05")
+        // Eight processes' stores storing the same JWS at once (on PostgreSQL, on connections of their own).
+        let texts = try await withThrowingTaskGroup(of: String.self) { group in
+            for index in 0..<8 {
+                group.addTask {
+                    let store = PurchaseStore(database: database)
+                    return index % 2 == 0 ? try await store.storedJWS(notification, carried: try Self.carried(notification))
+                                          : try await store.storedJWS(transaction)
+                }
             }
+            return try await group.reduce(into: []) { $0.append($1) }
         }
-        for store in [first, second, first] {
-            let stored = store.storedJWS(jws)
-            try await database.transaction { db in try store.addHeaders(of: stored, db) }
-            store.headersCommitted(of: stored)
-            #expect(try await database.transaction { db in try store.expandedJWS(stored.text, db) } == jws)
+        #expect(texts.allSatisfy { $0.hasPrefix("~") })
+        let reader = PurchaseStore(database: database)
+        for text in texts {
+            let expanded = try await database.transaction { db in try reader.expandedJWS(text, db) }
+            #expect(expanded == notification || expanded == transaction)
         }
-        #expect(first.storedJWS(jws).newHeaders.isEmpty && second.storedJWS(jws).newHeaders.isEmpty)
-        #expect(try await database.transaction { db in try db.query("SELECT COUNT(*) AS n FROM jws_headers").first?.int("n") } == 1)
+        // One row per distinct header (Apple's sandbox notification of 2024 and transaction of 2025 share their chain).
+        let distinct = Set(([notification, transaction] + (try Self.carried(notification))).map { $0.split(separator: ".")[0] })
+        #expect(try await database.transaction { db in try db.query("SELECT COUNT(*) AS n FROM jws_headers").first?.int("n") } == Int64(distinct.count))
         // A text stored before this form existed reads as it is.
-        #expect(try await database.transaction { db in try first.expandedJWS(jws, db) } == jws)
+        #expect(try await database.transaction { db in try reader.expandedJWS(transaction, db) } == transaction)
+    }
+
+    @Test("The header book hashes a header once, writes it until stored, trusts that for a minute, and is bounded")
+    func headerBook() throws {
+        let clock = Locked(ContinuousClock.now)
+        let book = JWSHeaderBook(now: { clock.withLock { $0 } })
+        let header = Array(try RealAppleJWSTests.jws("j05").split(separator: ".")[0].utf8)
+        let digest = try #require(book.digest(header[...]))
+        #expect(book.digest(header[...]) == digest && digest == Digest.sha256.hash(header).hexString)
+        let stored = "~\(digest).e30.AAAA"
+        #expect(book.unstored(in: stored).map(\.digest) == [digest])
+        #expect(book.unstored(in: stored).first?.header == String(decoding: header, as: UTF8.self))
+        book.stored([digest])
+        #expect(book.unstored(in: stored).isEmpty)
+        clock.withLock { $0 += .seconds(61) }
+        #expect(book.unstored(in: stored).map(\.digest) == [digest])
+        // Too long for a JWS header, or past the capacity: no digest (stored as it came).
+        #expect(book.digest(Array(repeating: UInt8(ascii: "A"), count: JWSHeaderBook.maximumHeaderLength + 1)[...]) == nil)
+        for index in 1..<JWSHeaderBook.capacity { #expect(book.digest(Array("eyJ\(index)".utf8)[...]) != nil) }
+        #expect(book.digest(Array("eyJfull".utf8)[...]) == nil)
+        #expect(book.digest(header[...]) == digest)
     }
 }

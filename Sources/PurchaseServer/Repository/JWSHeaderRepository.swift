@@ -28,21 +28,32 @@ struct JWSHeaderRepository {
 }
 
 /// This process's memory of JWS headers: the digest of each header seen (so a notification's header is hashed once,
-/// not per notification), and which are known to be committed in `jws_headers` (so they are not written again).
-/// Bounded: past `capacity` headers, a new one gets no digest and its JWS is stored as it came. Headers come only from
-/// JWS whose chain verified (Apple's signing keys, a few a year), so the bound is never reached in use.
+/// not per notification), and which are known to be in `jws_headers` (so they are not written again), for a minute at a
+/// time: a database restored or failed over beneath a running process gets them again within that minute. Bounded:
+/// past `capacity` headers, or for a header longer than a JWS header may be, a header gets no digest and its JWS is
+/// stored with it. Headers come from notifications whose envelope verified (Apple's signing keys, a few a year), so
+/// the bound is not reached in use.
 final class JWSHeaderBook: Sendable {
     static let capacity = 64
+    /// A JWS header's Base64url at its longest (`JWS.maximumHeaderLength` bytes).
+    static let maximumHeaderLength = (JWS.maximumHeaderLength * 4 + 2) / 3
+    static let knownFor: Duration = .seconds(60)
     private struct Entry {
         let header: [UInt8]
         let digest: String
-        var committed = false
+        var storedAt: ContinuousClock.Instant?
     }
     private let entries = Locked<[Entry]>([])
+    private let now: @Sendable () -> ContinuousClock.Instant
 
-    /// The header's SHA-256 in lowercase hex; nil once `capacity` other headers are known. Found by comparing bytes
-    /// (a few headers, kilobytes each: cheaper than hashing them for a dictionary).
+    init(now: @escaping @Sendable () -> ContinuousClock.Instant = { ContinuousClock.now }) {
+        self.now = now
+    }
+
+    /// The header's SHA-256 in lowercase hex; nil for a header too long, or once `capacity` others are known. Found by
+    /// comparing bytes (a few headers, kilobytes each: cheaper than hashing them for a dictionary).
     func digest(_ header: ArraySlice<UInt8>) -> String? {
+        guard header.count <= Self.maximumHeaderLength else { return nil }
         if let known = entries.withLock({ $0.first { StoredJWS.equal($0.header[...], header) }?.digest }) { return known }
         let digest = Digest.sha256.hash(header).hexString
         return entries.withLock { entries in
@@ -53,45 +64,44 @@ final class JWSHeaderBook: Sendable {
         }
     }
 
-    /// The headers a stored form names that are not known to be committed, with their text.
-    func uncommitted(in stored: String) -> [(digest: String, header: String)] {
+    /// The headers a stored form names that are not known to be stored, with their text, by digest.
+    func unstored(in stored: String) -> [(digest: String, header: String)] {
         let digests = StoredJWS.headerDigests(of: stored)
         guard !digests.isEmpty else { return [] }
+        let now = now()
         return entries.withLock { entries in
             digests.compactMap { digest in
-                entries.first { $0.digest == digest && !$0.committed }.map { (digest, String(decoding: $0.header, as: UTF8.self)) }
+                entries.first { $0.digest == digest && !($0.storedAt.map { now - $0 < Self.knownFor } ?? false) }
+                    .map { (digest, String(decoding: $0.header, as: UTF8.self)) }
             }
-        }
+        }.sorted { $0.digest < $1.digest }
     }
 
-    /// Notes headers as committed (after the transaction that added them, or found them, committed).
-    func committed(_ digests: [String]) {
+    /// Notes headers as stored (their transaction committed).
+    func stored(_ digests: [String]) {
         guard !digests.isEmpty else { return }
+        let now = now()
         entries.withLock { entries in
-            for index in entries.indices where digests.contains(entries[index].digest) { entries[index].committed = true }
+            for index in entries.indices where digests.contains(entries[index].digest) { entries[index].storedAt = now }
         }
     }
-}
-
-/// A JWS in its stored form, with the headers it names that must be added in the transaction that stores it.
-struct StoredJWSText: Sendable {
-    let text: String
-    let newHeaders: [(digest: String, header: String)]
 }
 
 extension PurchaseStore {
-    /// `jws` as stored (`StoredJWS`): headers this process knows replaced by their digests. Pass it to
-    /// `addHeaders` in the transaction that writes it, and to `headersCommitted` once that transaction commits.
-    func storedJWS(_ jws: String, carried: [String] = []) -> StoredJWSText {
+    /// `jws` as stored (`StoredJWS`): the headers this process knows replaced by their digests. A header not known to be
+    /// in `jws_headers` is added first, in a transaction of its own, in the digests' order: the write that then stores
+    /// the text touches no shared row for it, so processes adding the same headers (PostgreSQL) wait on each other only
+    /// there, never inside their batches of other rows. Rows there never change, so one added for a JWS whose own write
+    /// fails afterwards is only unused.
+    func storedJWS(_ jws: String, carried: [String] = []) async throws -> String {
         let text = StoredJWS.compact(jws, carried: carried, digest: jwsHeaders.digest)
-        return StoredJWSText(text: text, newHeaders: jwsHeaders.uncommitted(in: text))
+        let missing = jwsHeaders.unstored(in: text)
+        if !missing.isEmpty {
+            try await database.transaction { db in try JWSHeaderRepository(db: db).add(missing) }
+            jwsHeaders.stored(missing.map(\.digest))
+        }
+        return text
     }
-
-    func addHeaders(of stored: StoredJWSText, _ db: any SQLConnection) throws {
-        try JWSHeaderRepository(db: db).add(stored.newHeaders)
-    }
-
-    func headersCommitted(of stored: StoredJWSText) { jwsHeaders.committed(stored.newHeaders.map(\.digest)) }
 
     /// The compact JWS a stored text stands for, its headers read in `db`; `internal_error` if one is missing.
     func expandedJWS(_ stored: String, _ db: any SQLConnection) throws -> String {
@@ -102,15 +112,13 @@ extension PurchaseStore {
         }
         return jws
     }
-}
 
-extension PurchaseStore {
     /// One recorded notification with the `signedPayload` Apple sent, byte for byte; `notification_not_found` if none.
     func recordedNotification(_ uuid: String) async throws -> RecordedNotification {
-        try await database.longRead { db in
-            guard uuid.utf8.count <= 64, var (notification, stored) = try NotificationRepository(db: db).find(uuid) else {
-                throw ServerError(.notificationNotFound, "No notification \(uuid.utf8.count <= 64 ? uuid : "with an id that long") is recorded.")
-            }
+        let notFound = ServerError(.notificationNotFound, "No notification \(uuid.utf8.count <= 64 ? uuid : "with an id that long") is recorded.")
+        guard uuid.utf8.count <= 64 else { throw notFound }
+        return try await database.longRead { db in
+            guard var (notification, stored) = try NotificationRepository(db: db).find(uuid) else { throw notFound }
             notification.signedPayload = try self.expandedJWS(stored, db)
             return notification
         }
