@@ -10,7 +10,7 @@ public final class SQLiteDatabase: @unchecked Sendable {
     private let handle: OpaquePointer
     private let queue: DispatchQueue
     /// Prepared statements by SQL text, reused (reset) across calls; only touched on `queue`.
-    private var statements: [String: OpaquePointer] = [:]
+    private var statements: [StatementKey: OpaquePointer] = [:]
     /// The texts of row writes by their parts; only touched on `queue`.
     var sqlTexts = SQLTextCache()
     /// The file path (or `:memory:`).
@@ -209,7 +209,7 @@ public final class SQLiteDatabase: @unchecked Sendable {
 
     /// The statement for `sql`, prepared once and kept (at most 256; all are let go when that is passed).
     private func prepared(_ sql: String) throws -> OpaquePointer {
-        if let cached = statements[sql] { return cached }
+        if let cached = statements[StatementKey(sql)] { return cached }
         var prepared: OpaquePointer?
         guard sqlite3_prepare_v2(handle, sql, -1, &prepared, nil) == SQLITE_OK, let prepared else {
             throw StorageErrorFactory.make("sql_failed", String(cString: sqlite3_errmsg(handle)))
@@ -218,7 +218,7 @@ public final class SQLiteDatabase: @unchecked Sendable {
             for old in statements.values { sqlite3_finalize(old) }
             statements.removeAll()
         }
-        statements[sql] = prepared
+        statements[StatementKey(sql)] = prepared
         return prepared
     }
 
@@ -402,4 +402,31 @@ private func checkpointHook(_ context: UnsafeMutableRawPointer?, _ db: OpaquePoi
     guard let context else { return SQLITE_OK }
     Unmanaged<Checkpointer>.fromOpaque(context).takeUnretainedValue().committed(pages: pages, db, name)
     return SQLITE_OK
+}
+
+/// A statement's SQL text as the key of the prepared statements: hashed by its length and its first and last 32 bytes,
+/// compared byte for byte. Every statement run looks its text up: hashing whole texts (hundreds of bytes each) through
+/// `String`'s hash was 2.5% of the server's CPU per notification (bench/README, thirty-third round).
+struct StatementKey: Hashable {
+    let sql: String
+
+    init(_ sql: String) { self.sql = sql }
+
+    func hash(into hasher: inout Hasher) {
+        func combine(_ bytes: UnsafeBufferPointer<UInt8>) {
+            hasher.combine(bytes.count)
+            hasher.combine(bytes: UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes.prefix(32))))
+            if bytes.count > 32 { hasher.combine(bytes: UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes.suffix(32)))) }
+        }
+        if sql.utf8.withContiguousStorageIfAvailable(combine) == nil { Array(sql.utf8).withUnsafeBufferPointer(combine) }
+    }
+
+    static func == (lhs: StatementKey, rhs: StatementKey) -> Bool {
+        let equal: Bool? = lhs.sql.utf8.withContiguousStorageIfAvailable { left in
+            rhs.sql.utf8.withContiguousStorageIfAvailable { right in
+                left.count == right.count && (left.isEmpty || memcmp(left.baseAddress!, right.baseAddress!, left.count) == 0)
+            }
+        } ?? nil
+        return equal ?? lhs.sql.utf8.elementsEqual(rhs.sql.utf8)
+    }
 }

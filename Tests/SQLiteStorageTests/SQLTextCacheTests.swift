@@ -116,6 +116,24 @@ struct SQLTextCacheTests {
         }
     }
 
+    @Test("Prepared statements whose texts share their length and first and last 32 bytes are each their own")
+    func statementsAlikeAtBothEnds() async throws {
+        try await Self.withDatabase { database in
+            let head = "SELECT /* the same thirty-two bytes or more */ ", tail = " AS v /* and the same thirty-two bytes at the end */"
+            // The same length, the same ends: only the middle differs (the key hashes the ends, and compares all of it).
+            let values = (0..<40).map { String(format: "%03d", $0) } + ["\u{1E0B}\u{0323}", "\u{1E0D}\u{0307}"]
+            // The last two are equal as Strings (canonically equivalent: d with a dot above and one below) and as long in
+            // bytes, but not the same bytes: each is its own statement.
+            let texts = values.map { head + "'\($0)'" + tail }
+            for round in 0..<3 {
+                for (text, expected) in zip(texts, values) {
+                    let value = try await database.transaction { try $0.query(text).first?.string("v") }
+                    #expect(value.map { Array($0.utf8) } == Array(expected.utf8), "round \(round), \(expected)")
+                }
+            }
+        }
+    }
+
     /// Runs `body` with an SQLite database in a directory of its own, removed afterwards.
     private static func withDatabase(_ body: (SQLiteSQLDatabase) async throws -> Void) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("sqltexts-\(UUID().uuidString)")
