@@ -405,8 +405,9 @@ private func checkpointHook(_ context: UnsafeMutableRawPointer?, _ db: OpaquePoi
 }
 
 /// A statement's SQL text as the key of the prepared statements: hashed by its length and its first and last 32 bytes,
-/// compared byte for byte. Every statement run looks its text up: hashing whole texts (hundreds of bytes each) through
-/// `String`'s hash was 2.5% of the server's CPU per notification (bench/README, thirty-third round).
+/// compared byte for byte (two texts `String` calls equal, canonically equivalent but other bytes, are other statements).
+/// Every statement run looks its text up: with `String`'s hash of the whole text (hundreds of bytes each) the lookup
+/// was 1.07% of a notification's server samples, 0.73% with this (bench/README, thirty-third round).
 struct StatementKey: Hashable {
     let sql: String
 
