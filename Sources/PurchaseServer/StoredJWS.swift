@@ -47,9 +47,9 @@ public enum StoredJWS {
         }
         guard !replacements.isEmpty, let decoded = payload.withUnsafeBufferPointer({ Base64URL.decode($0) }),
               index(of: tilde, in: decoded[...]) == nil else { return outerOnly() }
-        var json = decoded
-        for replacement in replacements { json = replacing(replacement.from, with: replacement.to, in: json) }
-        guard json.count != decoded.count else { return outerOnly() }
+        var json = decoded, replaced = 0
+        for replacement in replacements { (json, replaced) = replacing(replacement.from, with: replacement.to, in: json, counted: replaced) }
+        guard replaced > 0 else { return outerOnly() }
         let prefix = form.count
         form.append(tilde)
         form.append(contentsOf: json)
@@ -141,8 +141,10 @@ public enum StoredJWS {
         return a.withUnsafeBufferPointer { x in b.withUnsafeBufferPointer { y in memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0 } }
     }
 
-    /// `bytes` with every occurrence of `pattern` (which begins with a quote) replaced by `replacement`.
-    private static func replacing(_ pattern: [UInt8], with replacement: [UInt8], in bytes: [UInt8]) -> [UInt8] {
+    /// `bytes` with every occurrence of `pattern` (which begins with a quote) replaced by `replacement`, and `counted`
+    /// plus how many there were.
+    private static func replacing(_ pattern: [UInt8], with replacement: [UInt8], in bytes: [UInt8], counted: Int) -> ([UInt8], Int) {
+        var count = counted
         var result: [UInt8] = []
         result.reserveCapacity(bytes.count)
         var copied = 0, next = 0
@@ -150,6 +152,7 @@ public enum StoredJWS {
             if bytes.count - mark >= pattern.count, equal(bytes[mark..<(mark + pattern.count)], pattern[...]) {
                 result.append(contentsOf: bytes[copied..<mark])
                 result.append(contentsOf: replacement)
+                count += 1
                 copied = mark + pattern.count
                 next = copied
             } else {
@@ -157,7 +160,7 @@ public enum StoredJWS {
             }
         }
         result.append(contentsOf: bytes[copied...])
-        return result
+        return (result, count)
     }
 
     /// A compacted form split: `~digest.payload.signature`, the payload either Base64url or `~` and JSON text.

@@ -68,6 +68,13 @@ struct StoredJWSTests {
         let binary = StoredJWS.compact(notUTF8, carried: [nested], digest: headers.digest)
         #expect(binary.hasPrefix("~") && binary.split(separator: ".")[1] == notUTF8.split(separator: ".")[1])
         #expect(StoredJWS.expand(binary, header: headers.header) == notUTF8)
+        // A carried header as long as its mark (65 bytes) is still named: the text keeps its length, not its bytes.
+        let short = "eyJ" + String(repeating: "a", count: 62)
+        let carrier = "\(short).e30.AAAA"
+        let sameLength = "eyJhbGciOiJFUzI1NiJ9.\(Base64URL.encode(Array(#"{"data":{"signedTransactionInfo":"\#(carrier)"}}"#.utf8))).AAAA"
+        let named = StoredJWS.compact(sameLength, carried: [carrier], digest: headers.digest)
+        #expect(named.split(separator: ".")[1].hasPrefix("~"))
+        #expect(StoredJWS.expand(named, header: headers.header) == sameLength)
         // A carried JWS its payload does not hold as such (escaped) leaves the payload as it came.
         let escaped = try JWS.sign(payload: Array(#"{"data":{"signedTransactionInfo":"\#(nested.replacingOccurrences(of: ".", with: "\\u002e"))"}}"#.utf8),
                                    key: TestSupport.jwsAuthority.leafKey, chain: TestSupport.jwsAuthority.chain)
