@@ -1,4 +1,5 @@
 import AppStoreCrypto
+import AppStoreModels
 import Foundation
 
 /// A compact JWS as this server stores it, and back. Apple's JWS headers carry the signing certificate chain: about
@@ -20,19 +21,25 @@ public enum StoredJWS {
     /// `jws` in its stored form: each header that `digest(header)` names replaced, or `jws` itself. `digest` is asked
     /// for the envelope's header and for the header of each compact JWS in `carried` (what its payload carries).
     public static func compact(_ jws: String, carried: [String] = [], digest: (ArraySlice<UInt8>) -> String?) -> String {
+        compactNaming(jws, carried: carried, digest: digest).text
+    }
+
+    /// `compact`'s text, with the digests it names (the envelope's first, each once; none for a JWS stored as it came).
+    public static func compactNaming(_ jws: String, carried: [String] = [],
+                                     digest: (ArraySlice<UInt8>) -> String?) -> (text: String, digests: [String]) {
         let bytes = Array(jws.utf8)[...]
         guard index(of: tilde, in: bytes) == nil, let first = index(of: dot, in: bytes),
               let second = index(of: dot, in: bytes[(first + 1)...]), index(of: dot, in: bytes[(second + 1)...]) == nil,
-              let outer = digest(bytes[..<first]), isDigest(outer.utf8) else { return jws }
+              let outer = digest(bytes[..<first]), isDigest(outer.utf8) else { return (jws, []) }
         let payload = bytes[(first + 1)..<second], signature = bytes[second...]  // the signature with its dot
-        var replacements: [(from: [UInt8], to: [UInt8])] = []
+        var replacements: [(from: [UInt8], to: [UInt8], digest: String)] = []
         var headers = [outer: bytes[..<first]]
         for nested in carried {
             let nestedBytes = Array(nested.utf8)[...]
             guard let end = index(of: dot, in: nestedBytes), let inner = digest(nestedBytes[..<end]), isDigest(inner.utf8) else { continue }
             let from = [quote] + nestedBytes[..<end] + [dot]
-            guard !replacements.contains(where: { equal($0.from[...], from[...]) }) else { continue }
-            replacements.append((from, [quote, tilde] + Array(inner.utf8) + [dot]))
+            guard !replacements.contains(where: { $0.from.hasSameBytes(as: from) }) else { continue }
+            replacements.append((from, [quote, tilde] + Array(inner.utf8) + [dot], inner))
             headers[inner] = nestedBytes[..<end]
         }
         var form: [UInt8] = []
@@ -40,15 +47,20 @@ public enum StoredJWS {
         form.append(tilde)
         form.append(contentsOf: outer.utf8)
         form.append(dot)
-        let outerOnly = { () -> String in
+        let outerOnly = { () -> (text: String, digests: [String]) in
             form.append(contentsOf: payload)
             form.append(contentsOf: signature)
-            return String(decoding: form, as: UTF8.self)
+            return (String(decoding: form, as: UTF8.self), [outer])
         }
         guard !replacements.isEmpty, let decoded = payload.withUnsafeBufferPointer({ Base64URL.decode($0) }),
               index(of: tilde, in: decoded[...]) == nil else { return outerOnly() }
-        var json = decoded, replaced = 0
-        for replacement in replacements { (json, replaced) = replacing(replacement.from, with: replacement.to, in: json, counted: replaced) }
+        var json = decoded, named = [outer], replaced = 0
+        for replacement in replacements {
+            let count: Int
+            (json, count) = replacing(replacement.from, with: replacement.to, in: json)
+            replaced += count
+            if count > 0, !named.contains(replacement.digest) { named.append(replacement.digest) }
+        }
         guard replaced > 0 else { return outerOnly() }
         let prefix = form.count
         form.append(tilde)
@@ -56,7 +68,7 @@ public enum StoredJWS {
         form.append(contentsOf: signature)
         // Kept only if it gives back the very bytes.
         guard let parts = Parts(form[...]), let expanded = expand(parts, header: { headers[$0].map { String(decoding: $0, as: UTF8.self) } }),
-              equal(expanded[...], bytes) else {
+              expanded.hasSameBytes(as: bytes) else {
             form.removeSubrange(prefix...)
             return outerOnly()
         }
@@ -65,7 +77,7 @@ public enum StoredJWS {
             form.removeSubrange(prefix...)
             return outerOnly()
         }
-        return text
+        return (text, named)
     }
 
     /// The compact JWS a stored form stands for; nil when it names a header `header` does not know, or is not a form
@@ -134,22 +146,15 @@ public enum StoredJWS {
         }
     }
 
-    /// Whether two byte strings are the same (`memcmp`).
-    static func equal(_ a: ArraySlice<UInt8>, _ b: ArraySlice<UInt8>) -> Bool {
-        guard a.count == b.count else { return false }
-        guard !a.isEmpty else { return true }
-        return a.withUnsafeBufferPointer { x in b.withUnsafeBufferPointer { y in memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0 } }
-    }
-
-    /// `bytes` with every occurrence of `pattern` (which begins with a quote) replaced by `replacement`, and `counted`
-    /// plus how many there were.
-    private static func replacing(_ pattern: [UInt8], with replacement: [UInt8], in bytes: [UInt8], counted: Int) -> ([UInt8], Int) {
-        var count = counted
+    /// `bytes` with every occurrence of `pattern` (which begins with a quote) replaced by `replacement`, and how many
+    /// there were.
+    private static func replacing(_ pattern: [UInt8], with replacement: [UInt8], in bytes: [UInt8]) -> ([UInt8], Int) {
+        var count = 0
         var result: [UInt8] = []
         result.reserveCapacity(bytes.count)
         var copied = 0, next = 0
         while let mark = index(of: pattern[0], in: bytes[next...]) {
-            if bytes.count - mark >= pattern.count, equal(bytes[mark..<(mark + pattern.count)], pattern[...]) {
+            if bytes.count - mark >= pattern.count, bytes[mark..<(mark + pattern.count)].hasSameBytes(as: pattern) {
                 result.append(contentsOf: bytes[copied..<mark])
                 result.append(contentsOf: replacement)
                 count += 1

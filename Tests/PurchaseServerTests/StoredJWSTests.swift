@@ -121,6 +121,9 @@ struct StoredJWSTests {
             let jws = "\(nestedHeaders[random.below(3)]).\(Base64URL.encode(Array(payload.utf8))).\(segment(86))"
             let stored = StoredJWS.compact(jws, carried: carried, digest: headers.digest)
             #expect(stored.hasPrefix("~"))
+            // The digests it names are those the stored text holds (the ones written to `jws_headers`).
+            let named = StoredJWS.compactNaming(jws, carried: carried, digest: headers.digest).digests, held = StoredJWS.headerDigests(of: stored)
+            #expect(named.first == held.first && named.count == held.count && Set(named) == Set(held))
             #expect(StoredJWS.expand(stored, header: headers.header) == jws, "round \(round)")
             // One byte changed anywhere: nil or some text, never a trap.
             var bytes = Array(stored.utf8)
@@ -210,12 +213,12 @@ struct StoredJWSTests {
         let digest = try #require(book.digest(header[...]))
         #expect(book.digest(header[...]) == digest && digest == Digest.sha256.hash(header).hexString)
         let stored = "~\(digest).e30.AAAA"
-        #expect(book.unstored(in: stored).map(\.digest) == [digest])
-        #expect(book.unstored(in: stored).first?.header == String(decoding: header, as: UTF8.self))
+        #expect(book.unstored(StoredJWS.headerDigests(of: stored)).map(\.digest) == [digest])
+        #expect(book.unstored(StoredJWS.headerDigests(of: stored)).first?.header == String(decoding: header, as: UTF8.self))
         book.stored([digest])
-        #expect(book.unstored(in: stored).isEmpty)
+        #expect(book.unstored(StoredJWS.headerDigests(of: stored)).isEmpty)
         clock.withLock { $0 += .seconds(61) }
-        #expect(book.unstored(in: stored).map(\.digest) == [digest])
+        #expect(book.unstored(StoredJWS.headerDigests(of: stored)).map(\.digest) == [digest])
         // Too long for a JWS header, or past the capacity: no digest (stored as it came).
         #expect(book.digest(Array(repeating: UInt8(ascii: "A"), count: JWSHeaderBook.maximumHeaderLength + 1)[...]) == nil)
         for index in 1..<JWSHeaderBook.capacity { #expect(book.digest(Array("eyJ\(index)".utf8)[...]) != nil) }

@@ -1,4 +1,5 @@
 import AppStoreCrypto
+import AppStoreModels
 import Foundation
 import Locking
 import Storage
@@ -7,6 +8,7 @@ import Storage
 /// or deleted, so a digest once committed names its header for good, in every process.
 struct JWSHeaderRepository {
     let db: any SQLConnection
+    let dialect: SQLDialect
 
     /// Adds headers not yet stored (another process may have added one first: that row is the same).
     func add(_ headers: [(digest: String, header: String)]) throws {
@@ -18,9 +20,9 @@ struct JWSHeaderRepository {
     /// The headers stored under these digests (those not stored are missing from the answer).
     func headers(_ digests: [String]) throws -> [String: String] {
         guard !digests.isEmpty else { return [:] }
-        let marks = Array(repeating: "?", count: digests.count).joined(separator: ", ")
+        let (condition, parameters) = dialect.membership("digest", in: digests)
         var found: [String: String] = [:]
-        for row in try db.query("SELECT digest, header FROM jws_headers WHERE digest IN (\(marks))", digests) {
+        for row in try db.query("SELECT digest, header FROM jws_headers WHERE " + condition, parameters) {
             if let digest = row.string("digest"), let header = row.string("header") { found[digest] = header }
         }
         return found
@@ -54,19 +56,18 @@ final class JWSHeaderBook: Sendable {
     /// comparing bytes (a few headers, kilobytes each: cheaper than hashing them for a dictionary).
     func digest(_ header: ArraySlice<UInt8>) -> String? {
         guard header.count <= Self.maximumHeaderLength else { return nil }
-        if let known = entries.withLock({ $0.first { StoredJWS.equal($0.header[...], header) }?.digest }) { return known }
+        if let known = entries.withLock({ $0.first { $0.header.hasSameBytes(as: header) }?.digest }) { return known }
         let digest = Digest.sha256.hash(header).hexString
         return entries.withLock { entries in
-            if let known = entries.first(where: { StoredJWS.equal($0.header[...], header) }) { return known.digest }
+            if let known = entries.first(where: { $0.header.hasSameBytes(as: header) }) { return known.digest }
             guard entries.count < Self.capacity else { return nil }
             entries.append(Entry(header: Array(header), digest: digest))
             return digest
         }
     }
 
-    /// The headers a stored form names that are not known to be stored, with their text, by digest.
-    func unstored(in stored: String) -> [(digest: String, header: String)] {
-        let digests = StoredJWS.headerDigests(of: stored)
+    /// The headers of these digests (those a stored form names) not known to be stored, with their text, by digest.
+    func unstored(_ digests: [String]) -> [(digest: String, header: String)] {
         guard !digests.isEmpty else { return [] }
         let now = now()
         return entries.withLock { entries in
@@ -94,10 +95,11 @@ extension PurchaseStore {
     /// there, never inside their batches of other rows. Rows there never change, so one added for a JWS whose own write
     /// fails afterwards is only unused.
     func storedJWS(_ jws: String, carried: [String] = []) async throws -> String {
-        let text = StoredJWS.compact(jws, carried: carried, digest: jwsHeaders.digest)
-        let missing = jwsHeaders.unstored(in: text)
+        let (text, digests) = StoredJWS.compactNaming(jws, carried: carried, digest: jwsHeaders.digest)
+        let missing = jwsHeaders.unstored(digests)
         if !missing.isEmpty {
-            try await database.transaction { db in try JWSHeaderRepository(db: db).add(missing) }
+            let dialect = database.dialect
+            try await database.transaction { db in try JWSHeaderRepository(db: db, dialect: dialect).add(missing) }
             jwsHeaders.stored(missing.map(\.digest))
         }
         return text
@@ -106,7 +108,7 @@ extension PurchaseStore {
     /// The compact JWS a stored text stands for, its headers read in `db`; `internal_error` if one is missing.
     func expandedJWS(_ stored: String, _ db: any SQLConnection) throws -> String {
         let digests = StoredJWS.headerDigests(of: stored)
-        let headers = try JWSHeaderRepository(db: db).headers(digests)
+        let headers = try JWSHeaderRepository(db: db, dialect: database.dialect).headers(digests)
         guard let jws = StoredJWS.expand(stored, header: { headers[$0] }) else {
             throw ServerError(.internalError, "A stored JWS names a header this database does not hold.")
         }
