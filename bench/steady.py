@@ -15,6 +15,7 @@ Uploads accepted in the window are counted too. Where they outrun the settlement
 settles, and the rest waits in its queue), every part's CPU per settled receipt includes the uploads of receipts not yet
 settled, and reads high by up to accepted / completed."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -26,9 +27,13 @@ servers, pids, key, bodies, rate, warmup, window, database, label = sys.argv[1:1
 servers, pids = servers.split(","), pids.split(",")
 rate, warmup, window = float(rate), float(warmup), float(window)
 BENCH = os.environ.get("STOREKEEPER_BENCH_BIN", ".build/release/storekeeper-bench")
-# Connections the load generator keeps open (uploads in progress at once, as devices would): BENCH_CONNECTIONS.
-CONNECTIONS = os.environ.get("BENCH_CONNECTIONS", "64")
 TICKS = os.sysconf("SC_CLK_TCK")
+# Connections the load generator keeps open (uploads in progress at once, as devices would): BENCH_CONNECTIONS, else
+# one per 20/s offered and at least 64. An open-loop offer must not wait for a free connection: a connection sends its
+# next upload only once the last is answered, so C connections offer at most C / (answer time). At 5,000/s an SQLite
+# upload's answer took about 13 ms, and 64 connections (at most about 4,900/s) held the offer to 4,389–4,906/s accepted
+# (bench/README.md, thirty-fourth round); one per 20/s lets each upload take 50 ms before the offer falls short.
+CONNECTIONS = os.environ.get("BENCH_CONNECTIONS") or str(max(64, math.ceil(rate / 20)))
 
 
 def cpu_by_process(process_ids):
@@ -195,7 +200,7 @@ result = {
     "server_cpu_ms_per_receipt": round(cpu * 1000 / max(settled_in_window, 1), 3),
     "rss_mib_peak": round(peak[2] / 1024, 1),
     "kib_per_verification_in_flight": round((peak[2] - baseline_rss) / peak[1], 1) if peak[1] > 100 else None,
-    "cpu_ms_per_receipt": accounting,
+    "cpu_ms_per_receipt": accounting, "connections": int(CONNECTIONS),
 }
 shares = "  ".join(f"{name.replace('_', ' ')} {accounting[name]}" for name in ("server", "database", "emulator", "load_generator", "machine")
                    if accounting.get(name) is not None)
@@ -203,6 +208,6 @@ print(f"{label:28} offered {rate:6.0f}/s  accepted {result['accepted_per_second'
       f"(max {result['in_flight_max']})  grant p50 {result['grant_p50_ms']:.0f} ms p99 {result['grant_p99_ms']:.0f} ms  "
       f"cpu {result['server_cpu_ms_per_receipt']} ms/receipt  rss {result['rss_mib_peak']} MiB  "
       f"{result['kib_per_verification_in_flight']} KiB/in-flight  refused {result['refused']} unsettled {unsettled}  "
-      f"upload answer p50 {result['upload_answer_p50_ms']:.0f} ms p99 {result['upload_answer_p99_ms']:.0f} ms\n{'':28} cpu ms per receipt: {shares}  "
+      f"upload answer p50 {result['upload_answer_p50_ms']:.0f} ms p99 {result['upload_answer_p99_ms']:.0f} ms over {CONNECTIONS} connections\n{'':28} cpu ms per receipt: {shares}  "
       f"(machine busy {accounting.get('machine_busy_cores')} of {os.cpu_count()} cores, steal {accounting.get('steal_cores')})")
 print("json " + json.dumps(result, sort_keys=True))

@@ -5,7 +5,7 @@
 # in flight, upload-to-grant p50/p99, server CPU per receipt and memory per verification in flight, and the highest
 # offered rate it sustained (completions ≥ 95% of the offer, grant p99 under 1 s instant, 10 s with latency).
 #   BENCH_RATES="1000 2000 3000"  BENCH_SLOW_RATES="1000 2000"  BENCH_WARMUP=10  BENCH_WINDOW=60  BENCH_ENGINES="sqlite postgres"
-#   BENCH_CONNECTIONS=64 (the load generator's connections: uploads in progress at once)
+#   BENCH_CONNECTIONS=C (the load generator's connections, uploads in progress at once; default one per 20/s offered, at least 64)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RATES=${BENCH_RATES:-"1000 2000 3000 4000"}
