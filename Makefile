@@ -23,7 +23,7 @@ FUZZ_TARGETS ?= der receipt legacy-receipt jws json catalog http-response http-r
 help:
 	@echo "make run    install what is missing, build, start the App Store emulator and the purchase server (storekeeper up)"
 	@echo "make test   install what is missing, run the Swift suites and the acceptance suites"
-	@echo "make bench  build release and print benchmark figures (written under bench/results/; bench/steady.sh alone runs about 40 minutes)"
+	@echo "make bench  build release and print benchmark figures (written under bench/results/; bench/steady.sh alone runs about 45 minutes)"
 	@echo "make bench-ab BASE=<revision>  the emulator of that revision (built in .build/ab-base) against this tree's, side by side"
 	@echo "make install [PREFIX=/usr/local]  install the storekeeper binary (the example stores are built into it)"
 	@echo "make fuzz   run every libFuzzer harness for FUZZ_SECONDS (default 60) each; crashes are kept under Tests/fuzz/"

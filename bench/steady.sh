@@ -8,7 +8,7 @@
 #   BENCH_CONNECTIONS=C (the load generator's connections, uploads in progress at once; default one per 20/s offered, at least 64)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RATES=${BENCH_RATES:-"1000 2000 3000 4000"}
+RATES=${BENCH_RATES:-"1000 2000 3000 4000 5000"}
 SLOW_RATES=${BENCH_SLOW_RATES:-"1000 2000 3000"}
 WARMUP=${BENCH_WARMUP:-10}
 WINDOW=${BENCH_WINDOW:-60}
