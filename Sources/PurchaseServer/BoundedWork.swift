@@ -13,6 +13,8 @@ final class BoundedWork: Sendable {
     private let next = Atomic<Int>(0)
     private let pending = Atomic<Int>(0)
     let maximumPending: Int
+    /// Checks taken and not yet finished (running or waiting).
+    var waiting: Int { pending.load(ordering: .relaxed) }
 
     init(label: String, width: Int = 2, maximumPending: Int = 256) {
         // Serial queues round-robin: exactly `width` checks run at once, the rest wait in order.
