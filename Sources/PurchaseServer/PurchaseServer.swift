@@ -35,10 +35,10 @@ public final class PurchaseServer: Sendable {
     /// (a flood of them takes at most one core from everything else), `notificationBacklog` waiting at most.
     let notificationChecks = BoundedWork(label: "storekeeper.notification-checks", width: 1, maximumPending: PurchaseServer.notificationBacklog)
     /// Notifications that may wait for their check; past it a delivery is answered 503 at once. Apple sends a refused
-    /// notification again only hours later, so a burst is taken rather than turned away: with 256, 1,024 deliveries at
-    /// once were 87% refused (17,355 of 20,000 answered 503, bench/README.md, thirty-fourth round). A check under a known
-    /// chain took about 90 µs there, so a full backlog is about 0.2 s of work; the bodies are held by their connections
-    /// (at most the listener's limit of 64 KiB each) whether they wait here or not.
+    /// notification again an hour later at the earliest (in the sandbox never), so a burst is taken rather than turned
+    /// away: with 256, 1,024 deliveries at once were 87% refused (17,355 of 20,000 answered 503; bench/README.md,
+    /// thirty-fourth round). A check under a known chain took about 100 µs there, so a full backlog is about 0.2 s of
+    /// work; the bodies (64 KiB at most, the route's limit) are held by their connections whether they wait here or not.
     static let notificationBacklog = 2_048
     /// Notifications' writes that arrive together, committed in one transaction.
     let notificationWrites = GroupCommit<@Sendable (any SQLConnection) throws -> (NotificationReceipt.Outcome, VerificationJob?),
