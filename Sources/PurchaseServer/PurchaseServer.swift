@@ -33,13 +33,20 @@ public final class PurchaseServer: Sendable {
     let maximumLongPolls: Int
     /// Where notifications are parsed and their signatures checked: off the cooperative pool, one at a time
     /// (a flood of them takes at most one core from everything else), `notificationBacklog` waiting at most.
-    let notificationChecks = BoundedWork(label: "storekeeper.notification-checks", width: 1, maximumPending: PurchaseServer.notificationBacklog)
+    let notificationChecks = BoundedWork(label: "storekeeper.notification-checks", width: 1, maximumPending: PurchaseServer.notificationBacklog,
+                                         maximumWait: PurchaseServer.notificationCheckWait)
     /// Notifications that may wait for their check; past it a delivery is answered 503 at once. Apple sends a refused
     /// notification again an hour later at the earliest (in the sandbox never), so a burst is taken rather than turned
     /// away: with 256, 1,024 deliveries at once were 87% refused (17,355 of 20,000 answered 503; bench/README.md,
-    /// thirty-fourth round). A check under a known chain took about 100 µs there, so a full backlog is about 0.2 s of
-    /// work; the bodies (64 KiB at most, the route's limit) are held by their connections whether they wait here or not.
+    /// thirty-fourth round). A check under a known chain took about 100 µs there, so a full backlog of genuine ones is
+    /// about 0.2 s of work.
     static let notificationBacklog = 2_048
+    /// How long a notification's check may wait for its turn before it is answered 503 instead. The sender chooses what
+    /// a check costs: a chain not seen before is verified in full, far more work than a known chain's one P-256 check, so a
+    /// flood of those fills the backlog with seconds of work, and a genuine notification behind it would wait past
+    /// Apple's patience (Apple's developer support says a few seconds at most). Each of a notification's checks (its
+    /// envelope, then the JWS it carries) waits at most this long.
+    static let notificationCheckWait: Duration = .seconds(1)
     /// Notifications' writes that arrive together, committed in one transaction.
     let notificationWrites = GroupCommit<@Sendable (any SQLConnection) throws -> (NotificationReceipt.Outcome, VerificationJob?),
                                          (NotificationReceipt.Outcome, VerificationJob?)>()
