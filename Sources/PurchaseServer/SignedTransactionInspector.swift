@@ -11,7 +11,9 @@ public final class SignedTransactionInspector: Sendable {
     let trust: TrustStore
     /// Chains already verified (x5c as sent → the leaf's key and the window in which the chain is valid):
     /// afterwards only the leaf's signature is checked, with the key already parsed.
-    private let verifiedChains = Locked<[[String]: (key: PublicKey, notBefore: Date, notAfter: Date)]>([:])
+    private let verifiedChains = Locked<[[String]: KnownChain]>([:])
+    /// Chains verified in full (not from `verifiedChains`) so far.
+    let chainVerifications = Atomic<Int>(0)
     /// Header segments (Base64url, as sent) whose chain verified: the fast path skips decoding them.
     private let verifiedHeaders = Locked<[String: (key: PublicKey, notBefore: Date, notAfter: Date)]>([:])
     /// SHA-256 of whole signed transactions lately found signed by a trusted key (cleared when full): their own signature
@@ -98,9 +100,8 @@ public final class SignedTransactionInspector: Sendable {
             throw ReceiptRejection(code: "malformed_transaction", reason: "signedTransaction is not a StoreKit 2 signed transaction")
         }
         try checkSignature(jws, at: date)
-        if let leaf = try? jws.certificates().first, let key = leaf.publicKey, let window = verifiedChains.withLock({ chains in
-            chains[(jws.header["x5c"]?.array ?? []).compactMap(\.text)].map { ($0.notBefore, $0.notAfter) }
-        }) {
+        if let leaf = try? jws.certificates().first, let key = leaf.publicKey, let chainKey = Self.chainKey(jws),
+           let window = verifiedChains.withLock({ chains in chains[chainKey].map { ($0.notBefore, $0.notAfter) } }) {
             verifiedHeaders.withLock { cache in
                 if cache.count > 64 { cache.removeAll() }
                 cache[header] = (key, window.0, window.1)
@@ -110,12 +111,12 @@ public final class SignedTransactionInspector: Sendable {
 
     /// Verifies any Apple JWS (a notification, renewal info) with this inspector's chain cache.
     public func verify(_ jws: JWS, at date: Date, subject: String) throws(ReceiptRejection) {
-        try Self.check(jws, at: date, trust: trust, cache: verifiedChains, subject: subject)
+        try Self.check(jws, at: date, trust: trust, cache: verifiedChains, counted: chainVerifications, subject: subject)
     }
 
     /// Verifies a notification's envelope as `verify` does. What it returns vouches for the JWS its payload carries.
     public func verify(_ envelope: Envelope, at date: Date, subject: String) throws(ReceiptRejection) -> VerifiedEnvelope {
-        let window = try Self.check(envelope.jws, at: date, trust: trust, cache: verifiedChains, subject: subject)
+        let window = try Self.check(envelope.jws, at: date, trust: trust, cache: verifiedChains, counted: chainVerifications, subject: subject)
         let header = envelope.jws.signingInput.prefix { $0 != UInt8(ascii: ".") }  // a slice of the signed bytes: no copy
         return VerifiedEnvelope(payload: envelope.payload,
                                 signer: window.map { VerifiedSigner(header: header, notBefore: $0.notBefore, notAfter: $0.notAfter) })
@@ -135,28 +136,53 @@ public final class SignedTransactionInspector: Sendable {
         let when = date(payload)
         let header = jws.signingInput.prefix { $0 != UInt8(ascii: ".") }
         if carried.signer?.covers(header: header, at: when) != true {
-            try Self.check(jws, at: when, trust: trust, cache: verifiedChains, subject: subject)
+            try Self.check(jws, at: when, trust: trust, cache: verifiedChains, counted: chainVerifications, subject: subject)
         }
         return payload
     }
 
     private func checkSignature(_ jws: JWS, at date: Date) throws(ReceiptRejection) {
-        try Self.check(jws, at: date, trust: trust, cache: verifiedChains, subject: "the transaction's")
+        try Self.check(jws, at: date, trust: trust, cache: verifiedChains, counted: chainVerifications, subject: "the transaction's")
+    }
+
+    /// A chain that verified: its leaf's key, the window in which the chain is valid, and the third `x5c` entry it came with.
+    struct KnownChain {
+        let key: PublicKey
+        let notBefore: Date
+        let notAfter: Date
+        let third: String
+    }
+
+    /// How a verified chain is remembered: by its leaf and intermediate as sent, the two entries the check verifies (the
+    /// third is not trusted: the roots are the trust store's). Keyed by all three, a sender varying the third entry under
+    /// Apple's real leaf and intermediate made every check a full chain verification, and filled the cache until it was
+    /// emptied of the genuine chain too. Nil unless `x5c` holds exactly three strings, as the full check requires.
+    static func chainKey(_ jws: JWS) -> [String]? {
+        guard let list = jws.header["x5c"]?.array, list.count == JWS.chainLength else { return nil }
+        let entries = list.compactMap(\.text)
+        return entries.count == JWS.chainLength ? Array(entries.prefix(2)) : nil
     }
 
     /// Verifies `jws` (ES256, x5c chain to the trust store's roots at `date`, Apple's OIDs, signature), remembering chains.
     /// Returns the window in which its chain is valid, when its certificates' dates could be read.
     @discardableResult
-    static func check(_ jws: JWS, at date: Date, trust: TrustStore, cache: borrowing Locked<[[String]: (key: PublicKey, notBefore: Date, notAfter: Date)]>,
-                      subject: String) throws(ReceiptRejection) -> (notBefore: Date, notAfter: Date)? {
-        let x5c = (jws.header["x5c"]?.array ?? []).compactMap(\.text)
-        if let known = cache.withLock({ $0[x5c] }), date >= known.notBefore, date <= known.notAfter {
+    static func check(_ jws: JWS, at date: Date, trust: TrustStore, cache: borrowing Locked<[[String]: KnownChain]>,
+                      counted verifications: borrowing Atomic<Int>, subject: String) throws(ReceiptRejection) -> (notBefore: Date, notAfter: Date)? {
+        let chainKey = Self.chainKey(jws)
+        if let chainKey, let known = cache.withLock({ $0[chainKey] }), date >= known.notBefore, date <= known.notAfter {
+            // The third entry is not trusted (the roots are the trust store's), but it must be a certificate, as the full
+            // check requires: one other than the entry seen when the chain verified is parsed.
+            if let third = jws.header["x5c"]?.array?[2].text, third != known.third,
+               Data(base64Encoded: third).flatMap({ try? Certificate(der: [UInt8]($0)) }) == nil {
+                throw ReceiptRejection(code: "untrusted_certificate", reason: "\(subject) certificate chain is not trusted: an x5c entry is not Base64 DER")
+            }
             guard jws.header["alg"]?.text == "ES256", known.key.isValidES256(jws.signature, for: jws.signingInput) else {
                 throw ReceiptRejection(code: "invalid_signature", reason: "\(subject) signature is invalid")
             }
             return (known.notBefore, known.notAfter)
         }
         let chain: [Certificate]
+        verifications.add(1, ordering: .relaxed)
         do {
             chain = try jws.verifyChain(with: trust.verifier, at: date)
         } catch {
@@ -169,9 +195,11 @@ public final class SignedTransactionInspector: Sendable {
         var window: (notBefore: Date, notAfter: Date)?
         if fields.count == 2, let notBefore = fields.map(\.notBefore).max(), let notAfter = fields.map(\.notAfter).min() {
             window = (notBefore, notAfter)
-            cache.withLock { cache in
-                if cache.count > 64 { cache.removeAll() }
-                cache[x5c] = (key, notBefore, notAfter)
+            if let chainKey, let third = jws.header["x5c"]?.array?[2].text {
+                cache.withLock { cache in
+                    if cache.count > 64 { cache.removeAll() }
+                    cache[chainKey] = KnownChain(key: key, notBefore: notBefore, notAfter: notAfter, third: third)
+                }
             }
         }
         guard key.isValidES256(jws.signature, for: jws.signingInput) else {

@@ -4,6 +4,7 @@ import AppStoreModels
 import Foundation
 @testable import PurchaseServer
 import StorekeeperTesting
+import Synchronization
 import Testing
 
 /// A notification's nested JWS signed under its envelope's own header is covered by the envelope's signature:
@@ -39,6 +40,40 @@ struct CarriedJWSTests {
         let signed = try sign(["notificationType": "ONE_TIME_CHARGE", "notificationUUID": UUID().uuidString, "version": "2.0",
                                "signedDate": signedDate, "data": data])
         return try inspector.verify(try Envelope(compact: signed), at: ReceiptDate.date(milliseconds: signedDate), subject: "the notification's")
+    }
+
+    @Test("A chain is remembered by its leaf and intermediate: another third x5c entry is judged from memory, one that is not a certificate is refused either way")
+    func chainRememberedByTheEntriesItVerifies() throws {
+        let authority = TestSupport.jwsAuthority
+        let payload = Array(try JSONSerialization.data(withJSONObject: Self.transaction(), options: [.sortedKeys]))
+        /// The transaction signed by the test leaf with `third` as x5c's last entry.
+        func signed(third: String) throws -> JWS {
+            let x5c = [authority.chain[0], authority.chain[1]].map { Data($0.der).base64EncodedString() } + [third]
+            let header = Array(try JSONSerialization.data(withJSONObject: ["alg": "ES256", "x5c": x5c], options: [.sortedKeys]))
+            let input = Base64URL.encode(header) + "." + Base64URL.encode(payload)
+            return try JWS(compact: input + "." + Base64URL.encode(try authority.leafKey.signES256(Array(input.utf8))))
+        }
+        let date = ReceiptDate.date(milliseconds: Self.signedDate)
+        let stranger = try CertificateAuthority.generate(algorithm: .ecP256)
+        let genuine = try signed(third: Data(authority.chain[2].der).base64EncodedString())
+        let otherCertificate = try signed(third: Data(stranger.chain[2].der).base64EncodedString())
+        let notACertificate = try signed(third: "AAAA")
+
+        let inspector = SignedTransactionInspector(trust: Self.trust)
+        try inspector.verify(genuine, at: date, subject: "the transaction's")
+        #expect(inspector.chainVerifications.load(ordering: .relaxed) == 1)
+        // The third entry is not trusted, so a sender varying it gets one signature check, not a chain verification each.
+        for _ in 0..<3 { try inspector.verify(otherCertificate, at: date, subject: "the transaction's") }
+        #expect(inspector.chainVerifications.load(ordering: .relaxed) == 1)
+        // Not a certificate: refused from memory as the full check refuses it on an inspector that never saw the chain.
+        let remembered = #expect(throws: ReceiptRejection.self) { try inspector.verify(notACertificate, at: date, subject: "the transaction's") }
+        #expect(remembered?.code == "untrusted_certificate")
+        let fresh = SignedTransactionInspector(trust: Self.trust)
+        let full = #expect(throws: ReceiptRejection.self) { try fresh.verify(notACertificate, at: date, subject: "the transaction's") }
+        #expect(full?.code == "untrusted_certificate")
+        #expect(fresh.chainVerifications.load(ordering: .relaxed) == 1)
+        // Another certificate there verifies in full too: the verdict never depended on it.
+        try fresh.verify(otherCertificate, at: date, subject: "the transaction's")
     }
 
     @Test("A transaction under the envelope's header is covered by its signature: its own is not checked, the rest is")
