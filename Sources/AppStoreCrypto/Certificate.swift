@@ -21,16 +21,32 @@ public final class Certificate: @unchecked Sendable {
         self.der = der
     }
 
-    init(owning pointer: OpaquePointer) throws {
-        self.pointer = pointer
+    /// Parses a certificate that must be exactly `der`: every byte consumed, and encoded back to the same bytes. A
+    /// certificate spelled another way (bytes after it, lengths in a longer form) is refused, so two texts that verify
+    /// are two certificates (a cache keyed by the text cannot be filled with spellings of one).
+    public convenience init(exactDER der: [UInt8]) throws {
+        try self.init(der: der)
+        guard der.count == Int(i2d_X509(pointer, nil)), Self.encoded(pointer) == der else {
+            throw CryptoError.openSSL("invalid_certificate", "the certificate is not in exact DER")
+        }
+    }
+
+    private static func encoded(_ pointer: OpaquePointer) -> [UInt8] {
         let length = i2d_X509(pointer, nil)
-        guard length > 0 else { throw CryptoError.openSSL("invalid_certificate", "cannot encode certificate") }
+        guard length > 0 else { return [] }
         var bytes = [UInt8](repeating: 0, count: Int(length))
         bytes.withUnsafeMutableBufferPointer { buffer in
             var out = buffer.baseAddress
             _ = i2d_X509(pointer, &out)
         }
-        der = bytes
+        return bytes
+    }
+
+    init(owning pointer: OpaquePointer) throws {
+        self.pointer = pointer
+        let length = i2d_X509(pointer, nil)
+        guard length > 0 else { throw CryptoError.openSSL("invalid_certificate", "cannot encode certificate") }
+        der = Self.encoded(pointer)
     }
 
     deinit { X509_free(pointer) }

@@ -72,11 +72,21 @@ public struct JWS: Sendable {
             throw CryptoError("invalid_chain_length", "x5c must hold exactly \(JWS.chainLength) certificates, it holds \(list.count)")
         }
         return try list.map { entry in
-            guard let text = entry.text, let der = Data(base64Encoded: text) else {
-                throw CryptoError("invalid_certificate", "an x5c entry is not Base64 DER")
-            }
-            return try Certificate(der: [UInt8](der))
+            guard let text = entry.text else { throw CryptoError("invalid_certificate", "an x5c entry is not Base64 DER") }
+            return try Self.certificate(x5c: text)
         }
+    }
+
+    /// One `x5c` entry's certificate. The entry must be its DER in standard Base64 exactly as it encodes (RFC 7515
+    /// §4.1.6), and the DER exact: a certificate has one spelling here, so a cache keyed by the entries' text holds one
+    /// entry per certificate, however a sender spells it.
+    public static func certificate(x5c text: String) throws -> Certificate {
+        guard let decoded = Data(base64Encoded: text) else { throw CryptoError("invalid_certificate", "an x5c entry is not Base64 DER") }
+        let der = [UInt8](decoded)
+        guard Data(der).base64EncodedString() == text else {
+            throw CryptoError("invalid_certificate", "an x5c entry is not in standard Base64 as its bytes encode")
+        }
+        return try Certificate(exactDER: der)
     }
 
     /// Verifies the way Apple's `SignedDataVerifier` does: `alg` ES256, exactly three x5c certificates,

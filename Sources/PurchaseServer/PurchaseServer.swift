@@ -45,7 +45,8 @@ public final class PurchaseServer: Sendable {
     /// a check costs: a chain not seen before is verified in full, far more work than a known chain's one P-256 check, so a
     /// flood of those fills the backlog with seconds of work, and a genuine notification behind it would wait past
     /// Apple's patience (Apple's developer support says a few seconds at most). Each of a notification's checks (its
-    /// envelope, then the JWS it carries) waits at most this long.
+    /// envelope, then the transaction and renewal info it carries) waits at most this long: a notification up to three
+    /// times this in all.
     static let notificationCheckWait: Duration = .seconds(1)
     /// Notifications' writes that arrive together, committed in one transaction.
     let notificationWrites = GroupCommit<@Sendable (any SQLConnection) throws -> (NotificationReceipt.Outcome, VerificationJob?),

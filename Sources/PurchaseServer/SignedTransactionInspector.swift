@@ -9,10 +9,10 @@ import Synchronization
 /// the signature, a known environment, the bundle id allow-list and App Store ids.
 public final class SignedTransactionInspector: Sendable {
     let trust: TrustStore
-    /// Chains already verified (x5c as sent → the leaf's key and the window in which the chain is valid):
-    /// afterwards only the leaf's signature is checked, with the key already parsed.
+    /// Chains already verified (the leaf and intermediate of x5c as sent → the leaf's key, the window in which the chain
+    /// is valid, and the third entry seen): afterwards only the leaf's signature is checked, with the key already parsed.
     private let verifiedChains = Locked<[[String]: KnownChain]>([:])
-    /// Chains verified in full (not from `verifiedChains`) so far.
+    /// Chains checked in full (not from `verifiedChains`) so far, refused ones included.
     let chainVerifications = Atomic<Int>(0)
     /// Header segments (Base64url, as sent) whose chain verified: the fast path skips decoding them.
     private let verifiedHeaders = Locked<[String: (key: PublicKey, notBefore: Date, notAfter: Date)]>([:])
@@ -101,7 +101,7 @@ public final class SignedTransactionInspector: Sendable {
         }
         try checkSignature(jws, at: date)
         if let leaf = try? jws.certificates().first, let key = leaf.publicKey, let chainKey = Self.chainKey(jws),
-           let window = verifiedChains.withLock({ chains in chains[chainKey].map { ($0.notBefore, $0.notAfter) } }) {
+           let window = verifiedChains.withLock({ chains in chains[chainKey.verified].map { ($0.notBefore, $0.notAfter) } }) {
             verifiedHeaders.withLock { cache in
                 if cache.count > 64 { cache.removeAll() }
                 cache[header] = (key, window.0, window.1)
@@ -156,11 +156,12 @@ public final class SignedTransactionInspector: Sendable {
     /// How a verified chain is remembered: by its leaf and intermediate as sent, the two entries the check verifies (the
     /// third is not trusted: the roots are the trust store's). Keyed by all three, a sender varying the third entry under
     /// Apple's real leaf and intermediate made every check a full chain verification, and filled the cache until it was
-    /// emptied of the genuine chain too. Nil unless `x5c` holds exactly three strings, as the full check requires.
-    static func chainKey(_ jws: JWS) -> [String]? {
+    /// emptied of the genuine chain too. The entries' text is a key because a certificate has one spelling that verifies
+    /// (`JWS.certificate(x5c:)`). Nil unless `x5c` holds exactly three strings, as the full check requires.
+    static func chainKey(_ jws: JWS) -> (verified: [String], third: String)? {
         guard let list = jws.header["x5c"]?.array, list.count == JWS.chainLength else { return nil }
         let entries = list.compactMap(\.text)
-        return entries.count == JWS.chainLength ? Array(entries.prefix(2)) : nil
+        return entries.count == JWS.chainLength ? (Array(entries.prefix(2)), entries[2]) : nil
     }
 
     /// Verifies `jws` (ES256, x5c chain to the trust store's roots at `date`, Apple's OIDs, signature), remembering chains.
@@ -169,12 +170,13 @@ public final class SignedTransactionInspector: Sendable {
     static func check(_ jws: JWS, at date: Date, trust: TrustStore, cache: borrowing Locked<[[String]: KnownChain]>,
                       counted verifications: borrowing Atomic<Int>, subject: String) throws(ReceiptRejection) -> (notBefore: Date, notAfter: Date)? {
         let chainKey = Self.chainKey(jws)
-        if let chainKey, let known = cache.withLock({ $0[chainKey] }), date >= known.notBefore, date <= known.notAfter {
+        if let chainKey, let known = cache.withLock({ $0[chainKey.verified] }), date >= known.notBefore, date <= known.notAfter {
             // The third entry is not trusted (the roots are the trust store's), but it must be a certificate, as the full
             // check requires: one other than the entry seen when the chain verified is parsed.
-            if let third = jws.header["x5c"]?.array?[2].text, third != known.third,
-               Data(base64Encoded: third).flatMap({ try? Certificate(der: [UInt8]($0)) }) == nil {
-                throw ReceiptRejection(code: "untrusted_certificate", reason: "\(subject) certificate chain is not trusted: an x5c entry is not Base64 DER")
+            if chainKey.third != known.third {
+                do { _ = try JWS.certificate(x5c: chainKey.third) } catch {
+                    throw ReceiptRejection(code: "untrusted_certificate", reason: "\(subject) certificate chain is not trusted: \(error)")
+                }
             }
             guard jws.header["alg"]?.text == "ES256", known.key.isValidES256(jws.signature, for: jws.signingInput) else {
                 throw ReceiptRejection(code: "invalid_signature", reason: "\(subject) signature is invalid")
@@ -195,10 +197,10 @@ public final class SignedTransactionInspector: Sendable {
         var window: (notBefore: Date, notAfter: Date)?
         if fields.count == 2, let notBefore = fields.map(\.notBefore).max(), let notAfter = fields.map(\.notAfter).min() {
             window = (notBefore, notAfter)
-            if let chainKey, let third = jws.header["x5c"]?.array?[2].text {
+            if let chainKey {
                 cache.withLock { cache in
                     if cache.count > 64 { cache.removeAll() }
-                    cache[chainKey] = KnownChain(key: key, notBefore: notBefore, notAfter: notAfter, third: third)
+                    cache[chainKey.verified] = KnownChain(key: key, notBefore: notBefore, notAfter: notAfter, third: chainKey.third)
                 }
             }
         }

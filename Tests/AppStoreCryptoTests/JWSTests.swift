@@ -40,6 +40,37 @@ struct JWSTests {
         #expect(leaf.der == chain.leaf.der)
     }
 
+    @Test("An x5c entry is its certificate's exact DER in standard Base64: bytes after it, a longer length form, or Base64 that is not the bytes' own are refused")
+    func x5cHasOneSpelling() throws {
+        let chain = try Self.makeChain()
+        let der = chain.leaf.der
+        let text = Data(der).base64EncodedString()
+        #expect(try JWS.certificate(x5c: text).der == der)
+        // The outer SEQUENCE's length in a longer form than DER allows (0x82 LL LL → 0x83 00 LL LL).
+        try #require(der[0] == 0x30 && der[1] == 0x82)
+        let longer = [0x30, 0x83, 0x00] + der[2...]
+        let trailing = der + [0x00]
+        // The same bytes under another Base64 text: the last group's unused bits set (or, if no bits are unused, a line break).
+        var respelt = Array(text.utf8)
+        if let pad = respelt.firstIndex(of: UInt8(ascii: "=")) {
+            let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+            let value = alphabet.firstIndex(of: respelt[pad - 1])!
+            respelt[pad - 1] = alphabet[value | (respelt[pad...].count == 2 ? 0x0F : 0x03)]
+        } else {
+            respelt.insert(UInt8(ascii: "\n"), at: 64)
+        }
+        for (spelling, entry) in [("longer length", Data(longer).base64EncodedString()), ("bytes after", Data(trailing).base64EncodedString()),
+                                  ("Base64 respelt", String(decoding: respelt, as: UTF8.self))] {
+            #expect(throws: CryptoError.self, "\(spelling)") { try JWS.certificate(x5c: entry) }
+            // Inside a signed JWS, the whole check refuses it before any chain is verified.
+            let header = Array(try JSONSerialization.data(withJSONObject: ["alg": "ES256", "x5c": [entry, Data(chain.intermediate.der).base64EncodedString(),
+                                                                                                     Data(chain.root.der).base64EncodedString()]]))
+            let input = Base64URL.encode(header) + "." + Base64URL.encode(Self.payload)
+            let jws = try JWS(compact: input + "." + Base64URL.encode(try chain.leafKey.signES256(Array(input.utf8))))
+            #expect(throws: CryptoError.self, "\(spelling)") { try jws.verify(with: ChainVerifier(roots: [chain.root]), at: Date(timeIntervalSince1970: 1_768_471_200)) }
+        }
+    }
+
     @Test("A changed payload, another root, a short chain, another alg and missing Apple OIDs are all refused")
     func refusals() throws {
         let chain = try Self.makeChain()

@@ -17,9 +17,12 @@ struct BoundedWorkTests {
         let clock = Mutex(ContinuousClock.now)
         let work = BoundedWork(label: "test.bounded", width: 1, maximumPending: 2, maximumWait: .seconds(1), now: { clock.withLock { $0 } })
         let gate = DispatchSemaphore(value: 0)
-        let lateRan = Atomic<Bool>(false)
+        let lateRan = Atomic<Bool>(false), firstRunning = Atomic<Bool>(false)
         defer { gate.signal() }
-        let first = Task { try await work.run { gate.wait(); return 1 } }
+        let first = Task { try await work.run { firstRunning.store(true, ordering: .relaxed); gate.wait(); return 1 } }
+        // Running, so past its own deadline check before the clock moves.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !firstRunning.load(ordering: .relaxed), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(2)) }
         try await Self.holding(work, 1)
         let late = Task { try await work.run { lateRan.store(true, ordering: .relaxed); return 2 } }
         try await Self.holding(work, 2)
