@@ -331,7 +331,6 @@ struct NotificationTests {
         #expect(listed.compactMap { $0["transactionId"] as? String } == [bought.id])
     }
 
-    /// Alice buys coins and uploads the receipt (verified); the purchase and the emulator's ONE_TIME_CHARGE for it.
     /// An SQLite world where coins were bought by someone the server does not know, and the purchase's ONE_TIME_CHARGE
     /// notification.
     static func coinsBoughtByStranger() async throws -> (world: ServerWorld, notification: String) {
@@ -346,6 +345,7 @@ struct NotificationTests {
         }
     }
 
+    /// Alice buys coins and uploads the receipt (verified); the purchase and the emulator's ONE_TIME_CHARGE for it.
     static func coinsBoughtByAlice(_ world: ServerWorld) async throws -> (bought: TransactionRecord, notification: String) {
         try await Self.prepare(world, ["com.example.coins"])
         let (bought, receipt) = try await world.buy("com.example.coins", "Nada.JPYF01")
