@@ -26,11 +26,12 @@ public final class Certificate: @unchecked Sendable {
     /// are two certificates (a cache keyed by the text cannot be filled with spellings of one).
     public convenience init(exactDER der: [UInt8]) throws {
         try self.init(der: der)
-        guard der.count == Int(i2d_X509(pointer, nil)), Self.encoded(pointer) == der else {
+        guard Self.encoded(pointer) == der else {
             throw CryptoError.openSSL("invalid_certificate", "the certificate is not in exact DER")
         }
     }
 
+    /// The certificate's DER as OpenSSL encodes it; empty if it cannot.
     private static func encoded(_ pointer: OpaquePointer) -> [UInt8] {
         let length = i2d_X509(pointer, nil)
         guard length > 0 else { return [] }
@@ -44,9 +45,9 @@ public final class Certificate: @unchecked Sendable {
 
     init(owning pointer: OpaquePointer) throws {
         self.pointer = pointer
-        let length = i2d_X509(pointer, nil)
-        guard length > 0 else { throw CryptoError.openSSL("invalid_certificate", "cannot encode certificate") }
-        der = Self.encoded(pointer)
+        let bytes = Self.encoded(pointer)
+        guard !bytes.isEmpty else { throw CryptoError.openSSL("invalid_certificate", "cannot encode certificate") }
+        der = bytes
     }
 
     deinit { X509_free(pointer) }

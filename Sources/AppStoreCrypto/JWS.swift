@@ -82,11 +82,10 @@ public struct JWS: Sendable {
     /// entry per certificate, however a sender spells it.
     public static func certificate(x5c text: String) throws -> Certificate {
         guard let decoded = Data(base64Encoded: text) else { throw CryptoError("invalid_certificate", "an x5c entry is not Base64 DER") }
-        let der = [UInt8](decoded)
-        guard Data(der).base64EncodedString() == text else {
+        guard decoded.base64EncodedString() == text else {
             throw CryptoError("invalid_certificate", "an x5c entry is not in standard Base64 as its bytes encode")
         }
-        return try Certificate(exactDER: der)
+        return try Certificate(exactDER: [UInt8](decoded))
     }
 
     /// Verifies the way Apple's `SignedDataVerifier` does: `alg` ES256, exactly three x5c certificates,

@@ -5,11 +5,16 @@ import Testing
 
 @Suite("Checks of unauthenticated input: a bounded backlog and a bounded wait")
 struct BoundedWorkTests {
-    /// Waits (at most 10 s) until `work` holds `count` checks.
+    /// Waits (at most 30 s) until `condition` holds; fails the test if it never does.
+    static func until(_ condition: @Sendable () -> Bool, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while !condition(), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(2)) }
+        try #require(condition(), sourceLocation: sourceLocation)
+    }
+
+    /// Waits until `work` holds `count` checks (running or waiting).
     static func holding(_ work: BoundedWork, _ count: Int) async throws {
-        let deadline = ContinuousClock.now + .seconds(10)
-        while work.waiting != count, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(2)) }
-        try #require(work.waiting == count)
+        try await until { work.waiting == count }
     }
 
     @Test("Past the backlog a check is refused at once; one whose turn comes past the wait is refused without running; then checks run again")
@@ -21,8 +26,7 @@ struct BoundedWorkTests {
         defer { gate.signal() }
         let first = Task { try await work.run { firstRunning.store(true, ordering: .relaxed); gate.wait(); return 1 } }
         // Running, so past its own deadline check before the clock moves.
-        let deadline = ContinuousClock.now + .seconds(10)
-        while !firstRunning.load(ordering: .relaxed), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(2)) }
+        try await Self.until { firstRunning.load(ordering: .relaxed) }
         try await Self.holding(work, 1)
         let late = Task { try await work.run { lateRan.store(true, ordering: .relaxed); return 2 } }
         try await Self.holding(work, 2)

@@ -267,9 +267,7 @@ struct NotificationTests {
         try await withThrowingTaskGroup(of: Void.self) { group in
             defer { for _ in 0..<backlog { gate.signal() } }
             for _ in 0..<backlog { group.addTask { _ = try? await checks.run { gate.wait() } } }
-            let deadline = ContinuousClock.now + .seconds(30)
-            while checks.waiting < backlog, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
-            try #require(checks.waiting == backlog)
+            try await BoundedWorkTests.holding(checks, backlog)
             let (status, body) = try await Self.post(world, genuine)
             #expect(status == 503)
             #expect((body["error"] as? [String: Any])?["code"] as? String == "busy")
