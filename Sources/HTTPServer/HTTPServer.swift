@@ -109,6 +109,8 @@ public final class HTTPServer: Sendable {
     /// lock when a handed-over connection finds that thread's limit reached, and that thread never serves again.
     /// (A connection libmicrohttpd drops before starting it, out of memory, is never counted back: a slot lost.)
     private let handedOff = Atomic<Int>(0)
+    /// Connections libmicrohttpd has started and not yet closed.
+    private let open = Atomic<Int>(0)
 
     private struct State {
         // The daemon pointer is only touched under this lock.
@@ -125,6 +127,9 @@ public final class HTTPServer: Sendable {
         /// Set by shutdown once its grace has passed: answers held for a delay are due at once, new tasks cancelled.
         var stopping = false
     }
+
+    /// Client connections open now (started by libmicrohttpd and not yet closed).
+    public var connectionsOpen: Int { open.load(ordering: .relaxed) }
 
     /// Requests whose responder is running now, or whose answer is held for a delay.
     public var requestsInFlight: Int { state.withLock { $0.inFlight.count } + heldAnswers.count }
@@ -233,8 +238,12 @@ public final class HTTPServer: Sendable {
         }
     }
 
+    /// libmicrohttpd started a connection.
+    func noteStarted() { open.wrappingAdd(1, ordering: .relaxed) }
+
     /// libmicrohttpd closed a connection it had started.
     func noteClosed() {
+        open.wrappingSubtract(1, ordering: .relaxed)
         if configuration.interception != nil { handedOff.wrappingSubtract(1, ordering: .relaxed) }
     }
 
@@ -466,6 +475,7 @@ private let connectionNotifier: MHD_NotifyConnectionCallback = { cls, connection
     switch code {
     case .CONNECTION_NOTIFY_STARTED:
         let server = Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
+        server.noteStarted()
         let socket = shim_mhd_connection_fd(connection)
         if socket >= 0, let host = server.takeTunnel(socket: socket) {
             socketContext.pointee = Unmanaged.passRetained(TunnelMark(host: host)).toOpaque()

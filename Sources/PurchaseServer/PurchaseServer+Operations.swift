@@ -63,8 +63,8 @@ extension PurchaseServer {
         gauges.append(.init(name: "storekeeper_verifications_in_flight", help: "Verifications this process is working on.",
                             samples: [([], Double(worker.inFlight))]))
         gauges.append(.init(name: "storekeeper_verifications_in_flight_limit",
-                            help: "Verifications this process keeps in flight at most (--concurrency; by default what its open-file limit allows).",
-                            samples: [([], Double(worker.configuration.concurrency))]))
+                            help: "Verifications this process keeps in flight at most now (--concurrency; by default what its open-file limit allows beside the clients connected now).",
+                            samples: [([], Double(worker.capacity))]))
         gauges.append(.init(name: "storekeeper_webhooks_sending", help: "Webhook deliveries this process is sending.",
                             samples: [([], Double(webhooks.sending))]))
         gauges.append(.init(name: "storekeeper_long_polls", help: "Requests waiting on ?wait= now.",

@@ -32,6 +32,15 @@ public final class VerificationWorker: Sendable {
     let signal = WakeSignal()
     private let state: Locked<WorkerPlaces>
     private let settled: @Sendable (String) -> Void
+    /// What the worker's concurrency is now, when it follows the process's free descriptors (`follow(capacity:)`).
+    private let capacitySource = Locked<CapacitySource?>(nil)
+
+    /// The source, boxed: a bare closure kept in the lock and read back out of it came back wrapped in one more
+    /// reabstraction thunk each time, so every read cost more than the last (a server spent 45% of its CPU in them).
+    private final class CapacitySource: Sendable {
+        let allowed: @Sendable () -> Int
+        init(_ allowed: @escaping @Sendable () -> Int) { self.allowed = allowed }
+    }
 
     /// Creates a worker; `settled` is told the id of every job it settles.
     public init(engine: VerificationEngine, configuration: Configuration, ids: any IDGenerator = RandomIDs(),
@@ -41,6 +50,19 @@ public final class VerificationWorker: Sendable {
         state = Locked(WorkerPlaces(capacity: configuration.concurrency))
         owner = "worker-\(ProcessInfo.processInfo.processIdentifier)-\(ids.nextString().prefix(8))"
         self.settled = settled
+    }
+
+    /// Has the worker's concurrency follow `capacity`, asked before each place is given: the calls to Apple a process
+    /// may keep in flight depend on how many descriptors its clients hold now. At most `configuration.concurrency`.
+    public func follow(capacity: @escaping @Sendable () -> Int) {
+        let source = CapacitySource(capacity)
+        capacitySource.withLock { $0 = source }
+    }
+
+    /// The concurrency now: `configuration.concurrency`, or less when it follows a source that allows less.
+    public var capacity: Int {
+        guard let source = capacitySource.withLock({ $0 }) else { return configuration.concurrency }
+        return max(1, min(configuration.concurrency, source.allowed()))
     }
 
     /// Jobs currently being verified by this worker.
@@ -69,7 +91,11 @@ public final class VerificationWorker: Sendable {
         defer { listener.cancel() }
         while !Task.isCancelled {
             var claimed = 0
-            if let claim = state.withLock({ $0.beginClaim(batch: configuration.batchSize) }) {
+            let capacity = self.capacity
+            if let claim = state.withLock({ state in
+                state.capacity = capacity
+                return state.beginClaim(batch: configuration.batchSize)
+            }) {
                 var found: Int?
                 var jobs: [VerificationJob] = []
                 do {
@@ -120,8 +146,10 @@ public final class VerificationWorker: Sendable {
     /// woken). A reservation ends in `handOver` once the job committed, or in `giveBack` when none was written (or the
     /// commit's answer was lost: the lease lapses and the job is taken over).
     func reserve(now: Date) -> VerificationJob.Lease? {
+        let capacity = self.capacity
         let reserved = state.withLock { state -> Bool in
             defer { publishRoom(state) }
+            state.capacity = capacity
             return state.reserve()
         }
         return reserved ? VerificationJob.Lease(owner: owner, expiresAt: now.addingTimeInterval(configuration.lease)) : nil

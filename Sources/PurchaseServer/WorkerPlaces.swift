@@ -1,8 +1,9 @@
 /// A verification worker's places, as a value: the jobs it has in flight against its concurrency, whether it runs,
 /// and whether jobs may be waiting in the queue, which decides whether an upload is handed to it or queued.
 struct WorkerPlaces: Equatable {
-    /// Jobs in flight at once (the worker's concurrency).
-    let capacity: Int
+    /// Jobs in flight at once (the worker's concurrency). It may fall below `inFlight` (the process's clients took
+    /// the descriptors): no place is then free until enough jobs end.
+    var capacity: Int
     /// Jobs being verified, and places reserved for uploads being written.
     private(set) var inFlight = 0
     /// Places held by the claim running (at most one at a time).

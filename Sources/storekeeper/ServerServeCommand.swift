@@ -50,11 +50,11 @@ struct ServerOptions {
       --trust-emulator      Fetch and trust the emulator's two CAs (receipts, JWS) from --appstore-url.
       --admin-key KEY       The admin API key (default $STOREKEEPER_ADMIN_KEY, else generated once into DIR/admin-key).
       --concurrency N|auto  Verifications in flight at once (default auto: as many as the machine allows, each a
-                            socket to Apple and about 32 KiB: the open-file limit less a quarter for clients, an
-                            eighth (at most 2,048) for webhooks, the database pool, the Server API and metrics
-                            connections and a twentieth spare; at least 256, at most 65,536 and an eighth of
-                            memory; Apple's 3–6 s are hidden only by enough of them in flight;
-                            storekeeper_verifications_in_flight_limit in /metrics shows it).
+                            socket to Apple and about 32 KiB: the open-file limit less the clients connected now
+                            and room for 1,024 more, an eighth (at most 2,048) for webhooks, the database pool, the
+                            Server API and metrics connections and a twentieth spare; at least 256, at most 65,536
+                            and an eighth of memory; Apple's 3–6 s are hidden only by enough of them in flight;
+                            storekeeper_verifications_in_flight_limit in /metrics shows it now).
       --call-timeout S      Seconds per verifyReceipt call (default 15).
       --max-age S           Seconds a verification keeps retrying before it is dead-lettered (default 86400).
       --retry-base S        First retry delay in seconds, doubled per attempt with jitter (default 1).
@@ -263,6 +263,10 @@ struct ServerServeCommand: Command {
         httpConfiguration.connectionsPerIP = options.connectionsPerIP != .max ? options.connectionsPerIP : (host.hasPrefix("127.") || host == "::1" ? 0 : 64)
         let http = HTTPServer(configuration: httpConfiguration, responder: PurchaseServerResponder(server: server))
         let bound = try http.start()
+        if options.concurrency == nil {
+            let budget = options.fileBudget
+            server.worker.follow { [http] in budget.calls(clientsOpen: http.connectionsOpen) }
+        }
         var monitoring: (server: HTTPServer, port: UInt16)?
         if let metricsPort {
             let operations = HTTPServer(configuration: .init(host: metricsHost, port: metricsPort, connectionLimit: FileLimits.metricsConnections, accessLog: false),
@@ -320,8 +324,14 @@ enum FileLimits {
     static let metricsConnections: UInt32 = 64
 
     /// How a purchase server shares its open-file limit: a descriptor per client connection, per call to Apple in
-    /// flight and per webhook delivery, and a spare for the rest.
+    /// flight and per webhook delivery, and a spare for the rest. Clients and calls share what webhooks and the spare
+    /// leave: calls take what the clients connected now do not hold, less room for `clientHeadroom` more of them.
     struct ServerBudget: Equatable {
+        /// Connections clients can always open beyond those they hold (up to `clients`): a burst of new clients finds
+        /// room at once, and the calls in flight make way for more as they end (calls take no new place meanwhile).
+        static let clientHeadroom = 1024
+
+        let files: Int
         /// The listener's connection limit: a quarter of the limit, between 1,024 and 65,536.
         let clients: Int
         /// Webhook deliveries in flight: an eighth of the limit, between 64 and 2,048.
@@ -329,14 +339,23 @@ enum FileLimits {
         /// The database's connections and its listening one, the Server API's two hosts (16 each), the metrics
         /// listener, and a twentieth of the limit (at least 256) for files, logs and event loops.
         let spare: Int
-        /// Calls to Apple in flight: what is left, at least 256, at most 65,536 and an eighth of memory at 32 KiB.
+        /// Calls to Apple in flight at most (`calls(clientsOpen: 0)`): what is left beside room for `clientHeadroom`
+        /// clients, at least 256, at most 65,536 and an eighth of memory at 32 KiB.
         let calls: Int
 
         init(files: Int, databaseConnections: Int) {
+            self.files = files
             clients = Int(FileLimits.connectionLimit(share: 0.25, of: files))
             webhooks = min(2048, max(64, files / 8))
             spare = databaseConnections + 1 + 32 + Int(FileLimits.metricsConnections) + max(256, files / 20)
-            calls = FileLimits.concurrency(files: files - clients - webhooks - spare)
+            calls = FileLimits.concurrency(files: files - min(clients, Self.clientHeadroom) - webhooks - spare)
+        }
+
+        /// Calls to Apple in flight while clients hold `clientsOpen` connections: what is left beside them and room
+        /// for `clientHeadroom` more (up to `clients`). With every client connected, what a fixed quarter left before.
+        func calls(clientsOpen: Int) -> Int {
+            let held = min(clients, max(0, clientsOpen) + Self.clientHeadroom)
+            return min(calls, max(256, files - held - webhooks - spare))
         }
     }
 

@@ -120,6 +120,51 @@ struct UploadHandOffTests {
     }
 }
 
+/// A worker whose concurrency follows what its process's descriptors allow now (`follow(capacity:)`).
+@Suite("A worker following its process's free descriptors")
+struct WorkerCapacityTests {
+    @Test("Calls in flight stay within what the source allows now, never past the configured concurrency; more are taken as it allows more")
+    func inFlightFollowsTheSource() async throws {
+        let (server, transport, receipt) = try await GatedTransport.serverWithOnePlace(places: 4)
+        let store = server.store
+        defer { Task { await store.database.close() } }
+        let allowed = Atomic<Int>(2)
+        server.worker.follow { allowed.load(ordering: .relaxed) }
+        #expect(server.worker.capacity == 2)
+        let worker = server.runWorker()
+        defer { worker.cancel() }
+        for user in ["alice", "bob", "carol", "dave", "erin", "frank"] {
+            _ = try await server.submit(appId: "com.example.coins", appUserId: user, receiptData: receipt, kind: .purchase)
+        }
+        // Apple holds every call: two are in flight and the others wait in the queue, however often the worker looks.
+        try await TestSupport.eventually { server.worker.inFlight == 2 }
+        for _ in 0..<5 {
+            server.worker.wake()
+            try await Task.sleep(for: .milliseconds(40))
+        }
+        #expect(server.worker.inFlight == 2)
+
+        // The source allows more than the configured concurrency: the worker takes up to that, and no more.
+        allowed.store(100, ordering: .relaxed)
+        #expect(server.worker.capacity == 4)
+        server.worker.wake()
+        try await TestSupport.eventually { server.worker.inFlight == 4 }
+        for _ in 0..<5 {
+            server.worker.wake()
+            try await Task.sleep(for: .milliseconds(40))
+        }
+        #expect(server.worker.inFlight == 4)
+
+        // It allows fewer than are in flight: none is cut short, and no place is free until enough of them end.
+        allowed.store(1, ordering: .relaxed)
+        server.worker.wake()
+        try await TestSupport.eventually { server.worker.places.capacity == 1 }
+        #expect(server.worker.inFlight == 4 && !server.worker.places.hasRoom)
+        transport.open()
+        try await TestSupport.eventually { server.worker.inFlight == 0 }
+    }
+}
+
 /// The worker's places as a value: when an upload is handed over and when it is queued behind others.
 @Suite("A worker's places")
 struct WorkerPlacesTests {
@@ -169,7 +214,7 @@ extension GatedTransport {
     /// A server on SQLite whose worker has one place and whose calls to Apple go through a new gated transport
     /// (a failure is retried a minute later), with the coins app; and a receipt the emulator signed, which passes the
     /// server's own checks and is then sent to that Apple.
-    static func serverWithOnePlace() async throws -> (server: PurchaseServer, transport: GatedTransport, receipt: String) {
+    static func serverWithOnePlace(places: Int = 1) async throws -> (server: PurchaseServer, transport: GatedTransport, receipt: String) {
         let world = try await ServerWorld.make(.sqlite, startWorker: false)
         let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF01")
         let sharedSecret = try await world.emulator.app("com.example.coins").sharedSecret
@@ -178,7 +223,7 @@ extension GatedTransport {
         var configuration = PurchaseServer.Configuration(
             trust: TrustStore(certificates: [TestSupport.authority.root, TestSupport.authority.intermediate]),
             endpoints: .emulator(URL(string: "http://emulator")!), transport: transport, adminKey: "sk_admin_test_key_0000",
-            worker: .init(concurrency: 1, batchSize: 1, lease: 30, pollInterval: .milliseconds(20)),
+            worker: .init(concurrency: places, batchSize: 1, lease: 30, pollInterval: .milliseconds(20)),
             retry: .init(baseDelay: 60, maxDelay: 60, maxAge: 3600))
         configuration.webhooks = .init(pollInterval: .milliseconds(50))
         let server = try await PurchaseServer.open(database: try await Engine.sqlite.makeDatabase(), configuration: configuration)

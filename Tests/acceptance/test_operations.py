@@ -6,6 +6,7 @@ import socket
 import sqlite3
 import subprocess
 import tempfile
+import time
 import urllib.error
 import urllib.request
 
@@ -133,6 +134,66 @@ def test_verifications_in_flight_follow_the_open_file_limit():
         assert measured[4096][0] == 4096 - 1024 - 512 - 357 and measured[3000][0] == 3000 - 1024 - 375 - 357
     # Told, it keeps what it is told.
     assert verifications_limit(4096, ["--concurrency", "300"])[0] == 300
+
+
+def test_calls_to_apple_make_way_for_clients():
+    # Clients and calls to Apple share what webhook deliveries and the spare leave: calls take what the clients
+    # connected now do not hold, less room for 1,024 more of them (up to the clients' quarter). With 8,192 files:
+    # clients at most 2,048, webhooks 1,024, a spare of 4 + 1 + 32 + 64 + 409.
+    files, idle = 8192, 800
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < files:
+        pytest.skip(f"this process may not set an open-file limit of {files} (its hard limit is {hard})")
+    if memory_for_calls() < files:
+        pytest.skip("this machine's memory, not its open files, bounds the calls")
+    wanted = idle + 256
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
+    with tempfile.TemporaryDirectory() as data_dir:
+        process = subprocess.Popen([BIN, "server", "serve", "--data", data_dir, "--port", "0", "--quiet", "--admin-key", "sk_admin_clients_and_calls",
+                                    "--database-pool", "4"],
+                                   cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=limited)
+        connections = []
+        try:
+            line = process.stdout.readline()
+            assert "listening on" in line, line + process.stderr.read()
+            if open_file_limit(process.pid) != files:
+                pytest.skip("the server raised its open-file limit (a privileged process)")
+            url = line.strip().split("listening on ")[1]
+            port = int(url.rsplit(":", 1)[1])
+
+            def calls_limit():
+                status, _, text = get(url + "/metrics", {"Authorization": "Bearer sk_admin_clients_and_calls"})
+                assert status == 200
+                families = {family.name: family for family in text_string_to_metric_families(text)}
+                return families["storekeeper_verifications_in_flight_limit"].samples[0].value
+
+            def when(clients):  # the metrics request's own connection among them
+                return files - min(2048, clients + 1024) - 1024 - 510
+
+            def settles_at(expected):  # the server notes connections (the last request's among them) as it gets to them
+                deadline = time.monotonic() + 10
+                while (seen := calls_limit()) != expected and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                return seen
+
+            assert settles_at(when(1)) == 5633
+            for _ in range(idle):
+                connections.append(socket.create_connection(("127.0.0.1", port), timeout=30))
+            assert settles_at(when(idle + 1)) == 4833
+            for connection in connections:
+                connection.close()
+            connections = []
+            assert settles_at(when(1)) == 5633
+        finally:
+            for connection in connections:
+                connection.close()
+            process.terminate()
+            process.wait(timeout=30)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_emulator_holds_most_of_its_open_file_limit_in_connections():
