@@ -418,6 +418,8 @@ final class EventLoop: @unchecked Sendable {
         if let next = pool.nextWaiting(now: Monotonic.now) {
             assign(next, to: connection)
             connection.phase = .writing
+        } else if let openAtMost = configuration.openAtMost, connections.count > openAtMost() {
+            close(connection)
         } else {
             connection.phase = .idle
             connection.idleSince = Monotonic.now
@@ -490,9 +492,13 @@ final class EventLoop: @unchecked Sendable {
             request.finish(.failure(HTTPClientError(.timedOut, "no answer from \(connection.key.host) in time")))
         }
         let idleLimit = UInt64(configuration.idleTimeout * 1e9)
+        // Past `openAtMost`, idle connections close oldest first (each pool's), however long they have been idle.
+        var surplus = configuration.openAtMost.map { connections.count - $0() } ?? 0
         for pool in pools.values {
-            let expired = pool.idle.prefix { now &- $0.idleSince > idleLimit }.count
+            var expired = pool.idle.prefix { now &- $0.idleSince > idleLimit }.count
+            if surplus > expired { expired = min(pool.idle.count, surplus) }
             if expired > 0 {
+                surplus -= expired
                 let ending = Array(pool.idle[..<expired])
                 pool.idle.removeFirst(expired)
                 for connection in ending { close(connection, listedIdle: false) }

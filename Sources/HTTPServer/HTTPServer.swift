@@ -35,6 +35,9 @@ public final class HTTPServer: Sendable {
         /// Most simultaneous connections from one IP address (0: no limit). Loopback peers (the
         /// purchase server calling the emulator, benchmarks) are one address, so it is off by default.
         public var connectionsPerIP: UInt32 = 0
+        /// Where the server counts its open connections: shared, so that what is sized by them (a purchase server's calls
+        /// to Apple) can be made before the server.
+        public var openConnections = ConnectionCount()
         /// Seconds a request may take from its headers to its last body byte; slower uploads are cut.
         public var requestDeadline: Double = 60
         /// `text` (one readable line) or `json` (one object per line, for log pipelines).
@@ -109,8 +112,6 @@ public final class HTTPServer: Sendable {
     /// lock when a handed-over connection finds that thread's limit reached, and that thread never serves again.
     /// (A connection libmicrohttpd drops before starting it, out of memory, is never counted back: a slot lost.)
     private let handedOff = Atomic<Int>(0)
-    /// Connections libmicrohttpd has started and not yet closed.
-    private let open = Atomic<Int>(0)
 
     private struct State {
         // The daemon pointer is only touched under this lock.
@@ -129,7 +130,7 @@ public final class HTTPServer: Sendable {
     }
 
     /// Client connections open now (started by libmicrohttpd and not yet closed).
-    public var connectionsOpen: Int { open.load(ordering: .relaxed) }
+    public var connectionsOpen: Int { configuration.openConnections.count }
 
     /// Requests whose responder is running now, or whose answer is held for a delay.
     public var requestsInFlight: Int { state.withLock { $0.inFlight.count } + heldAnswers.count }
@@ -239,11 +240,11 @@ public final class HTTPServer: Sendable {
     }
 
     /// libmicrohttpd started a connection.
-    func noteStarted() { open.wrappingAdd(1, ordering: .relaxed) }
+    func noteStarted() { configuration.openConnections.value.wrappingAdd(1, ordering: .relaxed) }
 
     /// libmicrohttpd closed a connection it had started.
     func noteClosed() {
-        open.wrappingSubtract(1, ordering: .relaxed)
+        configuration.openConnections.value.wrappingSubtract(1, ordering: .relaxed)
         if configuration.interception != nil { handedOff.wrappingSubtract(1, ordering: .relaxed) }
     }
 
@@ -489,6 +490,16 @@ private let connectionNotifier: MHD_NotifyConnectionCallback = { cls, connection
     default:
         break
     }
+}
+
+/// A count of connections open, shared between a server that keeps it and whoever sizes things by it.
+public final class ConnectionCount: Sendable {
+    let value = Atomic<Int>(0)
+
+    public init() {}
+
+    /// Connections open now.
+    public var count: Int { value.load(ordering: .relaxed) }
 }
 
 /// Collects key/value pairs from libmicrohttpd iterators.

@@ -45,8 +45,11 @@ public final class ClientTransport: HTTPTransport {
     private let client: HTTPClient
 
     /// Creates a transport allowing `connectionsPerHost` parallel connections; `caFile` adds trusted roots for HTTPS.
-    public init(connectionsPerHost: Int = 8192, caFile: String? = nil) throws {
-        client = try HTTPClient(configuration: .init(maxConnectionsPerHost: connectionsPerHost, caFile: caFile))
+    /// `openAtMost`, when given, bounds the connections it keeps open in all now (`HTTPClient.Configuration.openAtMost`).
+    public init(connectionsPerHost: Int = 8192, caFile: String? = nil, openAtMost: (@Sendable () -> Int)? = nil) throws {
+        var configuration = HTTPClient.Configuration(maxConnectionsPerHost: connectionsPerHost, caFile: caFile)
+        configuration.openAtMost = openAtMost
+        client = try HTTPClient(configuration: configuration)
     }
 
     /// The client's event loop ends every request at its deadline: no timer per call is needed (with thousands of

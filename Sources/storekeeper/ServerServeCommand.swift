@@ -20,6 +20,9 @@ struct ServerOptions {
     var concurrency: Int?
     /// PostgreSQL connections of this process (the listening one aside).
     var databasePool: Int
+    /// The client connections of this process's listener (`serve` counts them there): by default the calls to Apple
+    /// take the descriptors they leave.
+    let clientConnections = ConnectionCount()
     /// How this process shares its open-file limit (read now: after `FileLimits.raise()`).
     var fileBudget: FileLimits.ServerBudget {
         FileLimits.ServerBudget(files: FileLimits.openFileLimit(), databaseConnections: databasePool)
@@ -166,7 +169,11 @@ struct ServerOptions {
         // Apple's latency is hidden by calls in flight (Little's law: 4.5 s × 2,000 receipts/s is 9,000 of them).
         let budget = fileBudget
         let inFlight = concurrency ?? budget.calls
-        let client = try ClientTransport(connectionsPerHost: inFlight)
+        // Sized by the clients connected now: connections to Apple past what they leave are not kept idle.
+        let clients = clientConnections
+        var openAtMost: (@Sendable () -> Int)?
+        if concurrency == nil { openAtMost = { budget.calls(clientsOpen: clients.count) } }
+        let client = try ClientTransport(connectionsPerHost: inFlight, openAtMost: openAtMost)
         let transport: any HTTPTransport = recorder.map { RecordingTransport(client, recorder: $0) } ?? client
         var configuration = PurchaseServer.Configuration(
             trust: trust, endpoints: endpoints, transport: transport, adminKey: key,
@@ -261,11 +268,12 @@ struct ServerServeCommand: Command {
         // Unset: unlimited on loopback (local tools and benchmarks are one address), 64 on any other address.
         httpConfiguration.logFormat = logFormat
         httpConfiguration.connectionsPerIP = options.connectionsPerIP != .max ? options.connectionsPerIP : (host.hasPrefix("127.") || host == "::1" ? 0 : 64)
+        httpConfiguration.openConnections = options.clientConnections
         let http = HTTPServer(configuration: httpConfiguration, responder: PurchaseServerResponder(server: server))
         let bound = try http.start()
         if options.concurrency == nil {
-            let budget = options.fileBudget
-            server.worker.follow { [http] in budget.calls(clientsOpen: http.connectionsOpen) }
+            let (budget, clients) = (options.fileBudget, options.clientConnections)
+            server.worker.follow { budget.calls(clientsOpen: clients.count) }
         }
         var monitoring: (server: HTTPServer, port: UInt16)?
         if let metricsPort {
@@ -325,7 +333,10 @@ enum FileLimits {
 
     /// How a purchase server shares its open-file limit: a descriptor per client connection, per call to Apple in
     /// flight and per webhook delivery, and a spare for the rest. Clients and calls share what webhooks and the spare
-    /// leave: calls take what the clients connected now do not hold, less room for `clientHeadroom` more of them.
+    /// leave: calls take what the clients connected now do not hold, less room for `clientHeadroom` more of them. As
+    /// clients connect, no new call starts past what they leave, and connections to Apple past it are closed once
+    /// answered (idle ones within 50 ms); calls in flight are not cut short, so a burst of more than `clientHeadroom`
+    /// new clients within one call's time (3–6 s, at most the call timeout) may find no descriptor until calls end.
     struct ServerBudget: Equatable {
         /// Connections clients can always open beyond those they hold (up to `clients`): a burst of new clients finds
         /// room at once, and the calls in flight make way for more as they end (calls take no new place meanwhile).

@@ -140,6 +140,36 @@ struct HTTPClientTests {
         await server.shutdown()
     }
 
+    @Test("Connections are kept open only up to what openAtMost allows now: answered ones past it close, idle ones past it close soon")
+    func openConnectionsFollowTheirBound() async throws {
+        let (server, base) = try Self.makeServer()
+        let allowed = Atomic<Int>(100)
+        var configuration = HTTPClient.Configuration(idleTimeout: 600)
+        configuration.openAtMost = { allowed.load(ordering: .relaxed) }
+        let client = try HTTPClient(configuration: configuration)
+        let slow = URL(string: base.absoluteString + "/sleep?ms=500")!
+        func overlapping(_ count: Int) async throws {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<count { group.addTask { _ = try await client.send("GET", slow, timeout: 10) } }
+                try await group.waitForAll()
+            }
+        }
+        // Within the bound, answered connections stay open, idle, for reuse.
+        try await overlapping(6)
+        #expect(client.connectionsOpened == 6)
+        #expect(client.openConnections == 6)
+        // The bound falls: idle connections past it close within a sweep or two, long before their idle timeout.
+        allowed.store(2, ordering: .relaxed)
+        let deadline = ContinuousClock.now + .seconds(5)
+        while client.openConnections > 2 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(client.openConnections == 2)
+        // Requests in flight are never cut: five run at once, and once answered only two connections stay.
+        try await overlapping(5)
+        #expect(client.openConnections <= 2)
+        client.shutdown()
+        await server.shutdown()
+    }
+
     @Test("Idle kept-alive connections are closed once they have been idle for the idle timeout")
     func idleConnectionsClose() async throws {
         let (server, base) = try Self.makeServer()
