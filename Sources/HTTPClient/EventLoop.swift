@@ -418,7 +418,7 @@ final class EventLoop: @unchecked Sendable {
         if let next = pool.nextWaiting(now: Monotonic.now) {
             assign(next, to: connection)
             connection.phase = .writing
-        } else if let openAtMost = configuration.openAtMost, connections.count > openAtMost() {
+        } else if let openAtMost = configuration.openAtMost, connections.count > openAtMost() + configuration.openSlack {
             close(connection)
         } else {
             connection.phase = .idle
@@ -493,7 +493,7 @@ final class EventLoop: @unchecked Sendable {
         }
         let idleLimit = UInt64(configuration.idleTimeout * 1e9)
         // Past `openAtMost`, idle connections close oldest first (each pool's), however long they have been idle.
-        var surplus = configuration.openAtMost.map { connections.count - $0() } ?? 0
+        var surplus = configuration.openAtMost.map { connections.count - $0() - configuration.openSlack } ?? 0
         for pool in pools.values {
             var expired = pool.idle.prefix { now &- $0.idleSince > idleLimit }.count
             if surplus > expired { expired = min(pool.idle.count, surplus) }

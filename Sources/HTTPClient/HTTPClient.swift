@@ -53,10 +53,14 @@ public final class HTTPClient: Sendable {
         /// Largest response body accepted.
         public var maxResponseBytes: Int
         public var userAgent: String
-        /// Connections kept open in all at most now, when that varies (the descriptors a process's clients leave): an
-        /// answered connection past it is closed rather than kept idle, and idle ones past it close oldest first within
-        /// 50 ms. Requests in progress are never cut; nil keeps every idle connection for `idleTimeout`.
+        /// Connections kept open in all at most now (plus `openSlack`), when that varies (the descriptors a process's
+        /// clients leave): an answered connection past it is closed rather than kept idle, and idle ones past it close
+        /// within 50 ms, each pool's oldest first. Requests in progress are never cut; nil keeps every idle connection
+        /// for `idleTimeout`.
         public var openAtMost: (@Sendable () -> Int)?
+        /// How far past `openAtMost` connections stay open: clients connecting and leaving one by one move the bound by
+        /// one each, and without slack every call to Apple then needs a new connection (and TLS handshake).
+        public var openSlack = 64
 
         public init(maxConnectionsPerHost: Int = 8192, idleTimeout: TimeInterval = 30, caFile: String? = nil,
                     maxResponseBytes: Int = 64 << 20, userAgent: String = "storekeeper") {

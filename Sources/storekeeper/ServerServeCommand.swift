@@ -20,8 +20,9 @@ struct ServerOptions {
     var concurrency: Int?
     /// PostgreSQL connections of this process (the listening one aside).
     var databasePool: Int
-    /// The client connections of this process's listener (`serve` counts them there): by default the calls to Apple
-    /// take the descriptors they leave.
+    /// The client connections of this process's listener: by default the calls to Apple take the descriptors they
+    /// leave. Only `serve` gives it to its listener; a caller that leaves `concurrency` nil without doing so sizes the
+    /// calls as if no client were connected.
     let clientConnections = ConnectionCount()
     /// How this process shares its open-file limit (read now: after `FileLimits.raise()`).
     var fileBudget: FileLimits.ServerBudget {
