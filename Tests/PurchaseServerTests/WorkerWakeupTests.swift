@@ -133,27 +133,25 @@ struct WorkerCapacityTests {
         #expect(server.worker.capacity == 2)
         let worker = server.runWorker()
         defer { worker.cancel() }
+        /// Waits for `count` calls in flight, then sees that they stay `count` however often the worker looks.
+        func holds(_ count: Int) async throws {
+            try await TestSupport.eventually { server.worker.inFlight == count }
+            for _ in 0..<5 {
+                server.worker.wake()
+                try await Task.sleep(for: .milliseconds(40))
+            }
+            #expect(server.worker.inFlight == count)
+        }
         for user in ["alice", "bob", "carol", "dave", "erin", "frank"] {
             _ = try await server.submit(appId: "com.example.coins", appUserId: user, receiptData: receipt, kind: .purchase)
         }
         // Apple holds every call: two are in flight and the others wait in the queue, however often the worker looks.
-        try await TestSupport.eventually { server.worker.inFlight == 2 }
-        for _ in 0..<5 {
-            server.worker.wake()
-            try await Task.sleep(for: .milliseconds(40))
-        }
-        #expect(server.worker.inFlight == 2)
+        try await holds(2)
 
         // The source allows more than the configured concurrency: the worker takes up to that, and no more.
         allowed.store(100, ordering: .relaxed)
         #expect(server.worker.capacity == 4)
-        server.worker.wake()
-        try await TestSupport.eventually { server.worker.inFlight == 4 }
-        for _ in 0..<5 {
-            server.worker.wake()
-            try await Task.sleep(for: .milliseconds(40))
-        }
-        #expect(server.worker.inFlight == 4)
+        try await holds(4)
 
         // It allows fewer than are in flight: none is cut short, and no place is free until enough of them end.
         allowed.store(1, ordering: .relaxed)

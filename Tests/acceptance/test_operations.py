@@ -136,6 +136,15 @@ def test_verifications_in_flight_follow_the_open_file_limit():
     assert verifications_limit(4096, ["--concurrency", "300"])[0] == 300
 
 
+def release(connections, process, limits):
+    """Closes a test's client connections, stops the program it started and gives this process its open-file limits back."""
+    for connection in connections:
+        connection.close()
+    process.terminate()
+    process.wait(timeout=30)
+    resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+
+
 def test_calls_to_apple_make_way_for_clients():
     # Clients and calls to Apple share what webhook deliveries and the spare leave: calls take what the clients
     # connected now do not hold, less room for 1,024 more of them (up to the clients' quarter). With 8,192 files:
@@ -189,11 +198,7 @@ def test_calls_to_apple_make_way_for_clients():
             connections = []
             assert settles_at(when(1)) == 5633
         finally:
-            for connection in connections:
-                connection.close()
-            process.terminate()
-            process.wait(timeout=30)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            release(connections, process, (soft, hard))
 
 
 def test_emulator_holds_most_of_its_open_file_limit_in_connections():
@@ -229,8 +234,4 @@ def test_emulator_holds_most_of_its_open_file_limit_in_connections():
             answered = sum(1 for connection in connections if connection.recv(64).startswith(b"HTTP/1.1 200"))
             assert answered == 3100
         finally:
-            for connection in connections:
-                connection.close()
-            process.terminate()
-            process.wait(timeout=30)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            release(connections, process, (soft, hard))
