@@ -492,7 +492,7 @@ final class EventLoop: @unchecked Sendable {
             request.finish(.failure(HTTPClientError(.timedOut, "no answer from \(connection.key.host) in time")))
         }
         let idleLimit = UInt64(configuration.idleTimeout * 1e9)
-        // Past `openAtMost`, idle connections close oldest first (each pool's), however long they have been idle.
+        // Past `openAtMost` and its slack, idle connections close (each pool's oldest first), however long they were idle.
         var surplus = configuration.openAtMost.map { connections.count - $0() - configuration.openSlack } ?? 0
         for pool in pools.values {
             var expired = pool.idle.prefix { now &- $0.idleSince > idleLimit }.count
