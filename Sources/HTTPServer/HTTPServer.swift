@@ -129,9 +129,6 @@ public final class HTTPServer: Sendable {
         var stopping = false
     }
 
-    /// Client connections open now (started by libmicrohttpd and not yet closed).
-    public var connectionsOpen: Int { configuration.openConnections.count }
-
     /// Requests whose responder is running now, or whose answer is held for a delay.
     public var requestsInFlight: Int { state.withLock { $0.inFlight.count } + heldAnswers.count }
 

@@ -67,6 +67,15 @@ public final class VerificationWorker: Sendable {
         return max(1, min(configuration.concurrency, source.allowed()))
     }
 
+    /// Runs `body` on the places, their capacity first set to what the source allows now (asked outside the lock).
+    private func withCurrentPlaces<Result>(_ body: (inout WorkerPlaces) -> Result) -> Result {
+        let capacity = self.capacity
+        return state.withLock { state in
+            state.capacity = capacity
+            return body(&state)
+        }
+    }
+
     /// Jobs currently being verified by this worker.
     public var inFlight: Int { state.withLock { $0.inFlight } }
 
@@ -93,11 +102,7 @@ public final class VerificationWorker: Sendable {
         defer { listener.cancel() }
         while !Task.isCancelled {
             var claimed = 0
-            let capacity = self.capacity
-            if let claim = state.withLock({ state in
-                state.capacity = capacity
-                return state.beginClaim(batch: configuration.batchSize)
-            }) {
+            if let claim = withCurrentPlaces({ $0.beginClaim(batch: configuration.batchSize) }) {
                 var found: Int?
                 var jobs: [VerificationJob] = []
                 do {
@@ -148,10 +153,8 @@ public final class VerificationWorker: Sendable {
     /// woken). A reservation ends in `handOver` once the job committed, or in `giveBack` when none was written (or the
     /// commit's answer was lost: the lease lapses and the job is taken over).
     func reserve(now: Date) -> VerificationJob.Lease? {
-        let capacity = self.capacity
-        let reserved = state.withLock { state -> Bool in
+        let reserved = withCurrentPlaces { state -> Bool in
             defer { publishRoom(state) }
-            state.capacity = capacity
             return state.reserve()
         }
         return reserved ? VerificationJob.Lease(owner: owner, expiresAt: now.addingTimeInterval(configuration.lease)) : nil
