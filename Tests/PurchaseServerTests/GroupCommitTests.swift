@@ -2,6 +2,7 @@ import Foundation
 import Locking
 @testable import PurchaseServer
 import Storage
+import Synchronization
 import Testing
 
 @Suite("Group commit")
@@ -76,5 +77,123 @@ struct GroupCommitTests {
             }
         }
         #expect(gauge.state.withLock { $0.most } == lanes)
+    }
+
+    @Test("A small batch waits until its oldest item is 10 ms old, only while writers arrive fast enough to at least double it")
+    func gatheringRule() {
+        let rule = Gathering(wait: .milliseconds(10), below: 64)
+        // Items 0.4 ms apart (2,500 a second): 25 expected during the whole wait.
+        #expect(rule.pause(pending: 1, meanGap: 400_000, oldestAge: 0) == .milliseconds(10))
+        #expect(rule.pause(pending: 25, meanGap: 400_000, oldestAge: 0) == .milliseconds(10))
+        #expect(rule.pause(pending: 26, meanGap: 400_000, oldestAge: 0) == nil)
+        // The wait counts from the oldest item's arrival: 4 ms old, it waits 6 ms if that still doubles the batch.
+        #expect(rule.pause(pending: 5, meanGap: 400_000, oldestAge: 4_000_000) == .milliseconds(6))
+        #expect(rule.pause(pending: 16, meanGap: 400_000, oldestAge: 4_000_000) == nil)
+        // Gathered while the batch before committed for 10 ms or more: taken at once.
+        #expect(rule.pause(pending: 3, meanGap: 400_000, oldestAge: 10_000_000) == nil)
+        #expect(rule.pause(pending: 3, meanGap: 400_000, oldestAge: 60_000_000) == nil)
+        // A batch as large as `below` is taken at once, however fast they come.
+        #expect(rule.pause(pending: 64, meanGap: 1_000, oldestAge: 0) == nil)
+        #expect(rule.pause(pending: 63, meanGap: 1_000, oldestAge: 0) == .milliseconds(10))
+        // A trickle (20 ms apart) or a lone writer after a pause never waits; nor does an empty queue.
+        #expect(rule.pause(pending: 1, meanGap: 20_000_000, oldestAge: 0) == nil)
+        #expect(rule.pause(pending: 1, meanGap: Double(Gathering.slowestGap), oldestAge: 0) == nil)
+        #expect(rule.pause(pending: 0, meanGap: 1_000, oldestAge: 0) == nil)
+    }
+
+    /// A wait that ends when the test says so, and counts how often it was entered.
+    final class Gate: Sendable {
+        private let state = Locked((open: false, entered: 0, waiters: [CheckedContinuation<Void, Never>]()))
+        var entered: Int { state.withLock { $0.entered } }
+        func wait() async {
+            await withCheckedContinuation { continuation in
+                let open = state.withLock { state -> Bool in
+                    state.entered += 1
+                    if !state.open { state.waiters.append(continuation) }
+                    return state.open
+                }
+                if open { continuation.resume() }
+            }
+        }
+        func set(open: Bool) {
+            let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+                state.open = open
+                defer { if open { state.waiters = [] } }
+                return open ? state.waiters : []
+            }
+            for waiter in waiters { waiter.resume() }
+        }
+    }
+
+    /// Whether `condition` holds within five seconds.
+    static func eventually(_ condition: () -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + .seconds(5)
+        while !condition() {
+            guard ContinuousClock.now < deadline else { return false }
+            try? await Task.sleep(for: .milliseconds(1))
+        }
+        return true
+    }
+
+    /// Each batch a flush was given, in order.
+    final class Batches: Sendable {
+        private let list = Locked<[[Int]]>([])
+        var all: [[Int]] { list.withLock { $0 } }
+        func clear() { list.withLock { $0 = [] } }
+        /// A flush that records its batch and gives each item back.
+        var flush: @Sendable ([Int]) async -> [Result<Int, any Error>] {
+            { [self] items in
+                list.withLock { $0.append(items) }
+                return items.map { .success($0) }
+            }
+        }
+    }
+
+    /// A group commit whose clock moves `gap` nanoseconds at each reading and whose gathering waits on `gate`.
+    static func gatheringCommits(gap: UInt64, gate: Gate) -> GroupCommit<Int, Int> {
+        final class Clock: Sendable { let nanoseconds = Atomic<UInt64>(1_000_000_000) }
+        let clock = Clock()
+        let gathering = Gathering(wait: .milliseconds(10), below: 64,
+                                  now: { clock.nanoseconds.add(gap, ordering: .relaxed).newValue }, sleep: { _ in await gate.wait() })
+        return GroupCommit<Int, Int>(maxBatch: 64, gathering: gathering)
+    }
+
+    @Test("Writers one after another at a slow pace are each written at once, never held for company")
+    func trickleNeverWaits() async throws {
+        let gate = Gate()
+        gate.set(open: true)  // a wait is counted, not held
+        let commits = Self.gatheringCommits(gap: 50_000_000, gate: gate)
+        let batches = Batches()
+        for index in 0..<20 {
+            #expect(try await commits.write(index, flush: batches.flush) == index)
+        }
+        #expect(gate.entered == 0)
+        #expect(commits.gathered.load(ordering: .relaxed) == 0)
+        #expect(batches.all == (0..<20).map { [$0] })
+    }
+
+    @Test("Once writers arrive fast, a small batch waits, and the writers arriving meanwhile join it")
+    func fastWritersGather() async throws {
+        let gate = Gate()
+        gate.set(open: true)
+        let commits = Self.gatheringCommits(gap: 100_000, gate: gate)
+        let batches = Batches()
+        // The pace is learnt from the arrivals: the first of a sequence is taken at once, later ones wait (the gate open).
+        for index in 0..<60 { _ = try await commits.write(index, flush: batches.flush) }
+        #expect(batches.all.count == 60)
+        #expect(gate.entered > 0 && gate.entered < 60)
+        batches.clear()
+
+        gate.set(open: false)
+        let entered = gate.entered
+        let lead = Task { try await commits.write(100, flush: batches.flush) }
+        try #require(await Self.eventually { gate.entered > entered }, "the lone writer's batch did not wait")
+        let others = (101...104).map { index in Task { try await commits.write(index, flush: batches.flush) } }
+        try #require(await Self.eventually { commits.waiting == 5 })
+        #expect(batches.all.isEmpty)
+        gate.set(open: true)
+        #expect(try await lead.value == 100)
+        for (offset, other) in others.enumerated() { #expect(try await other.value == 101 + offset) }
+        #expect(batches.all.map { Set($0) } == [Set(100...104)])
     }
 }
