@@ -21,8 +21,8 @@ final class GroupCommit<Item: Sendable, Output: Sendable>: Sendable {
 
         mutating func noteArrival(at now: UInt64) {
             if let last = lastArrival {
-                // A long idle spell counts as the slowest gap, so that a burst after it is seen as fast within a few
-                // items; writers that read the clock in one order and took the lock in the other, as no gap.
+                // A long idle spell counts as the slowest gap, so that a burst after it is seen as fast within about 20
+                // items (35 from the start); writers that read the clock in one order and took the lock in the other, as no gap.
                 let gap = now > last ? min(now - last, Gathering.slowestGap) : 0
                 meanGap += (Double(gap) - meanGap) / 8
             }
@@ -91,8 +91,9 @@ final class GroupCommit<Item: Sendable, Output: Sendable>: Sendable {
 /// batches of about four cost the server 0.49–0.51 ms of CPU per receipt, and 0.39–0.41 ms once gathered
 /// (bench/README, thirty-sixth round). So a batch of fewer than `below` items is taken once its oldest item is `wait`
 /// old, not at once, but only when writers arrive fast enough that the rest of the wait should at least double it: a
-/// lone writer, or a trickle, never waits. A batch that gathered while the one before committed for `wait` or longer is
-/// taken at once, so a busy writer (whose batches grow by themselves) is never left idle by it.
+/// trickle (`wait` or more between items) never waits, nor a lone item after a pause. A batch that gathered while the
+/// one before committed for `wait` or longer is taken at once: with commits that long, batches grow by themselves. At
+/// most one wait per batch, so an item waits at most `wait` more than it would have.
 struct Gathering: Sendable {
     /// The slowest pace counted (a second between items): longer gaps count as this.
     static let slowestGap: UInt64 = 1_000_000_000
@@ -103,7 +104,7 @@ struct Gathering: Sendable {
     var now: @Sendable () -> UInt64 = { Monotonic.now }
     var sleep: @Sendable (Duration) async -> Void = { try? await Task.sleep(for: $0) }
 
-    /// Uploads' intake batches: an upload's answer waits at most 10 ms more.
+    /// Uploads' intake batches on SQLite: an upload's answer waits at most 10 ms more.
     static let uploads = Gathering(wait: .milliseconds(10), below: 64)
 
     /// How long a batch of `pending` items, the oldest `oldestAge` nanoseconds old, waits with items arriving

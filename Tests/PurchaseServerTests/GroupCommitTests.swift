@@ -149,12 +149,16 @@ struct GroupCommitTests {
         }
     }
 
-    /// A group commit whose clock moves `gap` nanoseconds at each reading and whose gathering waits on `gate`.
-    static func gatheringCommits(gap: UInt64, gate: Gate) -> GroupCommit<Int, Int> {
-        final class Clock: Sendable { let nanoseconds = Atomic<UInt64>(1_000_000_000) }
-        let clock = Clock()
+    /// A clock the test moves.
+    final class Clock: Sendable {
+        let nanoseconds = Atomic<UInt64>(1_000_000_000)
+        func advance(_ gap: UInt64) { nanoseconds.add(gap, ordering: .relaxed) }
+    }
+
+    /// A group commit whose gathering reads `clock` and waits on `gate`.
+    static func gatheringCommits(clock: Clock, gate: Gate) -> GroupCommit<Int, Int> {
         let gathering = Gathering(wait: .milliseconds(10), below: 64,
-                                  now: { clock.nanoseconds.add(gap, ordering: .relaxed).newValue }, sleep: { _ in await gate.wait() })
+                                  now: { clock.nanoseconds.load(ordering: .relaxed) }, sleep: { _ in await gate.wait() })
         return GroupCommit<Int, Int>(maxBatch: 64, gathering: gathering)
     }
 
@@ -162,9 +166,12 @@ struct GroupCommitTests {
     func trickleNeverWaits() async throws {
         let gate = Gate()
         gate.set(open: true)  // a wait is counted, not held
-        let commits = Self.gatheringCommits(gap: 50_000_000, gate: gate)
+        let clock = Clock()
+        let commits = Self.gatheringCommits(clock: clock, gate: gate)
         let batches = Batches()
+        // 20 ms apart: each is written the moment it arrives (its age 0), as the pace would not double a batch.
         for index in 0..<20 {
+            clock.advance(20_000_000)
             #expect(try await commits.write(index, flush: batches.flush) == index)
         }
         #expect(gate.entered == 0)
@@ -176,10 +183,14 @@ struct GroupCommitTests {
     func fastWritersGather() async throws {
         let gate = Gate()
         gate.set(open: true)
-        let commits = Self.gatheringCommits(gap: 100_000, gate: gate)
+        let clock = Clock()
+        let commits = Self.gatheringCommits(clock: clock, gate: gate)
         let batches = Batches()
-        // The pace is learnt from the arrivals: the first of a sequence is taken at once, later ones wait (the gate open).
-        for index in 0..<60 { _ = try await commits.write(index, flush: batches.flush) }
+        // 0.2 ms apart. The pace is learnt from the arrivals: the first 35 or so are taken at once, later ones wait (the gate open).
+        for index in 0..<60 {
+            clock.advance(200_000)
+            _ = try await commits.write(index, flush: batches.flush)
+        }
         #expect(batches.all.count == 60)
         #expect(gate.entered > 0 && gate.entered < 60)
         batches.clear()
