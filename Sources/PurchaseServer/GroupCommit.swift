@@ -91,9 +91,9 @@ final class GroupCommit<Item: Sendable, Output: Sendable>: Sendable {
 /// batches of about four cost the server 0.49–0.51 ms of CPU per receipt, and 0.39–0.41 ms once gathered
 /// (bench/README, thirty-sixth round). So a batch of fewer than `below` items is taken once its oldest item is `wait`
 /// old, not at once, but only when writers arrive fast enough that the rest of the wait should at least double it: a
-/// trickle (`wait` or more between items) never waits, nor a lone item after a pause. A batch that gathered while the
-/// one before committed for `wait` or longer is taken at once: with commits that long, batches grow by themselves. At
-/// most one wait per batch, so an item waits at most `wait` more than it would have.
+/// trickle (`wait` or more between items) never waits, nor a lone item after a pause. A batch whose oldest item has
+/// waited `wait` already (as while a commit that long ran) is taken at once: with commits that long, batches grow by
+/// themselves. At most one wait per batch, so an item waits at most `wait` more than it would have.
 struct Gathering: Sendable {
     /// The slowest pace counted (a second between items): longer gaps count as this.
     static let slowestGap: UInt64 = 1_000_000_000

@@ -28,8 +28,8 @@ public final class PurchaseStore: Sendable {
                                         generation: Int)>(([:], 0))
     /// Uploads' intake, gathered on SQLite (`Gathering`); on PostgreSQL, gathered, the machine spent the same per receipt
     /// (lab, 2,000/s instantly), so it is not. Settlements are not gathered: with Apple's latency their batches reach about 60 by themselves and their rows lie spread over the
-    /// tables, and gathered they cost more (0.57 against 0.54 ms of server CPU per receipt at 3,000/s offered with 3–6 s,
-    /// alternated; bench/README, thirty-sixth round).
+    /// tables, and gathered they were no cheaper (0.562–0.570 against 0.483–0.596 ms of server CPU per receipt, 2,153
+    /// against 2,305 receipts/s on average, at 3,000/s offered with 3–6 s, alternated; bench/README, thirty-sixth round).
     let uploads: GroupCommit<VerificationJob, Void>
     /// Whether this process's worker is running with room for more jobs. New jobs are then left to it, and other
     /// processes' workers are not woken at commit (PostgreSQL `NOTIFY`): with three processes, every commit of uploads
