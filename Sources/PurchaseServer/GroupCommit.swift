@@ -111,12 +111,9 @@ struct Gathering: Sendable {
     /// `meanGap` nanoseconds apart on average; nil when it is taken at once.
     func pause(pending: Int, meanGap: Double, oldestAge: UInt64) -> Duration? {
         guard pending > 0, pending < below else { return nil }
-        let (seconds, attoseconds) = wait.components
-        let waitNanoseconds = seconds * 1_000_000_000 + attoseconds / 1_000_000_000
-        guard oldestAge < UInt64(max(waitNanoseconds, 0)) else { return nil }
-        let rest = waitNanoseconds - Int64(oldestAge)
-        guard Double(rest) / max(meanGap, 1) >= Double(pending) else { return nil }
-        return .nanoseconds(rest)
+        let rest = wait.seconds * 1e9 - Double(oldestAge)
+        guard rest > 0, rest / max(meanGap, 1) >= Double(pending) else { return nil }
+        return .nanoseconds(Int64(rest))
     }
 }
 
