@@ -24,6 +24,8 @@ let package = Package(
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         // OpenSSL initialised before main without its atexit cleanup (see no_atexit.c).
         .target(name: "COpenSSLSetup", linkerSettings: [.linkedLibrary("crypto")]),
+        // SIGINT and SIGTERM caught into a pipe for the serve commands' graceful stop (see shutdown_signals.c).
+        .target(name: "CSignals"),
 
         .target(name: "Locking", swiftSettings: swiftSettings),
         .target(name: "Clocks", dependencies: [.target(name: "CSystem", condition: .when(platforms: [.linux])), "Locking"], swiftSettings: swiftSettings),
@@ -59,7 +61,7 @@ let package = Package(
         .executableTarget(name: "storekeeper-bench", dependencies: ["CMicroHTTPD"], swiftSettings: swiftSettings),
         .executableTarget(
             name: "storekeeper",
-            dependencies: ["AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPServer", "HTTPClient", "SQLiteStorage", "PostgresStorage", "PurchaseServer", "StoreKitClient", "Locking", "Clocks"],
+            dependencies: ["AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPServer", "HTTPClient", "SQLiteStorage", "PostgresStorage", "PurchaseServer", "StoreKitClient", "Locking", "Clocks", "CSignals"],
             swiftSettings: swiftSettings
         ),
 

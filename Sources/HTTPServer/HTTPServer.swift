@@ -127,13 +127,37 @@ public final class HTTPServer: Sendable {
         var suspended = 0
         /// Set by shutdown once its grace has passed: answers held for a delay are due at once, new tasks cancelled.
         var stopping = false
+        /// Set by shutdown, in the same hold of the lock that finds `suspended` zero, just before it stops
+        /// libmicrohttpd: from then on no connection is suspended (a request needing one is answered 503), so
+        /// MHD_stop_daemon cannot find one. Without it, a request arriving on a kept-alive connection just after
+        /// that check was suspended, and MHD_stop_daemon aborted the process.
+        var closed = false
     }
 
     /// Requests whose responder is running now, or whose answer is held for a delay.
     public var requestsInFlight: Int { state.withLock { $0.inFlight.count } + heldAnswers.count }
 
-    func noteSuspended() { state.withLock { $0.suspended += 1 } }
     func noteResumed() { state.withLock { $0.suspended -= 1 } }
+
+    /// Counts a connection about to be suspended, unless shutdown has closed suspension (`State.closed`).
+    private func beginSuspension() -> Bool {
+        state.withLock { state in
+            guard !state.closed else { return false }
+            state.suspended += 1
+            return true
+        }
+    }
+
+    /// Whether shutdown has found no connection suspended and closed suspension (read by tests).
+    var isClosedToSuspension: Bool { state.withLock { $0.closed } }
+
+    /// What a request gets once the server is stopping and would have had to wait for its answer.
+    static let stoppingResponse: Response = {
+        var response = HTTPError(.serviceUnavailable, code: "shutting_down", message: "The server is shutting down; try again.").response
+        response.headers["Connection"] = "close"
+        response.headers["Retry-After"] = "1"
+        return response
+    }()
 
     /// Creates a server; call `start()` to listen.
     public init(configuration: Configuration = Configuration(), responder: any Responder) {
@@ -272,22 +296,30 @@ public final class HTTPServer: Sendable {
         }
         heldAnswers.fireAll()
         for task in tasks { task.cancel() }
-        while state.withLock({ !$0.inFlight.isEmpty }) {
+        // A responder deaf to cancellation (blocked in C, say) keeps its connection suspended: after 10 s the server
+        // stops without stopping libmicrohttpd (below) rather than never.
+        let cancelDeadline = ContinuousClock.now.advanced(by: .seconds(10))
+        while state.withLock({ !$0.inFlight.isEmpty }) && ContinuousClock.now < cancelDeadline {
             try? await Task.sleep(for: .milliseconds(10))
         }
         // Resumed connections are taken back by libmicrohttpd's own threads, which may not have run yet on a busy machine.
+        // Once none is suspended, suspension closes in the same hold of the lock (see `State.closed`).
         let resumeDeadline = ContinuousClock.now.advanced(by: .seconds(10))
-        while state.withLock({ $0.suspended > 0 }) && ContinuousClock.now < resumeDeadline {
+        var closed = false
+        while true {
+            closed = state.withLock { state in
+                guard state.suspended == 0 else { return false }
+                state.closed = true
+                return true
+            }
+            if closed || ContinuousClock.now >= resumeDeadline { break }
             try? await Task.sleep(for: .milliseconds(10))
         }
         handOffTarget.withLock { $0 = nil }  // waits for a hand-off in progress; later ones close their socket
-        let stillSuspended = state.withLock { state -> Bool in
-            state.daemon = nil
-            return state.suspended > 0
-        }
+        state.withLock { $0.daemon = nil }
         // Stopping with a connection still suspended aborts inside libmicrohttpd; leaving the daemon to the
         // process's exit is the lesser harm (it no longer listens).
-        guard !stillSuspended else {
+        guard closed else {
             FileHandle.standardError.write(Data("HTTP server: connections still suspended at shutdown; not stopping the daemon\n".utf8))
             return
         }
@@ -303,8 +335,12 @@ public final class HTTPServer: Sendable {
                 started: context.fields.withLock { $0.startedAt }, response: response)
             return queue(response, on: connection)
         }
+        guard beginSuspension() else {
+            let response = Self.stoppingResponse
+            log(request, status: response.status.code, bytes: response.body.count, started: context.fields.withLock { $0.startedAt }, response: response)
+            return queue(response, on: connection)
+        }
         context.fields.withLock { $0.suspended = true }
-        noteSuspended()
         MHD_suspend_connection(connection)
         switch answer {
         case .now: break  // sent above

@@ -1,6 +1,7 @@
 import AppStoreCrypto
 import AppStoreEmulator
 import AppStoreModels
+import CSignals
 import Foundation
 import HTTP
 import HTTPServer
@@ -56,6 +57,7 @@ struct AppStoreServeCommand: Command {
     }
 
     func run() async throws {
+        try ShutdownSignal.catch()  // before the address is announced: a signal sent as soon as it is read is kept
         FileLimits.raise()
         let directory = URL(fileURLWithPath: data, isDirectory: true)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -148,30 +150,44 @@ enum CatalogLoader {
     }
 }
 
-/// Waits for SIGINT or SIGTERM.
+/// SIGINT and SIGTERM as a graceful stop for the serve commands: `catch()` before the address is announced (a
+/// client may signal as soon as it reads it), `wait()` once everything runs. Other commands keep the default (they end).
 enum ShutdownSignal {
-    static func wait() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let resumed = ResumeOnce(continuation)
-            for number in [SIGINT, SIGTERM] {
-                signal(number, SIG_IGN)
-                let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-                source.setEventHandler { resumed.resume() }
-                source.resume()
-                ShutdownSignal.sources.append(source)
-            }
+    /// The pipe the C handler writes each signal to (see shutdown_signals.c), made once.
+    private static let signalPipe: Result<Int32, CommandFailure> = {
+        let readEnd = storekeeper_catch_shutdown_signals()
+        guard readEnd >= 0 else {
+            return .failure(CommandFailure(description: "cannot catch SIGTERM: \(String(cString: strerror(errno)))"))
         }
+        return .success(readEnd)
+    }()
+
+    /// From now on SIGINT and SIGTERM are kept for `wait()` instead of ending the process.
+    static func `catch`() throws {
+        _ = try signalPipe.get()
     }
 
-    // Signal sources must stay alive for the process lifetime; only touched from the main task before waiting.
-    nonisolated(unsafe) static var sources: [any DispatchSourceSignal] = []
-}
-
-/// Resumes a continuation at most once.
-final class ResumeOnce: Sendable {
-    private let continuation: Locked<CheckedContinuation<Void, Never>?>
-    init(_ continuation: CheckedContinuation<Void, Never>) { self.continuation = Locked(continuation) }
-    func resume() { continuation.withLock { $0?.resume(); $0 = nil } }
+    /// Waits for SIGINT or SIGTERM (one sent before this call counts). A second signal, while the stop is under way,
+    /// ends the process at once (exit status 1), as an operator pressing Ctrl-C twice expects.
+    static func wait() async {
+        guard case .success(let readEnd) = signalPipe else { return }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            // A thread of its own, blocked in read(2): the cooperative pool is never held.
+            let reader = Thread {
+                func nextSignal() {
+                    var byte: UInt8 = 0
+                    while read(readEnd, &byte, 1) < 0 && errno == EINTR {}
+                }
+                nextSignal()
+                continuation.resume()
+                nextSignal()
+                FileHandle.standardError.write(Data("second signal: stopping now\n".utf8))
+                _exit(1)
+            }
+            reader.name = "storekeeper-signals"
+            reader.start()
+        }
+    }
 }
 
 import Synchronization
@@ -208,6 +224,7 @@ struct ReplayCommand: Command {
     }
 
     func run() async throws {
+        try ShutdownSignal.catch()  // before the address is announced: a signal sent as soon as it is read is kept
         FileLimits.raise()
         guard let recording = FileManager.default.contents(atPath: file) else { throw CommandFailure(description: "cannot read \(file)") }
         let replay: ReplayResponder

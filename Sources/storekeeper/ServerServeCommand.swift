@@ -242,6 +242,7 @@ struct ServerServeCommand: Command {
     }
 
     func run() async throws {
+        try ShutdownSignal.catch()  // before the address is announced: a signal sent as soon as it is read is kept
         FileLimits.raise()
         let clock = AdjustableClock()
         var follower: Task<Void, Never>?

@@ -76,6 +76,7 @@ struct UpCommand: Command {
     }
 
     func run() async throws {
+        try ShutdownSignal.catch()  // before the address is announced: a signal sent as soon as it is read is kept
         FileLimits.raise()
         let root = URL(fileURLWithPath: data, isDirectory: true)
         let appstoreDirectory = root.appendingPathComponent("appstore")

@@ -36,6 +36,7 @@ struct WebhookListenCommand: Command {
     }
 
     func run() async throws {
+        try ShutdownSignal.catch()  // before the address is announced: a signal sent as soon as it is read is kept
         let sink = WebhookSink(secret: secret, failFirst: failFirst, quiet: quiet)
         var router = Router()
         router.on(.post, "/") { request in sink.receive(request) }

@@ -4,7 +4,7 @@ import Locking
 import FoundationNetworking
 #endif
 import HTTP
-import HTTPServer
+@testable import HTTPServer
 import Synchronization
 import Testing
 
@@ -194,5 +194,51 @@ struct HTTPServerPromptTests {
         #expect(taskStatus == 200 && String(decoding: taskData, as: UTF8.self) == "task after 600000")
         let (twiceStatus, twiceData) = try await heldTwice
         #expect(twiceStatus == 200 && String(decoding: twiceData, as: UTF8.self) == "twice after 600000")
+    }
+}
+
+/// Holds `/held-on-thread` on libmicrohttpd's thread until the test releases it, then hands it to a task that would
+/// keep its connection suspended for a second.
+final class ThreadHoldingResponder: Responder, Sendable {
+    let entered = DispatchSemaphore(value: 0)
+    let release = DispatchSemaphore(value: 0)
+    private let workStarted = Atomic<Bool>(false)
+    var taskRan: Bool { workStarted.load(ordering: .relaxed) }
+
+    func respond(to request: Request) async -> Response { .text("task") }
+
+    func respondPromptly(to request: Request) -> PromptAnswer {
+        entered.signal()
+        release.wait()
+        return .later { [self] in
+            workStarted.store(true, ordering: .relaxed)
+            try? await Task.sleep(for: .seconds(1))
+            return .text("task")
+        }
+    }
+}
+
+@Suite("libmicrohttpd server, stopping", .serialized)
+struct HTTPServerStoppingTests {
+    @Test("A request that needs a task after shutdown has found no connection suspended is refused, not suspended: libmicrohttpd stops cleanly",
+          .timeLimit(.minutes(1)))
+    func noSuspensionOnceClosed() async throws {
+        let responder = ThreadHoldingResponder()
+        let server = HTTPServer(configuration: .init(port: 0, accessLog: false), responder: responder)
+        let base = URL(string: "http://127.0.0.1:\(try server.start())")!
+        let answer = Task { () -> Int? in try? await HTTPServerTests.fetch(base.appendingPathComponent("held-on-thread")).0 }
+        // The request is inside the responder, on libmicrohttpd's thread: not suspended, not a task, so shutdown
+        // finds nothing to wait for and closes suspension.
+        await Task.detached { responder.entered.wait() }.value
+        let stopped = Task { await server.shutdown(grace: .milliseconds(100)) }
+        for _ in 0..<2000 where !server.isClosedToSuspension { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(server.isClosedToSuspension)
+        // Released now, the request would be suspended for its task while libmicrohttpd stops (which aborts the
+        // process); it is answered 503 instead, or its connection closes with the daemon.
+        responder.release.signal()
+        await stopped.value
+        let status = await answer.value
+        #expect(status == nil || status == 503)
+        #expect(!responder.taskRan)
     }
 }

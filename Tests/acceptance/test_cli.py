@@ -2,7 +2,11 @@
 import base64
 import json
 import os
+import signal
 import subprocess
+import threading
+import time
+import urllib.request
 
 import pytest
 
@@ -177,3 +181,80 @@ def test_commands_report_unreachable_emulator():
     result = subprocess.run([BIN, "appstore", "time", "advance", "1m", "--url", "http://127.0.0.1:9"], capture_output=True, text=True)
     assert result.returncode == 1
     assert "cannot reach" in result.stderr
+
+
+
+SERVE_COMMANDS = {
+    "server serve": lambda data: ["server", "serve", "--data", data, "--port", "0", "--quiet", "--admin-key", "sk_admin_signal_tests"],
+    "appstore serve": lambda data: ["appstore", "serve", "--data", data, "--port", "0", "--quiet", "--no-proxy"],
+    "webhook listen": lambda data: ["webhook", "listen", "--port", "0", "--quiet"],
+    "up": lambda data: ["up", "--data", data, "--appstore-port", "0", "--server-port", "0"],
+}
+
+
+def start_serving(args):
+    """Starts a serve command and returns it with the first address it prints (what a script waits for)."""
+    process = subprocess.Popen([BIN, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = ""
+    for _ in range(20):
+        line = process.stdout.readline()
+        if "http://" in line or not line:
+            break
+    if "http://" not in line:
+        process.kill()
+        pytest.fail("did not start: " + line + process.stderr.read())
+    return process, "http://" + line.split("http://")[1].split()[0].rstrip("/")
+
+
+def stopped(process, timeout):
+    """The exit status and standard error of a process given `timeout` seconds to end; killed, its standard error
+    shown, when it does not."""
+    try:
+        _, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, stderr = process.communicate()
+        pytest.fail(f"still running {timeout} s after the signal; its standard error ends: {stderr[-2000:]}")
+    return process.returncode, stderr
+
+
+@pytest.mark.parametrize("name", SERVE_COMMANDS)
+def test_serve_commands_stop_cleanly_on_a_signal_sent_as_soon_as_they_announce_their_address(name, tmp_path):
+    # A supervisor (or a test) may signal the moment it has read the address: the signal is neither lost (a hang)
+    # nor fatal (status -15, no graceful stop).
+    for number in [signal.SIGTERM, signal.SIGINT]:
+        process, _ = start_serving(SERVE_COMMANDS[name](str(tmp_path / f"data-{int(number)}")))
+        process.send_signal(number)
+        status, stderr = stopped(process, 30)
+        assert status == 0, stderr
+
+
+def post_ignoring_errors(url):
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, data=b'{"receipt-data": "AAAA"}', method="POST"), timeout=60).read()
+    except OSError:
+        pass
+
+
+def test_a_second_signal_ends_a_graceful_stop_at_once(tmp_path):
+    # A verifyReceipt call held open (a hanging fault) keeps the first stop in its grace; a second signal ends it.
+    process, url = start_serving(SERVE_COMMANDS["appstore serve"](str(tmp_path / "data")))
+    try:
+        fault = subprocess.run([BIN, "appstore", "fault", "add", "--endpoint", "verifyReceipt", "--hang", "--url", url],
+                               capture_output=True, text=True, timeout=60)
+        assert fault.returncode == 0, fault.stderr
+        held = threading.Thread(target=lambda: post_ignoring_errors(url + "/sandbox/verifyReceipt"), daemon=True)
+        held.start()
+        time.sleep(2)  # the call reaches the emulator in milliseconds; it is then held
+        process.send_signal(signal.SIGTERM)
+        time.sleep(1)
+        assert process.poll() is None, "the first signal should wait for the held call (up to its 5 s grace)"
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        status, stderr = stopped(process, 10)
+        assert status == 1 and "second signal" in stderr, stderr
+        assert time.monotonic() - started < 4
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

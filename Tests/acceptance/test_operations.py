@@ -113,7 +113,11 @@ def verifications_limit(files, extra=()):
             return families["storekeeper_verifications_in_flight_limit"].samples[0].value, open_file_limit(process.pid)
         finally:
             process.terminate()
-            process.wait(timeout=30)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                raise AssertionError("still running 30 s after SIGTERM; its standard error ends: " + process.communicate()[1][-2000:])
 
 
 def test_verifications_in_flight_follow_the_open_file_limit():
