@@ -42,6 +42,15 @@ int storekeeper_catch_shutdown_signals(void) {
     action.sa_handler = on_shutdown_signal;
     sigemptyset(&action.sa_mask);
     action.sa_flags = SA_RESTART;
-    if (sigaction(SIGINT, &action, NULL) != 0 || sigaction(SIGTERM, &action, NULL) != 0) return -1;
+    if (sigaction(SIGINT, &action, NULL) != 0 || sigaction(SIGTERM, &action, NULL) != 0) {
+        int saved = errno;
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        write_end = -1;
+        close(ends[0]);
+        close(ends[1]);
+        errno = saved;
+        return -1;
+    }
     return ends[0];
 }

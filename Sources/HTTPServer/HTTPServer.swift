@@ -112,6 +112,8 @@ public final class HTTPServer: Sendable {
     /// lock when a handed-over connection finds that thread's limit reached, and that thread never serves again.
     /// (A connection libmicrohttpd drops before starting it, out of memory, is never counted back: a slot lost.)
     private let handedOff = Atomic<Int>(0)
+    /// Whether shutdown has begun: every answer from then on closes its connection.
+    private let draining = Atomic<Bool>(false)
 
     private struct State {
         // The daemon pointer is only touched under this lock.
@@ -125,12 +127,13 @@ public final class HTTPServer: Sendable {
         /// Connections suspended and not yet taken back by libmicrohttpd's thread. A response being ready is not
         /// enough: MHD_stop_daemon aborts the process while any connection is still suspended inside the library.
         var suspended = 0
-        /// Set by shutdown once its grace has passed: answers held for a delay are due at once, new tasks cancelled.
+        /// Set by shutdown once its grace has passed: answers held for a delay are due at once, new tasks cancelled, and
+        /// a new request that would wait for its answer is answered 503 instead (`beginSuspension`).
         var stopping = false
         /// Set by shutdown, in the same hold of the lock that finds `suspended` zero, just before it stops
-        /// libmicrohttpd: from then on no connection is suspended (a request needing one is answered 503), so
-        /// MHD_stop_daemon cannot find one. Without it, a request arriving on a kept-alive connection just after
-        /// that check was suspended, and MHD_stop_daemon aborted the process.
+        /// libmicrohttpd: from then on no connection is suspended at all, so MHD_stop_daemon cannot find one (it
+        /// aborts the process if it does: a request arriving on a kept-alive connection just after that check was
+        /// suspended so, before).
         var closed = false
     }
 
@@ -139,16 +142,25 @@ public final class HTTPServer: Sendable {
 
     func noteResumed() { state.withLock { $0.suspended -= 1 } }
 
-    /// Counts a connection about to be suspended, unless shutdown has closed suspension (`State.closed`).
-    private func beginSuspension() -> Bool {
+    /// Counts a connection about to be suspended. Once shutdown is `stopping` only an admitted request's held answer
+    /// come due (`continuing`) may wait again, so the count can only fall; once suspension is `closed`, nothing may.
+    private func beginSuspension(continuing: Bool) -> Bool {
         state.withLock { state in
-            guard !state.closed else { return false }
+            guard !state.closed, continuing || !state.stopping else { return false }
             state.suspended += 1
             return true
         }
     }
 
-    /// Whether shutdown has found no connection suspended and closed suspension (read by tests).
+    /// Queues an answer on libmicrohttpd's thread.
+    func send(_ response: Response, on connection: OpaquePointer) -> MHD_Result {
+        queue(response, on: connection, closing: draining.load(ordering: .relaxed))
+    }
+
+    /// Where shutdown is (read by tests): draining (answers close their connections), stopping (past the grace), closed
+    /// to suspension.
+    var isDraining: Bool { draining.load(ordering: .relaxed) }
+    var isStopping: Bool { state.withLock { $0.stopping } }
     var isClosedToSuspension: Bool { state.withLock { $0.closed } }
 
     /// What a request gets once the server is stopping and would have had to wait for its answer.
@@ -184,8 +196,10 @@ public final class HTTPServer: Sendable {
             throw StartError(description: "cannot listen on \(configuration.host):\(configuration.port) (address in use or invalid)")
         }
         let bound = shim_mhd_bound_port(daemon)
+        draining.store(false, ordering: .relaxed)
         state.withLock {
             $0.daemon = DaemonHandle(pointer: daemon)
+            ($0.stopping, $0.closed) = (false, false)  // a server stopped before may start again
             $0.port = bound
             $0.ports = [bound]
         }
@@ -226,11 +240,13 @@ public final class HTTPServer: Sendable {
         }
         state.withLock {
             $0.daemon = DaemonHandle(pointer: daemon)
+            ($0.stopping, $0.closed) = (false, false)  // a server stopped before may start again
             $0.front = front
             $0.port = front.ports[0]
             $0.ports = front.ports
         }
         handOffTarget.withLock { $0 = DaemonHandle(pointer: daemon) }
+        draining.store(false, ordering: .relaxed)
         front.start()
         return front.ports[0]
     }
@@ -275,8 +291,10 @@ public final class HTTPServer: Sendable {
     }
 
     /// Stops accepting connections, lets requests in flight finish (cancelling after `grace`), and stops.
+    /// Takes at most `grace` plus 10 s (5 s for cancelled work to end, 5 s for libmicrohttpd to take connections back).
     public func shutdown(grace: Duration = .seconds(5)) async {
         guard let daemon = state.withLock({ $0.daemon?.pointer }) else { return }
+        draining.store(true, ordering: .relaxed)
         // After quiescing, the listening socket belongs to us: close it so new clients are refused at once.
         if let front = state.withLock({ $0.front }) {
             front.stop()
@@ -296,15 +314,15 @@ public final class HTTPServer: Sendable {
         }
         heldAnswers.fireAll()
         for task in tasks { task.cancel() }
-        // A responder deaf to cancellation (blocked in C, say) keeps its connection suspended: after 10 s the server
+        // A responder deaf to cancellation (blocked in C, say) keeps its connection suspended: after 5 s the server
         // stops without stopping libmicrohttpd (below) rather than never.
-        let cancelDeadline = ContinuousClock.now.advanced(by: .seconds(10))
+        let cancelDeadline = ContinuousClock.now.advanced(by: .seconds(5))
         while state.withLock({ !$0.inFlight.isEmpty }) && ContinuousClock.now < cancelDeadline {
             try? await Task.sleep(for: .milliseconds(10))
         }
         // Resumed connections are taken back by libmicrohttpd's own threads, which may not have run yet on a busy machine.
         // Once none is suspended, suspension closes in the same hold of the lock (see `State.closed`).
-        let resumeDeadline = ContinuousClock.now.advanced(by: .seconds(10))
+        let resumeDeadline = ContinuousClock.now.advanced(by: .seconds(5))
         var closed = false
         while true {
             closed = state.withLock { state in
@@ -320,6 +338,10 @@ public final class HTTPServer: Sendable {
         // Stopping with a connection still suspended aborts inside libmicrohttpd; leaving the daemon to the
         // process's exit is the lesser harm (it no longer listens).
         guard closed else {
+            // libmicrohttpd's threads go on until the process exits, calling back into this server through an
+            // unretained pointer: it is kept alive for them, and suspends nothing more.
+            state.withLock { $0.closed = true }
+            _ = Unmanaged.passRetained(self)
             FileHandle.standardError.write(Data("HTTP server: connections still suspended at shutdown; not stopping the daemon\n".utf8))
             return
         }
@@ -329,16 +351,17 @@ public final class HTTPServer: Sendable {
 
     /// Carries out a responder's prompt answer on libmicrohttpd's thread: sends a response now, or suspends the
     /// connection and runs a task or holds the answer for its delay.
-    func carryOut(_ answer: PromptAnswer, for request: Request, context: RequestContext, connection: OpaquePointer) -> MHD_Result {
+    /// `continuing`: the answer of a held answer come due, for a request already admitted (see `beginSuspension`).
+    func carryOut(_ answer: PromptAnswer, for request: Request, context: RequestContext, connection: OpaquePointer, continuing: Bool = false) -> MHD_Result {
         if case .now(let response) = answer {
             log(request, status: response.dropConnection ? 0 : response.status.code, bytes: response.body.count,
                 started: context.fields.withLock { $0.startedAt }, response: response)
-            return queue(response, on: connection)
+            return send(response, on: connection)
         }
-        guard beginSuspension() else {
+        guard beginSuspension(continuing: continuing) else {
             let response = Self.stoppingResponse
             log(request, status: response.status.code, bytes: response.body.count, started: context.fields.withLock { $0.startedAt }, response: response)
-            return queue(response, on: connection)
+            return send(response, on: connection)
         }
         context.fields.withLock { $0.suspended = true }
         MHD_suspend_connection(connection)
@@ -360,7 +383,13 @@ public final class HTTPServer: Sendable {
             context.fields.withLock { $0.due = next }
             resumes.resume(connectionBox, suspended: state.withLock { $0.suspended })
         }
-        if state.withLock({ $0.stopping }) { due() } else { heldAnswers.schedule(after: delay, due) }
+        if state.withLock({ $0.stopping }) {
+            due()
+            return
+        }
+        let alarm = heldAnswers.schedule(after: delay, due)
+        // Shutdown may have fired every held answer between the check above and the schedule: this one is due now too.
+        if state.withLock({ $0.stopping }) { heldAnswers.fireNow(alarm) }
     }
 
     func dispatch(_ work: @escaping @Sendable () async -> Response, context: RequestContext, connection: OpaquePointer) {
@@ -557,13 +586,16 @@ private let collectPair: MHD_KeyValueIterator = { cls, _, key, value in
     return .YES
 }
 
-private func queue(_ response: Response, on connection: OpaquePointer) -> MHD_Result {
+/// Queues `response` on the connection; `closing` (the server is shutting down) adds `Connection: close`, so that
+/// kept-alive clients move off the connection instead of sending it more requests.
+private func queue(_ response: Response, on connection: OpaquePointer, closing: Bool) -> MHD_Result {
     if response.dropConnection { return .NO }
     let mhdResponse = response.body.withUnsafeBytes { buffer in
         MHD_create_response_from_buffer(buffer.count, UnsafeMutableRawPointer(mutating: buffer.baseAddress), .RESPMEM_MUST_COPY)
     }
     guard let mhdResponse else { return .NO }
     for (name, value) in response.headers { MHD_add_response_header(mhdResponse, name, value) }
+    if closing && response.headers["Connection"] == nil { MHD_add_response_header(mhdResponse, "Connection", "close") }
     let result = MHD_queue_response(connection, UInt32(response.status.code), mhdResponse)
     MHD_destroy_response(mhdResponse)
     return result
@@ -611,7 +643,7 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
                 return .YES
             }
             server.log(request, status: refusal.status.code, bytes: refusal.body.count, started: context.fields.withLock { $0.startedAt })
-            return queue(refusal, on: connection)
+            return server.send(refusal, on: connection)
         }
         return .YES
     }
@@ -641,23 +673,27 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
         if context.takeBack() { server.noteResumed() }
         server.log(request, status: ready.dropConnection ? 0 : ready.status.code, bytes: ready.body.count,
                    started: context.fields.withLock { $0.startedAt }, response: ready)
-        return queue(ready, on: connection)
+        return server.send(ready, on: connection)
     }
     if let request, let due {
         context.fields.withLock { $0.due = nil }
-        if context.takeBack() { server.noteResumed() }
-        return server.carryOut(due(), for: request, context: context, connection: connection)
+        // Still counted as suspended until what `due` answers is carried out (and, if it waits again, counted anew):
+        // shutdown cannot close suspension between the two and refuse a request whose answer has begun.
+        let wasSuspended = context.takeBack()
+        let result = server.carryOut(due(), for: request, context: context, connection: connection, continuing: true)
+        if wasSuspended { server.noteResumed() }
+        return result
     }
     guard var request, !started else { return .YES }
     if let refusal = context.fields.withLock({ $0.refusal }) {
         server.log(request, status: refusal.status.code, bytes: refusal.body.count, started: context.fields.withLock { $0.startedAt })
-        return queue(refusal, on: connection)
+        return server.send(refusal, on: connection)
     }
     if tooLarge {
         let limit = context.fields.withLock { $0.bodyLimit }
         let response = HTTPError(.payloadTooLarge, code: "payload_too_large", message: "The request body exceeds \(limit) bytes.").response
         server.log(request, status: 413, bytes: response.body.count, started: context.fields.withLock { $0.startedAt })
-        return queue(response, on: connection)
+        return server.send(response, on: connection)
     }
     let query = PairCollector()
     query.finishesDecoding = true

@@ -196,7 +196,8 @@ public final class PurchaseServer: Sendable {
         let deadline = ContinuousClock.now.advanced(by: waiting > maximumLongPolls ? .zero : timeout)
         while true {
             guard let job = try await store.job(id, appId: appId) else { return nil }
-            if job.state.isSettled || ContinuousClock.now >= deadline { return job }
+            // Cancelled (the HTTP server stopping): the job as it stands now, as when the wait runs out.
+            if job.state.isSettled || ContinuousClock.now >= deadline || Task.isCancelled { return job }
             // Woken by this process's worker; the short cap also catches jobs settled by other processes.
             let remaining = deadline - ContinuousClock.now
             await waiters.wait(for: id, timeout: min(remaining, .milliseconds(250)))

@@ -57,7 +57,6 @@ struct AppStoreServeCommand: Command {
     }
 
     func run() async throws {
-        try ShutdownSignal.catch()  // before the address is announced: a signal sent as soon as it is read is kept
         FileLimits.raise()
         let directory = URL(fileURLWithPath: data, isDirectory: true)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -76,6 +75,7 @@ struct AppStoreServeCommand: Command {
                                 responder: AppStoreResponder(emulator: emulator, adminToken: adminToken, tlsRoot: tlsAuthority?.root))
         let bound = try server.start()
         let notifications = Task { await emulator.runNotificationDelivery() }
+        try ShutdownSignal.catch()  // from here a signal stops gracefully (one sent as soon as the address is read is kept)
         say("storekeeper appstore listening on http://\(host):\(bound)")
         if tlsAuthority != nil { say(EmulatorTLS.summary(ports: server.ports, host: host)) }
         say("data: \(directory.path)  apps: \(try await emulator.apps().map(\.bundleId).joined(separator: ", "))")
@@ -150,8 +150,9 @@ enum CatalogLoader {
     }
 }
 
-/// SIGINT and SIGTERM as a graceful stop for the serve commands: `catch()` before the address is announced (a
-/// client may signal as soon as it reads it), `wait()` once everything runs. Other commands keep the default (they end).
+/// SIGINT and SIGTERM as a graceful stop for the serve commands: `catch()` just before the address is announced (a
+/// client may signal as soon as it reads it), `wait()` right after. Until `catch()`, through a start that may take
+/// long (a database that does not answer), a signal ends the process as it does any other command.
 enum ShutdownSignal {
     /// The pipe the C handler writes each signal to (see shutdown_signals.c), made once.
     private static let signalPipe: Result<Int32, CommandFailure> = {
@@ -174,13 +175,23 @@ enum ShutdownSignal {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             // A thread of its own, blocked in read(2): the cooperative pool is never held.
             let reader = Thread {
-                func nextSignal() {
+                /// Whether a signal's byte was read (false only if the pipe failed, which nothing here causes).
+                func nextSignal() -> Bool {
                     var byte: UInt8 = 0
-                    while read(readEnd, &byte, 1) < 0 && errno == EINTR {}
+                    while true {
+                        let count = read(readEnd, &byte, 1)
+                        if count == 1 { return true }
+                        if count < 0 && errno == EINTR { continue }
+                        let reason = count < 0 ? String(cString: strerror(errno)) : "end of pipe"
+                        signal(SIGINT, SIG_DFL)
+                        signal(SIGTERM, SIG_DFL)
+                        FileHandle.standardError.write(Data("cannot read signals (\(reason)): SIGINT and SIGTERM now end this process at once\n".utf8))
+                        return false
+                    }
                 }
-                nextSignal()
+                guard nextSignal() else { return }
                 continuation.resume()
-                nextSignal()
+                guard nextSignal() else { return }
                 FileHandle.standardError.write(Data("second signal: stopping now\n".utf8))
                 _exit(1)
             }
@@ -224,7 +235,6 @@ struct ReplayCommand: Command {
     }
 
     func run() async throws {
-        try ShutdownSignal.catch()  // before the address is announced: a signal sent as soon as it is read is kept
         FileLimits.raise()
         guard let recording = FileManager.default.contents(atPath: file) else { throw CommandFailure(description: "cannot read \(file)") }
         let replay: ReplayResponder
@@ -236,6 +246,7 @@ struct ReplayCommand: Command {
         let responder = ReplayWithCA(replay: replay, tlsRoot: tlsAuthority?.root.pem)
         let server = HTTPServer(configuration: configuration, responder: responder)
         let bound = try server.start()
+        try ShutdownSignal.catch()  // from here a signal stops gracefully (one sent as soon as the address is read is kept)
         say("storekeeper appstore replay listening on http://\(host):\(bound)")
         say("\(replay.count) recorded answers from \(file)")
         if tlsAuthority != nil { say(EmulatorTLS.summary(ports: server.ports, host: host)) }

@@ -242,7 +242,6 @@ struct ServerServeCommand: Command {
     }
 
     func run() async throws {
-        try ShutdownSignal.catch()  // before the address is announced: a signal sent as soon as it is read is kept
         FileLimits.raise()
         let clock = AdjustableClock()
         var follower: Task<Void, Never>?
@@ -283,6 +282,7 @@ struct ServerServeCommand: Command {
                                         responder: PurchaseServerResponder.operations(server))
             monitoring = (operations, try operations.start())
         }
+        try ShutdownSignal.catch()  // from here a signal stops gracefully (one sent as soon as the address is read is kept)
         say("storekeeper server listening on http://\(host):\(bound)")
         if let monitoring { say("metrics, healthz and readyz on http://\(metricsHost):\(monitoring.port)") }
         say("database: \(options.database == nil ? "sqlite in \(options.data)" : "postgresql")")
@@ -290,8 +290,11 @@ struct ServerServeCommand: Command {
         if let adminKey { say("admin key (created now, shown once, kept in \(options.data)/admin-key): \(adminKey)") }
         await ShutdownSignal.wait()
         FileHandle.standardError.write(Data("shutting down\n".utf8))
-        await http.shutdown()
-        await monitoring?.server.shutdown()
+        // Both at once: the stop takes one server's bounds, not the sum of two.
+        let monitoringServer = monitoring?.server
+        async let mainStopped: Void = http.shutdown()
+        async let monitoringStopped: Void? = monitoringServer?.shutdown()
+        _ = await (mainStopped, monitoringStopped)
         reconciler.cancel()
         worker.cancel()
         await server.worker.drain(timeout: .seconds(5))

@@ -76,7 +76,6 @@ struct UpCommand: Command {
     }
 
     func run() async throws {
-        try ShutdownSignal.catch()  // before the address is announced: a signal sent as soon as it is read is kept
         FileLimits.raise()
         let root = URL(fileURLWithPath: data, isDirectory: true)
         let appstoreDirectory = root.appendingPathComponent("appstore")
@@ -145,6 +144,7 @@ struct UpCommand: Command {
         let summary: [String: Any] = ["appstore": appstoreURL, "server": serverURL, "adminKey": adminKey, "apps": apps,
                                       "console": serverURL + "/console", "consoleLoginLink": consoleLink]
         let line = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys, .withoutEscapingSlashes])
+        try ShutdownSignal.catch()  // from here a signal stops gracefully (one sent as soon as the address is read is kept)
         say(String(decoding: line, as: UTF8.self))
         // Where this `up` listens, for `storekeeper shop` and scripts started with the same --data (removed at exit).
         let addresses = root.appendingPathComponent("up.json")
@@ -166,8 +166,10 @@ struct UpCommand: Command {
         FileHandle.standardError.write(Data("shutting down\n".utf8))
         notifications.cancel()
         reconciler.cancel()
-        await serverHTTP.shutdown()
-        await appstoreHTTP.shutdown()
+        // Both at once: the stop takes one server's bounds, not the sum of two.
+        async let serverStopped: Void = serverHTTP.shutdown()
+        async let appstoreStopped: Void = appstoreHTTP.shutdown()
+        _ = await (serverStopped, appstoreStopped)
         worker.cancel()
         await server.worker.drain(timeout: .seconds(5))
         await database.close()

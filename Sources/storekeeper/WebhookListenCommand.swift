@@ -36,13 +36,13 @@ struct WebhookListenCommand: Command {
     }
 
     func run() async throws {
-        try ShutdownSignal.catch()  // before the address is announced: a signal sent as soon as it is read is kept
         let sink = WebhookSink(secret: secret, failFirst: failFirst, quiet: quiet)
         var router = Router()
         router.on(.post, "/") { request in sink.receive(request) }
         router.on(.get, "/stats") { _ in .json(sink.stats()) }
         let server = HTTPServer(configuration: .init(host: host, port: port, accessLog: false), responder: router)
         let bound = try server.start()
+        try ShutdownSignal.catch()  // from here a signal stops gracefully (one sent as soon as the address is read is kept)
         say("storekeeper webhook listening on http://\(host):\(bound)/")
         await ShutdownSignal.wait()
         await server.shutdown()

@@ -3,6 +3,9 @@ import Locking
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+#if canImport(Glibc)
+import Glibc
+#endif
 import HTTP
 @testable import HTTPServer
 import Synchronization
@@ -240,5 +243,132 @@ struct HTTPServerStoppingTests {
         let status = await answer.value
         #expect(status == nil || status == 503)
         #expect(!responder.taskRan)
+    }
+}
+
+/// One kept-alive HTTP/1.1 connection to 127.0.0.1, read with a timeout: a test sees each answer's status and
+/// headers, and which connection carried it. Used by one caller at a time.
+final class RawConnection: @unchecked Sendable {
+    private let socket: Int32
+    private var buffered: [UInt8] = []
+
+    init(port: UInt16) throws {
+        socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+        guard connected else { throw HTTPError(.internalServerError, code: "connect", message: "cannot connect") }
+    }
+
+    deinit { close(socket) }
+
+    typealias Answer = (status: Int, headers: [String: String], body: String)
+
+    /// `get` on a thread of its own: its blocking reads must not hold one of the cooperative pool's few threads, which
+    /// the server's own tasks need to answer.
+    func fetch(_ path: String) async -> Answer? {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Answer?, Never>) in
+            Thread { continuation.resume(returning: self.get(path)) }.start()
+        }
+    }
+
+    /// Sends `GET path` and reads the answer: its status, its headers (names lowercased) and its body; nil when the
+    /// connection closed (or nothing came for 10 s) before a whole answer.
+    func get(_ path: String) -> Answer? {
+        let request = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)
+        guard send(socket, request, request.count, Int32(MSG_NOSIGNAL)) == request.count else { return nil }
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        func fill() -> Bool {
+            let count = recv(socket, &chunk, chunk.count, 0)
+            guard count > 0 else { return false }
+            buffered += chunk[0..<count]
+            return true
+        }
+        var headEnd = buffered.firstRange(of: Array("\r\n\r\n".utf8))
+        while headEnd == nil {
+            guard fill() else { return nil }
+            headEnd = buffered.firstRange(of: Array("\r\n\r\n".utf8))
+        }
+        guard let headEnd else { return nil }
+        let lines = String(decoding: buffered[..<headEnd.lowerBound], as: UTF8.self).components(separatedBy: "\r\n")
+        let status = Int(lines[0].split(separator: " ")[1]) ?? 0
+        var headers: [String: String] = [:]
+        for line in lines.dropFirst() {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        }
+        let length = Int(headers["content-length"] ?? "0") ?? 0
+        while buffered.count < headEnd.upperBound + length {
+            guard fill() else { return nil }
+        }
+        let body = String(decoding: buffered[headEnd.upperBound..<(headEnd.upperBound + length)], as: UTF8.self)
+        buffered.removeFirst(headEnd.upperBound + length)
+        return (status, headers, body)
+    }
+}
+
+/// `/deaf` waits for the test's release and ignores cancellation; `/quick` is answered by a task at once.
+final class DeafResponder: Responder, Sendable {
+    private let released = Locked<(open: Bool, waiting: [CheckedContinuation<Void, Never>])>((false, []))
+    let deafEntered = Atomic<Bool>(false)
+
+    func release() {
+        let waiting = released.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.open = true
+            defer { state.waiting = [] }
+            return state.waiting
+        }
+        for waiter in waiting { waiter.resume() }
+    }
+
+    func respond(to request: Request) async -> Response {
+        guard request.path == "/deaf" else { return .text("quick") }
+        deafEntered.store(true, ordering: .relaxed)
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let open = released.withLock { state -> Bool in
+                if !state.open { state.waiting.append(continuation) }
+                return state.open
+            }
+            if open { continuation.resume() }
+        }
+        return .text("deaf")
+    }
+}
+
+extension HTTPServerStoppingTests {
+    @Test("While shutting down, answers close their kept-alive connections; past the grace a new request is answered 503 at once",
+          .timeLimit(.minutes(1)))
+    func keptAliveConnectionsDrain() async throws {
+        let responder = DeafResponder()
+        let server = HTTPServer(configuration: .init(port: 0, accessLog: false), responder: responder)
+        let port = try server.start()
+        let (early, late) = (try RawConnection(port: port), try RawConnection(port: port))
+        for connection in [early, late] {
+            let answer = try #require(await connection.fetch("/quick"))
+            #expect(answer.status == 200 && answer.headers["connection"]?.lowercased() != "close")
+        }
+        // A request deaf to cancellation keeps the stop in its grace, then in its wait for cancelled work.
+        let deafConnection = try RawConnection(port: port)
+        let deaf = Task { await deafConnection.fetch("/deaf") }
+        for _ in 0..<2000 where !responder.deafEntered.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(5)) }
+        let stopped = Task { await server.shutdown(grace: .seconds(1)) }
+        for _ in 0..<2000 where !server.isDraining { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(!server.isStopping)
+        let inGrace = try #require(await early.fetch("/quick"))
+        #expect(inGrace.status == 200 && inGrace.body == "quick")
+        #expect(inGrace.headers["connection"]?.lowercased() == "close")
+        for _ in 0..<2000 where !server.isStopping { try await Task.sleep(for: .milliseconds(5)) }
+        let pastGrace = try #require(await late.fetch("/quick"))
+        #expect(pastGrace.status == 503 && pastGrace.body.contains("shutting_down"))
+        #expect(pastGrace.headers["connection"]?.lowercased() == "close")
+        responder.release()
+        await stopped.value
+        _ = await deaf.value
     }
 }
