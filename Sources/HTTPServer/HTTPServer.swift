@@ -131,10 +131,11 @@ public final class HTTPServer: Sendable {
         /// a new request that would wait for its answer is answered 503 instead (`beginSuspension`).
         var stopping = false
         /// Set by shutdown, in the same hold of the lock that finds `suspended` zero, just before it stops
-        /// libmicrohttpd: from then on no connection is suspended at all, so MHD_stop_daemon cannot find one (it
-        /// aborts the process if it does: a request arriving on a kept-alive connection just after that check was
-        /// suspended so, before).
+        /// libmicrohttpd (or when it gives up waiting): from then on no connection is suspended at all, not even for a
+        /// held answer come due, so MHD_stop_daemon cannot find one (it aborts the process if it does).
         var closed = false
+        /// Whether the last shutdown stopped libmicrohttpd (rather than giving up with connections still suspended).
+        var stoppedDaemon = false
     }
 
     /// Requests whose responder is running now, or whose answer is held for a delay.
@@ -162,6 +163,7 @@ public final class HTTPServer: Sendable {
     var isDraining: Bool { draining.load(ordering: .relaxed) }
     var isStopping: Bool { state.withLock { $0.stopping } }
     var isClosedToSuspension: Bool { state.withLock { $0.closed } }
+    var stoppedDaemon: Bool { state.withLock { $0.stoppedDaemon } }
 
     /// What a request gets once the server is stopping and would have had to wait for its answer.
     static let stoppingResponse: Response = {
@@ -199,7 +201,7 @@ public final class HTTPServer: Sendable {
         draining.store(false, ordering: .relaxed)
         state.withLock {
             $0.daemon = DaemonHandle(pointer: daemon)
-            ($0.stopping, $0.closed) = (false, false)  // a server stopped before may start again
+            ($0.stopping, $0.closed, $0.stoppedDaemon) = (false, false, false)  // a server stopped before may start again
             $0.port = bound
             $0.ports = [bound]
         }
@@ -240,7 +242,7 @@ public final class HTTPServer: Sendable {
         }
         state.withLock {
             $0.daemon = DaemonHandle(pointer: daemon)
-            ($0.stopping, $0.closed) = (false, false)  // a server stopped before may start again
+            ($0.stopping, $0.closed, $0.stoppedDaemon) = (false, false, false)  // a server stopped before may start again
             $0.front = front
             $0.port = front.ports[0]
             $0.ports = front.ports
@@ -346,7 +348,10 @@ public final class HTTPServer: Sendable {
             return
         }
         MHD_stop_daemon(daemon)
-        state.withLock { $0.front = nil }
+        state.withLock {
+            $0.front = nil
+            $0.stoppedDaemon = true
+        }
     }
 
     /// Carries out a responder's prompt answer on libmicrohttpd's thread: sends a response now, or suspends the

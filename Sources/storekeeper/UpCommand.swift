@@ -166,12 +166,11 @@ struct UpCommand: Command {
         FileHandle.standardError.write(Data("shutting down\n".utf8))
         notifications.cancel()
         reconciler.cancel()
-        // Both at once: the stop takes one server's bounds, not the sum of two.
-        async let serverStopped: Void = serverHTTP.shutdown()
-        async let appstoreStopped: Void = appstoreHTTP.shutdown()
-        _ = await (serverStopped, appstoreStopped)
+        // The purchase server first, its worker included: its requests in flight may still need the App Store.
+        await serverHTTP.shutdown()
         worker.cancel()
         await server.worker.drain(timeout: .seconds(5))
+        await appstoreHTTP.shutdown()
         await database.close()
     }
 }

@@ -191,6 +191,7 @@ struct HTTPServerPromptTests {
         for _ in 0..<500 where server.requestsInFlight < 3 { try await Task.sleep(for: .milliseconds(5)) }
         #expect(server.requestsInFlight == 3)
         await server.shutdown(grace: .milliseconds(100))
+        #expect(server.stoppedDaemon)  // every held answer's connection taken back: not given up after 10 s
         let (status, data) = try await held
         #expect(status == 200 && String(decoding: data, as: UTF8.self) == "after 600000")
         let (taskStatus, taskData) = try await heldTask
@@ -223,7 +224,7 @@ final class ThreadHoldingResponder: Responder, Sendable {
 
 @Suite("libmicrohttpd server, stopping", .serialized)
 struct HTTPServerStoppingTests {
-    @Test("A request that needs a task after shutdown has found no connection suspended is refused, not suspended: libmicrohttpd stops cleanly",
+    @Test("A request that needs a task once shutdown has found no connection suspended is refused, not suspended: libmicrohttpd stops cleanly",
           .timeLimit(.minutes(1)))
     func noSuspensionOnceClosed() async throws {
         let responder = ThreadHoldingResponder()
@@ -243,6 +244,7 @@ struct HTTPServerStoppingTests {
         let status = await answer.value
         #expect(status == nil || status == 503)
         #expect(!responder.taskRan)
+        #expect(server.stoppedDaemon)
     }
 }
 
@@ -254,6 +256,7 @@ final class RawConnection: @unchecked Sendable {
 
     init(port: UInt16) throws {
         socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard socket >= 0 else { throw HTTPError(.internalServerError, code: "socket", message: "no socket") }
         var timeout = timeval(tv_sec: 10, tv_usec: 0)
         setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var address = sockaddr_in()
@@ -297,7 +300,8 @@ final class RawConnection: @unchecked Sendable {
         }
         guard let headEnd else { return nil }
         let lines = String(decoding: buffered[..<headEnd.lowerBound], as: UTF8.self).components(separatedBy: "\r\n")
-        let status = Int(lines[0].split(separator: " ")[1]) ?? 0
+        let statusLine = lines[0].split(separator: " ")
+        let status = statusLine.count > 1 ? Int(statusLine[1]) ?? 0 : 0
         var headers: [String: String] = [:]
         for line in lines.dropFirst() {
             guard let colon = line.firstIndex(of: ":") else { continue }
@@ -316,7 +320,6 @@ final class RawConnection: @unchecked Sendable {
 /// `/deaf` waits for the test's release and ignores cancellation; `/quick` is answered by a task at once.
 final class DeafResponder: Responder, Sendable {
     private let released = Locked<(open: Bool, waiting: [CheckedContinuation<Void, Never>])>((false, []))
-    let deafEntered = Atomic<Bool>(false)
 
     func release() {
         let waiting = released.withLock { state -> [CheckedContinuation<Void, Never>] in
@@ -329,7 +332,6 @@ final class DeafResponder: Responder, Sendable {
 
     func respond(to request: Request) async -> Response {
         guard request.path == "/deaf" else { return .text("quick") }
-        deafEntered.store(true, ordering: .relaxed)
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let open = released.withLock { state -> Bool in
                 if !state.open { state.waiting.append(continuation) }
@@ -346,6 +348,7 @@ extension HTTPServerStoppingTests {
           .timeLimit(.minutes(1)))
     func keptAliveConnectionsDrain() async throws {
         let responder = DeafResponder()
+        defer { responder.release() }  // a failed requirement below must not leave the stop waiting on it
         let server = HTTPServer(configuration: .init(port: 0, accessLog: false), responder: responder)
         let port = try server.start()
         let (early, late) = (try RawConnection(port: port), try RawConnection(port: port))
@@ -356,8 +359,9 @@ extension HTTPServerStoppingTests {
         // A request deaf to cancellation keeps the stop in its grace, then in its wait for cancelled work.
         let deafConnection = try RawConnection(port: port)
         let deaf = Task { await deafConnection.fetch("/deaf") }
-        for _ in 0..<2000 where !responder.deafEntered.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(5)) }
-        let stopped = Task { await server.shutdown(grace: .seconds(1)) }
+        for _ in 0..<2000 where server.requestsInFlight == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        try #require(server.requestsInFlight == 1)
+        let stopped = Task { await server.shutdown(grace: .seconds(3)) }
         for _ in 0..<2000 where !server.isDraining { try await Task.sleep(for: .milliseconds(5)) }
         #expect(!server.isStopping)
         let inGrace = try #require(await early.fetch("/quick"))
@@ -370,5 +374,6 @@ extension HTTPServerStoppingTests {
         responder.release()
         await stopped.value
         _ = await deaf.value
+        #expect(server.stoppedDaemon)  // not given up with a connection still counted as suspended
     }
 }

@@ -250,6 +250,7 @@ def test_a_second_signal_ends_a_graceful_stop_at_once(tmp_path):
             process.send_signal(signal.SIGTERM)
             time.sleep(1)
             if process.poll() is not None:
+                assert process.returncode == 0, process.stderr.read()
                 continue
             started = time.monotonic()
             process.send_signal(signal.SIGTERM)
