@@ -43,10 +43,13 @@ struct Sample {
     var status: Int
 }
 
-/// A keep-alive HTTP/1.1 connection on a blocking socket: writes a request, reads one response.
+/// A keep-alive HTTP/1.1 connection on a blocking socket: writes a request, reads one response. Per request it
+/// allocates nothing and reads the answer's head as bytes: the generator shares the machine with what it measures.
 final class Connection {
     let socket: Int32
-    private var buffer: [UInt8] = []
+    /// Bytes received and not yet consumed, from `start` to `end`.
+    private var buffer = [UInt8](repeating: 0, count: 65_536)
+    private var start = 0, end = 0
 
     init(host: String, port: UInt16) {
         socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -64,38 +67,88 @@ final class Connection {
 
     deinit { close(socket) }
 
-    /// Sends `request` and returns the response's status (0 when the connection broke).
-    func exchange(_ request: [UInt8]) -> Int {
-        var sent = 0
-        while sent < request.count {
-            let count = request.withUnsafeBytes { send(socket, $0.baseAddress! + sent, request.count - sent, Int32(MSG_NOSIGNAL)) }
-            if count <= 0 { return 0 }
-            sent += count
-        }
-        var chunk = [UInt8](repeating: 0, count: 65_536)
+    /// Sends `head` then `body` in one `writev` (no copy of the body) and returns the response's status (0 when the
+    /// connection broke or the answer is not HTTP).
+    func exchange(head: [UInt8], body: [UInt8]) -> Int {
+        guard sendAll(head, body) else { return 0 }
         while true {
-            if let end = headEnd() {
-                let head = String(decoding: buffer[..<end], as: UTF8.self)
-                let length = head.split(separator: "\r\n").first { $0.lowercased().hasPrefix("content-length:") }
-                    .flatMap { Int($0.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) } ?? 0
-                if buffer.count >= end + 4 + length {
-                    let status = Int(head.split(separator: " ").dropFirst().first ?? "") ?? 0
-                    buffer.removeFirst(end + 4 + length)
-                    return status
+            if let answer = Self.parse(buffer, from: start, to: end) {
+                if end - start >= answer.length {
+                    start += answer.length
+                    if start == end { (start, end) = (0, 0) }
+                    return answer.status
+                }
+                if answer.length > buffer.count {  // a body larger than the buffer: make room for it whole
+                    buffer = Array(buffer[start..<end]) + [UInt8](repeating: 0, count: answer.length)
+                    (start, end) = (0, end - start)
                 }
             }
-            let count = recv(socket, &chunk, chunk.count, 0)
+            if end == buffer.count {  // compact what is left to the front before reading more
+                buffer.withUnsafeMutableBytes { raw in
+                    _ = memmove(raw.baseAddress!, raw.baseAddress! + start, end - start)
+                }
+                (start, end) = (0, end - start)
+                if end == buffer.count { buffer += [UInt8](repeating: 0, count: buffer.count) }
+            }
+            let count = buffer.withUnsafeMutableBytes { recv(socket, $0.baseAddress! + end, $0.count - end, 0) }
             if count <= 0 { return 0 }
-            buffer.append(contentsOf: chunk[..<count])
+            end += count
         }
     }
 
-    private func headEnd() -> Int? {
-        guard buffer.count >= 4 else { return nil }
-        for index in 0...(buffer.count - 4) where buffer[index] == 13 && buffer[index + 1] == 10 && buffer[index + 2] == 13 && buffer[index + 3] == 10 {
-            return index
+    private func sendAll(_ head: [UInt8], _ body: [UInt8]) -> Bool {
+        var sent = 0
+        let total = head.count + body.count
+        while sent < total {
+            let count = head.withUnsafeBytes { headBytes in
+                body.withUnsafeBytes { bodyBytes -> Int in
+                    var parts: [iovec] = []
+                    if sent < head.count {
+                        parts.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: headBytes.baseAddress! + sent), iov_len: head.count - sent))
+                    }
+                    let bodySent = max(0, sent - head.count)
+                    if bodySent < body.count {
+                        parts.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: bodyBytes.baseAddress! + bodySent), iov_len: body.count - bodySent))
+                    }
+                    return parts.withUnsafeBufferPointer { writev(socket, $0.baseAddress, Int32($0.count)) }
+                }
+            }
+            if count <= 0 { return false }
+            sent += count
         }
-        return nil
+        return true
+    }
+
+    /// The status and whole length (head and body) of the answer starting at `from`, once its head has arrived.
+    static func parse(_ bytes: [UInt8], from: Int, to: Int) -> (status: Int, length: Int)? {
+        guard to - from >= 12 else { return nil }
+        var index = from
+        var headEnd: Int?
+        while index + 3 < to {
+            if bytes[index] == 13 && bytes[index + 1] == 10 && bytes[index + 2] == 13 && bytes[index + 3] == 10 {
+                headEnd = index
+                break
+            }
+            index += 1
+        }
+        guard let headEnd else { return nil }
+        // "HTTP/1.1 200 ...": three digits after the first space.
+        var status = 0
+        if let space = bytes[from..<headEnd].firstIndex(of: 32), space + 3 < headEnd {
+            for digit in bytes[(space + 1)...(space + 3)] where (48...57).contains(digit) { status = status * 10 + Int(digit - 48) }
+        }
+        var contentLength = 0
+        let name = Array("content-length:".utf8)
+        var line = from
+        while line < headEnd {
+            var lineEnd = line
+            while lineEnd < headEnd && bytes[lineEnd] != 13 { lineEnd += 1 }
+            if lineEnd - line > name.count && zip(bytes[line..<(line + name.count)], name).allSatisfy({ ($0 | 0x20) == $1 || $0 == $1 }) {
+                for byte in bytes[(line + name.count)..<lineEnd] where (48...57).contains(byte) { contentLength = contentLength * 10 + Int(byte - 48) }
+            }
+            line = lineEnd + 2
+        }
+        return (status, headEnd + 4 - from + contentLength)
     }
 }
 
@@ -133,8 +186,10 @@ func load(_ options: Options) {
     while read.count < Int(rate * seconds) {
         let length = getline(&line, &capacity, file)
         guard length > 0, let line else { break }
-        let bytes = UnsafeRawBufferPointer(start: line, count: length).filter { $0 != 10 && $0 != 13 }
-        if !bytes.isEmpty { read.append(bytes) }
+        // The line without its end (a body is one line of JSON: no CR or LF inside).
+        var kept = length
+        while kept > 0 && (line[kept - 1] == 10 || line[kept - 1] == 13) { kept -= 1 }
+        if kept > 0 { read.append(Array(UnsafeRawBufferPointer(start: line, count: kept))) }
     }
     free(line)
     fclose(file)
@@ -164,7 +219,7 @@ func load(_ options: Options) {
                 let wait = start + intended - monotonic()
                 if wait > 0 { usleep(UInt32(wait * 1e6)) }
                 let body = bodies[index]
-                let status = connection.exchange(Array((head + "Content-Length: \(body.count)\r\n\r\n").utf8) + body)
+                let status = connection.exchange(head: Array((head + "Content-Length: \(body.count)\r\n\r\n").utf8), body: body)
                 samples.append(Sample(intended: intended, answered: monotonic() - start, status: status))
             }
             results.withLock { $0 += samples }
