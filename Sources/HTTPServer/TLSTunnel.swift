@@ -147,7 +147,10 @@ final class TLSTunnel: @unchecked Sendable {
             } else if written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
                 var fd = pollfd(fd: socket, events: Int16(POLLOUT), revents: 0)
                 let remaining = Int32((deadline - ConnectionFront.now()) * 1000)
-                guard remaining > 0, poll(&fd, 1, remaining) > 0 else { return false }
+                guard remaining > 0 else { return false }
+                let ready = poll(&fd, 1, remaining)
+                // Interrupted by a signal: sent again, and the deadline checked again.
+                guard ready > 0 || (ready < 0 && errno == EINTR) else { return false }
             } else {
                 return false
             }
@@ -175,7 +178,10 @@ final class TLSTunnel: @unchecked Sendable {
     private func wait(for events: Int16, until deadline: Double) -> Bool {
         var fd = pollfd(fd: socket, events: events, revents: 0)
         let remaining = Int32((deadline - ConnectionFront.now()) * 1000)
-        return remaining > 0 && poll(&fd, 1, remaining) > 0
+        // Interrupted by a signal: true, so the caller tries again and comes back with the deadline checked again.
+        guard remaining > 0 else { return false }
+        let ready = poll(&fd, 1, remaining)
+        return ready > 0 || (ready < 0 && errno == EINTR)
     }
 
     // MARK: - Pumping

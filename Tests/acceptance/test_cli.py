@@ -184,11 +184,20 @@ def test_commands_report_unreachable_emulator():
 
 
 
+def replay_of_nothing(data):
+    """`appstore replay` of an empty recording, kept in `data`."""
+    os.makedirs(data, exist_ok=True)
+    recording = os.path.join(data, "recording.jsonl")
+    open(recording, "w").close()
+    return ["appstore", "replay", recording, "--data", data, "--port", "0", "--quiet", "--no-proxy"]
+
+
 SERVE_COMMANDS = {
     "server serve": lambda data: ["server", "serve", "--data", data, "--port", "0", "--quiet", "--admin-key", "sk_admin_signal_tests"],
     "appstore serve": lambda data: ["appstore", "serve", "--data", data, "--port", "0", "--quiet", "--no-proxy"],
     "webhook listen": lambda data: ["webhook", "listen", "--port", "0", "--quiet"],
     "up": lambda data: ["up", "--data", data, "--appstore-port", "0", "--server-port", "0"],
+    "appstore replay": replay_of_nothing,
 }
 
 
