@@ -183,7 +183,6 @@ def test_commands_report_unreachable_emulator():
     assert "cannot reach" in result.stderr
 
 
-
 def replay_of_nothing(data):
     """`appstore replay` of an empty recording, kept in `data`."""
     os.makedirs(data, exist_ok=True)
@@ -231,8 +230,8 @@ def stopped(process, timeout):
 def test_serve_commands_stop_cleanly_on_a_signal_sent_as_soon_as_they_announce_their_address(name, tmp_path):
     # A supervisor (or a test) may signal the moment it has read the address: the signal is neither lost (a hang)
     # nor fatal (status -15, no graceful stop).
-    for round, number in enumerate([signal.SIGTERM, signal.SIGINT, signal.SIGTERM]):
-        process, _ = start_serving(SERVE_COMMANDS[name](str(tmp_path / f"data-{round}")))
+    for start, number in enumerate([signal.SIGTERM, signal.SIGINT, signal.SIGTERM]):
+        process, _ = start_serving(SERVE_COMMANDS[name](str(tmp_path / f"data-{start}")))
         process.send_signal(number)
         status, stderr = stopped(process, 30)
         assert status == 0, stderr
