@@ -67,9 +67,15 @@ final class Connection {
 
     deinit { close(socket) }
 
-    /// Sends `head` then `body` in one `writev` (no copy of the body) and returns the response's status (0 when the
-    /// connection broke or the answer is not HTTP).
-    func exchange(head: [UInt8], body: [UInt8]) -> Int {
+    /// The request's head, rewritten in place for each body: its fixed lines, then the body's `Content-Length`.
+    private var head: [UInt8] = []
+
+    /// Sends `fixedHead`, a `Content-Length` line and `body` in one `writev` (no copy of the body) and returns the
+    /// response's status (0 when the connection broke or the answer is not HTTP).
+    func exchange(fixedHead: [UInt8], body: [UInt8]) -> Int {
+        head.removeAll(keepingCapacity: true)
+        head += fixedHead
+        head += "Content-Length: \(body.count)\r\n\r\n".utf8
         guard sendAll(head, body) else { return 0 }
         while true {
             if let answer = Self.parse(buffer, from: start, to: end) {
@@ -102,15 +108,19 @@ final class Connection {
         while sent < total {
             let count = head.withUnsafeBytes { headBytes in
                 body.withUnsafeBytes { bodyBytes -> Int in
-                    var parts: [iovec] = []
-                    if sent < head.count {
-                        parts.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: headBytes.baseAddress! + sent), iov_len: head.count - sent))
+                    withUnsafeTemporaryAllocation(of: iovec.self, capacity: 2) { parts -> Int in
+                        var used = 0
+                        if sent < head.count {
+                            parts[used] = iovec(iov_base: UnsafeMutableRawPointer(mutating: headBytes.baseAddress! + sent), iov_len: head.count - sent)
+                            used += 1
+                        }
+                        let bodySent = max(0, sent - head.count)
+                        if bodySent < body.count {
+                            parts[used] = iovec(iov_base: UnsafeMutableRawPointer(mutating: bodyBytes.baseAddress! + bodySent), iov_len: body.count - bodySent)
+                            used += 1
+                        }
+                        return writev(socket, parts.baseAddress, Int32(used))
                     }
-                    let bodySent = max(0, sent - head.count)
-                    if bodySent < body.count {
-                        parts.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: bodyBytes.baseAddress! + bodySent), iov_len: body.count - bodySent))
-                    }
-                    return parts.withUnsafeBufferPointer { writev(socket, $0.baseAddress, Int32($0.count)) }
                 }
             }
             if count <= 0 { return false }
@@ -199,7 +209,7 @@ func load(_ options: Options) {
     if total < Int(rate * seconds) {
         FileHandle.standardError.write(Data("storekeeper-bench: only \(bodies.count) bodies for \(Int(rate * seconds)) requests; stopping at \(total)\n".utf8))
     }
-    let heads = targets.map { "POST \(path) HTTP/1.1\r\nHost: \($0.host):\($0.port)\r\nAuthorization: Bearer \(key)\r\nContent-Type: application/json\r\n" }
+    let heads = targets.map { Array("POST \(path) HTTP/1.1\r\nHost: \($0.host):\($0.port)\r\nAuthorization: Bearer \(key)\r\nContent-Type: application/json\r\n".utf8) }
     let next = Atomic<Int>(0)
     let results = Mutex<[Sample]>([])
     let start = monotonic() + 0.2
@@ -219,7 +229,7 @@ func load(_ options: Options) {
                 let wait = start + intended - monotonic()
                 if wait > 0 { usleep(UInt32(wait * 1e6)) }
                 let body = bodies[index]
-                let status = connection.exchange(head: Array((head + "Content-Length: \(body.count)\r\n\r\n").utf8), body: body)
+                let status = connection.exchange(fixedHead: head, body: body)
                 samples.append(Sample(intended: intended, answered: monotonic() - start, status: status))
             }
             results.withLock { $0 += samples }
