@@ -15,7 +15,7 @@ CATALOGS := --catalog com.example.coins=examples/coins.storekit \
             --catalog com.example.comics=examples/comics.storekit \
             --catalog com.example.magazine=examples/magazine.storekit
 
-.PHONY: help deps pydeps build release install run appstore test test-swift test-acceptance bench bench-ab fuzz soak-model sanitize clean
+.PHONY: help deps pydeps build release install run appstore test test-swift test-acceptance bench bench-ab callgrind fuzz soak-model sanitize clean
 
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= der receipt legacy-receipt jws json catalog http-response http-request
@@ -25,6 +25,7 @@ help:
 	@echo "make test   install what is missing, run the Swift suites and the acceptance suites"
 	@echo "make bench  build release and print benchmark figures (written under bench/results/; bench/steady.sh alone runs about 45 minutes)"
 	@echo "make bench-ab BASE=<revision>  the emulator of that revision (built in .build/ab-base) against this tree's, side by side"
+	@echo "make callgrind  the purchase server's instructions per notification and per receipt under valgrind (about 2 minutes; repeatable where timings are not)"
 	@echo "make install [PREFIX=/usr/local]  install the storekeeper binary (the example stores are built into it)"
 	@echo "make fuzz   run every libFuzzer harness for FUZZ_SECONDS (default 60) each; crashes are kept under Tests/fuzz/"
 	@echo "make sanitize  run the Swift suites under ThreadSanitizer and AddressSanitizer"
@@ -87,6 +88,14 @@ bench: release pydeps
 	bench/metrics.sh
 	bench/storekit2.sh
 	bench/shop.sh
+	$(MAKE) --no-print-directory callgrind
+
+# Instructions counted by valgrind's callgrind: the same build gives the same figure within about a percent, whatever
+# else the machine does, so two builds compare where wall-clock runs drift (bench/callgrind.sh).
+callgrind: release pydeps
+	@dpkg -s valgrind >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind; }
+	swift build -c release --product storekeeper-bench
+	bench/callgrind.sh
 
 # Two builds compared side by side, batches alternated a second apart: the host's speed drifts within minutes, so a
 # figure of one build taken after the other's does not compare.
