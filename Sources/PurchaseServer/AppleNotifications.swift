@@ -92,7 +92,8 @@ extension PurchaseServer {
         let store = self.store
         func storedEnvelope() async throws -> String {
             try await store.storedJWS(signed, carried: [envelope.carried("data", "signedTransactionInfo"),
-                                                        envelope.carried("data", "signedRenewalInfo")].compactMap { $0?.compact })
+                                                        envelope.carried("data", "signedRenewalInfo")].compactMap { $0?.compact },
+                                      decodedPayload: envelope.payloadBytes)
         }
         func ignore(_ appId: String?, _ reason: String) async throws -> NotificationReceipt {
             let fresh = try await recordNotification(uuid, appId: appId ?? "", type: type, subtype: subtype,
@@ -113,18 +114,19 @@ extension PurchaseServer {
         }
 
         var decodedTransaction: JWSTransaction?
-        var transactionJWS: String?
+        var transactionJWS: DigestedReceipt?
         if let nested = envelope.carried("data", "signedTransactionInfo") {
             do {
                 let bundleIds = app.bundleIds
-                let (decoded, transactionEnvironment) = try await checkedOffPool { () throws(ReceiptRejection) in
-                    try inspector.inspect(nested, bundleIds: bundleIds)
+                // Its digest, which the check takes, is its job's: not taken again on the writer.
+                let inspected = try await checkedOffPool { () throws(ReceiptRejection) in
+                    try inspector.inspectDigesting(nested, bundleIds: bundleIds)
                 }
-                guard transactionEnvironment == environment else {
+                guard inspected.environment == environment else {
                     return try await ignore(app.id, "the transaction's environment differs from the notification's")
                 }
-                decodedTransaction = decoded
-                transactionJWS = nested.compact
+                decodedTransaction = inspected.transaction
+                transactionJWS = DigestedReceipt(nested.compact, sha256: inspected.sha256)
             } catch let error as ReceiptRejection {
                 // Apple signed the envelope, so a nested transaction we cannot verify is our trust store's problem
                 // (a missing intermediate, a stale cache): 503, so that Apple sends it again.
@@ -176,7 +178,7 @@ extension PurchaseServer {
                     try notifications.mark(uuid, state: "unmatched")
                     return (.unmatched, nil)
                 }
-                var job = self.store.newJob(appId: app.id, appUserId: owner, kind: .signedTransaction, receiptData: nestedJWS, now: now)
+                var job = self.store.newJob(appId: app.id, appUserId: owner, kind: .signedTransaction, receipt: nestedJWS, now: now)
                 if let lease { job.claim(lease) }
                 try self.store.insert([job], db)
                 try notifications.mark(uuid, state: "queued", verificationId: job.id)

@@ -35,10 +35,17 @@ extension PurchaseStore {
     /// A new pending job, not yet written, its receipt's SHA-256 taken once: its row and, handed over, its worker read it.
     func newJob(appId: String, appUserId: String, kind: VerificationJob.Kind, receiptData: String, userAuthenticated: Bool = true,
                 deliver: DeliveryHint? = nil, now: Date) -> VerificationJob {
-        var job = VerificationJob(id: ids.nextOrderedString(), appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData,
+        newJob(appId: appId, appUserId: appUserId, kind: kind, receipt: DigestedReceipt(receiptData), userAuthenticated: userAuthenticated,
+               deliver: deliver, now: now)
+    }
+
+    /// The same for a receipt whose digest was taken already (a notification's transaction, digested as it was checked).
+    func newJob(appId: String, appUserId: String, kind: VerificationJob.Kind, receipt: DigestedReceipt, userAuthenticated: Bool = true,
+                deliver: DeliveryHint? = nil, now: Date) -> VerificationJob {
+        var job = VerificationJob(id: ids.nextOrderedString(), appId: appId, appUserId: appUserId, kind: kind, receiptData: receipt.text,
                                   state: .pending, attempts: 0, nextAttemptAt: now, createdAt: now, updatedAt: now,
                                   userAuthenticated: userAuthenticated, deliver: deliver)
-        job.receiptDigest = job.receiptSHA256
+        job.receiptDigest = receipt.sha256
         return job
     }
 

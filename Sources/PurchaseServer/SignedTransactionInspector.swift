@@ -33,17 +33,26 @@ public final class SignedTransactionInspector: Sendable {
 
     /// Verifies and decodes `compact` for an app accepting `bundleIds`.
     public func inspect(_ compact: String, bundleIds: [String]) throws(ReceiptRejection) -> (JWSTransaction, AppStoreEnvironment) {
-        try inspect(compact, bundleIds: bundleIds, carriedBy: nil)
+        let (transaction, environment, _) = try inspect(compact, bundleIds: bundleIds, carriedBy: nil)
+        return (transaction, environment)
     }
 
     /// The same for a transaction a verified envelope carried (a notification's `signedTransactionInfo`): every check
     /// but its signature's when it is signed under the envelope's own header, whose signature covers its bytes.
     public func inspect(_ carried: CarriedJWS, bundleIds: [String]) throws(ReceiptRejection) -> (JWSTransaction, AppStoreEnvironment) {
-        try inspect(carried.compact, bundleIds: bundleIds, carriedBy: carried.signer)
+        let (transaction, environment, _) = try inspect(carried.compact, bundleIds: bundleIds, carriedBy: carried.signer)
+        return (transaction, environment)
     }
 
-    private func inspect(_ compact: String, bundleIds: [String], carriedBy signer: VerifiedSigner?) throws(ReceiptRejection)
-        -> (JWSTransaction, AppStoreEnvironment) {
+    /// `inspect(_:bundleIds:)`, with the SHA-256 of the carried JWS's text (its UTF-8 bytes), which the check takes
+    /// anyway: a notification's job keeps it as its receipt's digest.
+    public func inspectDigesting(_ carried: CarriedJWS, bundleIds: [String]) throws(ReceiptRejection)
+        -> (transaction: JWSTransaction, environment: AppStoreEnvironment, sha256: [UInt8]) {
+        try inspect(carried.compact, bundleIds: bundleIds, carriedBy: carried.signer, digesting: true)
+    }
+
+    private func inspect(_ compact: String, bundleIds: [String], carriedBy signer: VerifiedSigner?, digesting: Bool = false)
+        throws(ReceiptRejection) -> (JWSTransaction, AppStoreEnvironment, [UInt8]) {
         // Split and decode on UTF-8 bytes: a JWS is kilobytes of ASCII, and Character-wise String work costs more than the crypto.
         let bytes = Array(compact.utf8)
         let dots = bytes.indices.filter { bytes[$0] == UInt8(ascii: ".") }
@@ -62,13 +71,13 @@ public final class SignedTransactionInspector: Sendable {
         }
         let date = ReceiptDate.date(milliseconds: transaction.signedDate)
         // Remembered only with a whole digest: one that failed (empty) is never looked up or stored.
-        let digest = remembersVerified ? Digest.sha256.hash(bytes) : []
-        if digest.count != 32 || !recentlyVerified.withLock({ $0.contains(digest) }) {
+        let digest = remembersVerified || digesting ? Digest.sha256.hash(bytes) : []
+        if !remembersVerified || digest.count != 32 || !recentlyVerified.withLock({ $0.contains(digest) }) {
             if signer?.covers(header: bytes[..<dots[0]], at: date) != true {
                 try checkSignature(compact, bytes: bytes, dots: (dots[0], dots[1]), at: date)
             }
             // Its settlement inspects the same bytes moments later: a hash then, not a signature.
-            if digest.count == 32 {
+            if remembersVerified, digest.count == 32 {
                 recentlyVerified.withLock { verified in
                     if verified.count >= Self.recentlyVerifiedLimit { verified.removeAll(keepingCapacity: true) }
                     verified.insert(digest)
@@ -81,7 +90,7 @@ public final class SignedTransactionInspector: Sendable {
         for id in [transaction.transactionId, transaction.originalTransactionId] where !id.isASCIIDigits {
             throw ReceiptRejection(code: "invalid_transaction_id", reason: "transaction id '\(id)' is not an App Store id")
         }
-        return (transaction, environment)
+        return (transaction, environment, digest)
     }
 
     /// The signature check. A header already verified (same bytes: alg and x5c are signed content) needs
@@ -118,7 +127,7 @@ public final class SignedTransactionInspector: Sendable {
     public func verify(_ envelope: Envelope, at date: Date, subject: String) throws(ReceiptRejection) -> VerifiedEnvelope {
         let window = try Self.check(envelope.jws, at: date, trust: trust, cache: verifiedChains, counted: chainVerifications, subject: subject)
         let header = envelope.jws.signingInput.prefix { $0 != UInt8(ascii: ".") }  // a slice of the signed bytes: no copy
-        return VerifiedEnvelope(payload: envelope.payload,
+        return VerifiedEnvelope(payload: envelope.payload, payloadBytes: envelope.jws.payload,
                                 signer: window.map { VerifiedSigner(header: header, notBefore: $0.notBefore, notAfter: $0.notAfter) })
     }
 
@@ -242,12 +251,15 @@ public struct Envelope: Sendable {
 /// A notification's envelope whose chain and signature verified, and its payload.
 public struct VerifiedEnvelope: Sendable {
     public let payload: JSONValue
+    /// The payload's bytes as decoded from the envelope (the JSON text `payload` was parsed from).
+    let payloadBytes: [UInt8]
     /// nil when the chain's window could not be read: what the envelope carries then gets the full check.
     let signer: VerifiedSigner?
 
     /// Made only by `SignedTransactionInspector.verify(_:at:subject:)`, once the envelope verified.
-    fileprivate init(payload: JSONValue, signer: VerifiedSigner?) {
+    fileprivate init(payload: JSONValue, payloadBytes: [UInt8], signer: VerifiedSigner?) {
         self.payload = payload
+        self.payloadBytes = payloadBytes
         self.signer = signer
     }
 

@@ -25,7 +25,9 @@ public enum StoredJWS {
     }
 
     /// `compact`'s text, with the digests it names (the envelope's first, each once; none for a JWS stored as it came).
-    public static func compactNaming(_ jws: String, carried: [String] = [],
+    /// `decodedPayload`, when the caller has decoded `jws`'s payload already, spares decoding it again: the form made
+    /// from it is kept only if it expands to `jws`'s very bytes, as any form is.
+    public static func compactNaming(_ jws: String, carried: [String] = [], decodedPayload: [UInt8]? = nil,
                                      digest: (ArraySlice<UInt8>) -> String?) -> (text: String, digests: [String]) {
         let bytes = Array(jws.utf8)[...]
         guard index(of: tilde, in: bytes) == nil, let first = index(of: dot, in: bytes),
@@ -52,7 +54,7 @@ public enum StoredJWS {
             form.append(contentsOf: signature)
             return (String(decoding: form, as: UTF8.self), [outer])
         }
-        guard !replacements.isEmpty, let decoded = payload.withUnsafeBufferPointer({ Base64URL.decode($0) }),
+        guard !replacements.isEmpty, let decoded = decodedPayload ?? payload.withUnsafeBufferPointer({ Base64URL.decode($0) }),
               index(of: tilde, in: decoded[...]) == nil else { return outerOnly() }
         var json = decoded, named = [outer], replaced = 0
         for replacement in replacements {

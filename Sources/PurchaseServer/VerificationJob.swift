@@ -82,3 +82,20 @@ extension VerificationJob {
     /// The SHA-256 of the uploaded text, kept when the bytes are dropped.
     var receiptSHA256: String { receiptDigest ?? Digest.sha256.hash(receiptData.utf8).hexString }
 }
+
+/// A receipt's text with the SHA-256 of its UTF-8 bytes in lowercase hex, as a job keeps it.
+struct DigestedReceipt: Sendable {
+    let text: String
+    let sha256: String
+
+    init(_ text: String) {
+        self.init(text, sha256: Digest.sha256.hash(text.utf8))
+    }
+
+    /// With the 32-byte digest of `text`'s UTF-8 bytes taken already (`SignedTransactionInspector.inspectDigesting`);
+    /// anything but 32 bytes is taken again.
+    init(_ text: String, sha256 digest: [UInt8]) {
+        self.text = text
+        sha256 = (digest.count == 32 ? digest : Digest.sha256.hash(text.utf8)).hexString
+    }
+}

@@ -222,9 +222,20 @@ public final class SQLiteDatabase: @unchecked Sendable {
         return prepared
     }
 
-    /// With its byte length: text holding a NUL is stored whole, never cut at the NUL.
+    /// With its byte length: text holding a NUL is stored whole, never cut at the NUL. Bound from the string's own
+    /// UTF-8 (a short string's on the stack): passing a `String` as `const char *` copies a short one to the heap
+    /// first, which was about seventy allocations per notification.
     private func bind(_ text: String, at index: Int32, of statement: OpaquePointer) {
-        _ = shim_sqlite3_bind_text_transient(statement, index, text, Int32(clamping: text.utf8.count))
+        var text = text
+        text.withUTF8 { bytes in
+            guard let start = bytes.baseAddress, !bytes.isEmpty else {
+                _ = shim_sqlite3_bind_text_transient(statement, index, "", 0)  // empty text, not NULL
+                return
+            }
+            start.withMemoryRebound(to: CChar.self, capacity: bytes.count) {
+                _ = shim_sqlite3_bind_text_transient(statement, index, $0, Int32(clamping: bytes.count))
+            }
+        }
     }
 
     /// Whether the statement produced a row (false once it is done).

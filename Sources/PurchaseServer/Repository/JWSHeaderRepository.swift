@@ -94,8 +94,8 @@ extension PurchaseStore {
     /// the text touches no shared row for it, so processes adding the same headers (PostgreSQL) wait on each other only
     /// there, never inside their batches of other rows. Rows there never change, so one added for a JWS whose own write
     /// fails afterwards is only unused.
-    func storedJWS(_ jws: String, carried: [String] = []) async throws -> String {
-        let (text, digests) = StoredJWS.compactNaming(jws, carried: carried, digest: jwsHeaders.digest)
+    func storedJWS(_ jws: String, carried: [String] = [], decodedPayload: [UInt8]? = nil) async throws -> String {
+        let (text, digests) = StoredJWS.compactNaming(jws, carried: carried, decodedPayload: decodedPayload, digest: jwsHeaders.digest)
         let missing = jwsHeaders.unstored(digests)
         if !missing.isEmpty {
             let dialect = database.dialect
