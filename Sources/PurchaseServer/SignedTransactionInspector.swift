@@ -55,9 +55,8 @@ public final class SignedTransactionInspector: Sendable {
         throws(ReceiptRejection) -> (JWSTransaction, AppStoreEnvironment, [UInt8]) {
         // Split and decode on UTF-8 bytes: a JWS is kilobytes of ASCII, and Character-wise String work costs more than the crypto.
         let bytes = Array(compact.utf8)
-        let dots = bytes.indices.filter { bytes[$0] == UInt8(ascii: ".") }
-        guard dots.count == 2,
-              let payload = bytes.withUnsafeBufferPointer({ Base64URL.decode(UnsafeBufferPointer(rebasing: $0[(dots[0] + 1)..<dots[1]])) }),
+        guard let dots = bytes.withUnsafeBufferPointer({ JWS.dots(in: $0) }),
+              let payload = bytes.withUnsafeBufferPointer({ Base64URL.decode(UnsafeBufferPointer(rebasing: $0[(dots.first + 1)..<dots.second])) }),
               let json = try? JSONValue.parse(payload), let transaction = JWSTransaction(json: json) else {
             throw ReceiptRejection(code: "malformed_transaction", reason: "signedTransaction is not a StoreKit 2 signed transaction")
         }
@@ -73,8 +72,8 @@ public final class SignedTransactionInspector: Sendable {
         // Remembered only with a whole digest: one that failed (empty) is never looked up or stored.
         let digest = remembersVerified || digesting ? Digest.sha256.hash(bytes) : []
         if !remembersVerified || digest.count != 32 || !recentlyVerified.withLock({ $0.contains(digest) }) {
-            if signer?.covers(header: bytes[..<dots[0]], at: date) != true {
-                try checkSignature(compact, bytes: bytes, dots: (dots[0], dots[1]), at: date)
+            if signer?.covers(header: bytes[..<dots.first], at: date) != true {
+                try checkSignature(compact, bytes: bytes, dots: (dots.first, dots.second), at: date)
             }
             // Its settlement inspects the same bytes moments later: a hash then, not a signature.
             if remembersVerified, digest.count == 32 {
@@ -126,7 +125,7 @@ public final class SignedTransactionInspector: Sendable {
     /// Verifies a notification's envelope as `verify` does. What it returns vouches for the JWS its payload carries.
     public func verify(_ envelope: Envelope, at date: Date, subject: String) throws(ReceiptRejection) -> VerifiedEnvelope {
         let window = try Self.check(envelope.jws, at: date, trust: trust, cache: verifiedChains, counted: chainVerifications, subject: subject)
-        let header = envelope.jws.signingInput.prefix { $0 != UInt8(ascii: ".") }  // a slice of the signed bytes: no copy
+        let header = envelope.jws.encodedHeader
         return VerifiedEnvelope(payload: envelope.payload, payloadBytes: envelope.jws.payload,
                                 signer: window.map { VerifiedSigner(header: header, notBefore: $0.notBefore, notAfter: $0.notAfter) })
     }
@@ -143,7 +142,7 @@ public final class SignedTransactionInspector: Sendable {
             throw ReceiptRejection(code: "malformed_jws", reason: "\(subject) JWS is malformed: \(error)")
         }
         let when = date(payload)
-        let header = jws.signingInput.prefix { $0 != UInt8(ascii: ".") }
+        let header = jws.encodedHeader
         if carried.signer?.covers(header: header, at: when) != true {
             try Self.check(jws, at: when, trust: trust, cache: verifiedChains, counted: chainVerifications, subject: subject)
         }
