@@ -83,6 +83,29 @@ public struct SQLRow: Sendable {
     }
 }
 
+/// The placeholders of an `IN (…)` list, the list padded to the next power of two by repeating its last value. A
+/// statement's text then takes one of a few shapes whatever its batch's size, and its prepared form is reused: with a
+/// text per count, most batches prepared a statement of their own (a third of a prepare per notification, each of
+/// them hundreds of thousands of instructions for a list of hundreds) and churned the cache of prepared statements.
+/// A value repeated in an `IN` list changes nothing the list selects.
+public enum InList {
+    /// `?, ?, …` and the values to bind to them; empty for no values (the caller's `IN ()` would not parse either).
+    public static func padded<Value>(_ values: [Value]) -> (marks: String, values: [Value]) {
+        guard let last = values.last else { return ("", []) }
+        let size = values.count == 1 ? 1 : 1 << (Int.bitWidth - (values.count - 1).leadingZeroBitCount)
+        return (marks(size), values + repeatElement(last, count: size - values.count))
+    }
+
+    private static func marks(_ count: Int) -> String {
+        if count <= 1024, let shape = shapes[count] { return shape }
+        return Array(repeating: "?", count: count).joined(separator: ", ")
+    }
+
+    private static let shapes: [Int: String] = Dictionary(uniqueKeysWithValues: (0...10).map {
+        (1 << $0, Array(repeating: "?", count: 1 << $0).joined(separator: ", "))
+    })
+}
+
 /// The SQL flavour, for the few statements that differ.
 public enum SQLDialect: Sendable {
     case sqlite
@@ -110,7 +133,8 @@ public enum SQLDialect: Sendable {
             literal.append("}")
             return ("\(column) = ANY(CAST(? AS TEXT[]))", [String(literal)])
         case .sqlite:
-            return ("\(column) IN (\(Array(repeating: "?", count: values.count).joined(separator: ", ")))", values)
+            let (marks, padded) = InList.padded(values)
+            return ("\(column) IN (\(marks))", padded)
         }
     }
 }

@@ -25,6 +25,30 @@ struct SQLTextCacheTests {
         #expect(cache.count == 7)
     }
 
+    @Test("An IN list is padded to a power of two with its last value, and selects what the list names")
+    func inListPadded() async throws {
+        #expect(InList.padded([String]()) == ("", []))
+        #expect(InList.padded(["a"]) == ("?", ["a"]))
+        #expect(InList.padded(["a", "b", "c"]) == ("?, ?, ?, ?", ["a", "b", "c", "c"]))
+        #expect(InList.padded(Array(repeating: "x", count: 4)).values.count == 4)
+        #expect(InList.padded(Array(repeating: "x", count: 5)).values.count == 8)
+        #expect(InList.padded(Array(repeating: "x", count: 400)).values.count == 512)
+        let shapes = Set((1...400).map { InList.padded(Array(repeating: "x", count: $0)).marks })
+        #expect(shapes.count == 10)  // 1, 2, 4, … 512: a statement prepared ten ways at most
+        try await Self.withDatabase { database in
+            let selected = try await database.transaction { connection in
+                try connection.run("CREATE TABLE t (id TEXT PRIMARY KEY)")
+                for id in ["a", "b", "c", "d", "e"] { try connection.append(into: "t", columns: ["id"], values: [id], conflict: "") }
+                return try (1...5).map { count in
+                    let wanted = Array(["e", "c", "a", "zz", "b"].prefix(count))
+                    let (marks, values) = InList.padded(wanted)
+                    return try connection.query("SELECT id FROM t WHERE id IN (\(marks)) ORDER BY id", values).compactMap { $0.string("id") }
+                }
+            }
+            #expect(selected == [["e"], ["c", "e"], ["a", "c", "e"], ["a", "c", "e"], ["a", "b", "c", "e"]])
+        }
+    }
+
     @Test("The cache stays under its limit whatever shapes pass through it")
     func bounded() {
         var cache = SQLTextCache()

@@ -123,10 +123,11 @@ struct JobRepository {
     func leases(_ ids: [String]) throws -> [String: String] {
         var owners: [String: String] = [:]
         for chunk in Array(Set(ids)).sorted().chunked(400) {
+            let (marks, listed) = InList.padded(chunk)
             for row in try db.query("""
-                SELECT id, state, lease_owner FROM verification_jobs WHERE id IN (\(Array(repeating: "?", count: chunk.count).joined(separator: ", ")))
+                SELECT id, state, lease_owner FROM verification_jobs WHERE id IN (\(marks))
                 ORDER BY id
-                """ + (dialect == .postgres ? " FOR UPDATE" : ""), chunk) where row.string("state") == JobState.verifying.rawValue {
+                """ + (dialect == .postgres ? " FOR UPDATE" : ""), listed) where row.string("state") == JobState.verifying.rawValue {
                 if let id = row.string("id"), let owner = row.string("lease_owner") { owners[id] = owner }
             }
         }

@@ -16,19 +16,17 @@ struct LedgerRepository {
         let transactionId: String
     }
 
-    /// Placeholders for an `IN` list of `count` values.
-    private static func placeholders(_ count: Int) -> String { Array(repeating: "?", count: count).joined(separator: ", ") }
-
     /// The existing rows of these transactions, by transaction id (any app: the plan refuses another app's). With
     /// `lock` (PostgreSQL) the rows stay locked until the transaction ends, taken in id order, so that what a plan
     /// read is still true when it writes.
     func entries(_ transactionIds: [String], lock: Bool = false) throws -> [String: LedgerEntry] {
         var entries: [String: LedgerEntry] = [:]
         for chunk in Self.chunks(Array(Set(transactionIds)).sorted()) {
+            let (marks, ids) = InList.padded(chunk)
             for row in try db.query("""
                 SELECT transaction_id, app_id, app_user_id, product_id, expires_date, cancellation_date, credited_currency, credited_amount,
-                clawed_back_at, state_date, refund_percentage FROM ledger WHERE environment = ? AND transaction_id IN (\(Self.placeholders(chunk.count)))
-                """ + (lock ? " ORDER BY transaction_id FOR UPDATE" : ""), [environment] + chunk) {
+                clawed_back_at, state_date, refund_percentage FROM ledger WHERE environment = ? AND transaction_id IN (\(marks))
+                """ + (lock ? " ORDER BY transaction_id FOR UPDATE" : ""), [environment] + ids) {
                 let id = row.string("transaction_id") ?? ""
                 entries[id] = LedgerEntry(transactionId: id, appId: row.string("app_id") ?? "", appUserId: row.string("app_user_id") ?? "",
                                           productId: row.string("product_id") ?? "", expiresDate: row.int("expires_date"),
@@ -46,10 +44,11 @@ struct LedgerRepository {
     func owners(_ originalTransactionIds: [String], lock: Bool = false) throws -> [String: [String]] {
         var granted: [String: [(at: Int64, user: String)]] = [:]
         for chunk in Self.chunks(Array(Set(originalTransactionIds)).sorted()) {
+            let (marks, ids) = InList.padded(chunk)
             for row in try db.query("""
                 SELECT original_transaction_id, app_user_id, granted_at FROM ownership WHERE app_id = ? AND environment = ?
-                AND original_transaction_id IN (\(Self.placeholders(chunk.count))) ORDER BY original_transaction_id, app_user_id
-                """ + (lock ? " FOR UPDATE" : ""), [appId, environment] + chunk) {
+                AND original_transaction_id IN (\(marks)) ORDER BY original_transaction_id, app_user_id
+                """ + (lock ? " FOR UPDATE" : ""), [appId, environment] + ids) {
                 granted[row.string("original_transaction_id") ?? "", default: []].append((row.int("granted_at") ?? 0, row.string("app_user_id") ?? ""))
             }
         }

@@ -35,12 +35,13 @@ struct MetricsRepository {
     /// Marks the chains of these transactions (changes that name a transaction, not its chain).
     func markDirty(environment: String, transactionIds: Set<String>) throws {
         for chunk in Array(transactionIds).sorted().chunked(400) {
+            let (marks, ids) = InList.padded(chunk)
             try db.run("""
                 INSERT INTO metrics_dirty (app_id, environment, original_transaction_id)
                 SELECT DISTINCT app_id, environment, original_transaction_id FROM ledger
-                WHERE environment = ? AND transaction_id IN (\(Array(repeating: "?", count: chunk.count).joined(separator: ", ")))
+                WHERE environment = ? AND transaction_id IN (\(marks))
                 \(Self.touch)
-                """, [environment] + chunk)
+                """, [environment] + ids)
         }
     }
 
@@ -110,8 +111,8 @@ struct MetricsRepository {
 
     /// Replaces these chains' stored contributions; what `metrics_days` must add.
     private func refresh(appId: String, environment: String, originalTransactionIds ids: [String]) throws -> [MetricsKey: MetricsTally] {
-        let list = Array(repeating: "?", count: ids.count).joined(separator: ", ")
-        let scope: [any SQLBindable] = [appId, environment] + ids
+        let (list, listed) = InList.padded(ids)
+        let scope: [any SQLBindable] = [appId, environment] + listed
         var rows: [String: [MetricsRow]] = [:]
         for row in try db.query("""
             SELECT transaction_id, original_transaction_id, environment, product_type, purchase_date, expires_date, cancellation_date, is_trial,

@@ -23,8 +23,8 @@ struct WebhookRepository {
 
     func endpoints(ids: [String]) throws -> [String: WebhookTarget] {
         guard !ids.isEmpty else { return [:] }
-        let marks = Array(repeating: "?", count: ids.count).joined(separator: ", ")
-        return Dictionary(try db.query("SELECT * FROM webhook_endpoints WHERE id IN (\(marks))", ids).map(target).map { ($0.endpoint.id, $0) },
+        let (marks, listed) = InList.padded(ids)
+        return Dictionary(try db.query("SELECT * FROM webhook_endpoints WHERE id IN (\(marks))", listed).map(target).map { ($0.endpoint.id, $0) },
                           uniquingKeysWith: { $1 })
     }
 
@@ -92,9 +92,9 @@ struct WebhookRepository {
 
     func bodies(_ eventIds: [String]) throws -> [String: String] {
         guard !eventIds.isEmpty else { return [:] }
-        let marks = Array(repeating: "?", count: eventIds.count).joined(separator: ", ")
+        let (marks, listed) = InList.padded(eventIds)
         var bodies: [String: String] = [:]
-        for row in try db.query("SELECT id, body FROM webhook_events WHERE id IN (\(marks))", eventIds) {
+        for row in try db.query("SELECT id, body FROM webhook_events WHERE id IN (\(marks))", listed) {
             bodies[row.string("id") ?? ""] = row.string("body")
         }
         return bodies
