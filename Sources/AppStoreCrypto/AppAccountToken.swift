@@ -1,3 +1,4 @@
+import AppStoreModels
 import Foundation
 
 /// The `appAccountToken` that names an app user on a StoreKit purchase.
@@ -12,7 +13,7 @@ public enum AppAccountToken {
 
     /// The token StoreKit purchases for `appUserId` should carry.
     public static func token(for appUserId: String) -> UUID {
-        UUID(uuidString: appUserId) ?? nameBased(appUserId, in: namespace)
+        UUIDText.parse(appUserId) ?? nameBased(appUserId, in: namespace)
     }
 
     /// RFC 9562's version-5 UUID of `name` in `namespace`.
@@ -27,6 +28,6 @@ public enum AppAccountToken {
 
     /// Whether a purchase carrying `token` may be delivered to `appUserId`.
     public static func matches(_ token: String, user appUserId: String) -> Bool {
-        UUID(uuidString: token) == self.token(for: appUserId)
+        UUIDText.parse(token) == self.token(for: appUserId)
     }
 }

@@ -58,7 +58,7 @@ public struct Device: Codable, Sendable, Equatable {
 
     /// The 16 UUID bytes that go into the receipt's device hash.
     public var identifierBytes: [UInt8] {
-        guard let uuid = UUID(uuidString: id) else { return Array(id.utf8) }
+        guard let uuid = UUIDText.parse(id) else { return Array(id.utf8) }
         return withUnsafeBytes(of: uuid.uuid) { Array($0) }
     }
 }

@@ -62,7 +62,7 @@ extension AppStoreEmulator {
 
     /// Signs a device in to an account (creating the device when `deviceId` is nil or new).
     public func signIn(deviceId: String?, email: String, canMakePayments: Bool = true, buildEnvironment: AppStoreEnvironment? = nil) async throws -> Device {
-        if let deviceId, UUID(uuidString: deviceId) == nil {
+        if let deviceId, UUIDText.parse(deviceId) == nil {
             throw StoreError.invalid("Device id must be a UUID.", code: "invalid_device_id")
         }
         return try await mutate { state, changes, _ in

@@ -221,7 +221,7 @@ extension AppStoreEmulator {
                 json.field("currency", price.currency)
                 if let milliunits = Milliunits.from(chain.priceIncreaseAmount ?? price.amount) { json.field("renewalPrice", milliunits) }
             }
-            json.field("appAccountToken", latest.appAccountToken ?? latest.applicationUsername.flatMap(UUID.init(uuidString:))?.uuidString.lowercased())
+            json.field("appAccountToken", latest.appAccountToken ?? latest.applicationUsername.flatMap(UUIDText.parse)?.uuidString.lowercased())
             json.field("appTransactionId", appTransactionId(account: latest.accountEmail, bundleId: latest.bundleId))
             if let pending = chain.pendingOffer {
                 // The offer the next renewal starts with.

@@ -122,7 +122,7 @@ extension AppStoreEmulator {
                                             body: JSONValue) async throws(ServerAPIError) {
         let record = try await serverAPIRecord(bundleId: bundleId, environment: environment, transactionId: originalTransactionId)
         guard record.originalId == record.id else { throw ServerAPIError(400, 4_000_187, "Transaction id is not an original transaction id.") }
-        guard let text = body["appAccountToken"]?.text, let token = UUID(uuidString: text) else {
+        guard let text = body["appAccountToken"]?.text, let token = UUIDText.parse(text) else {
             throw ServerAPIError(400, 4_000_183, "Invalid app account token UUID.")
         }
         do {

@@ -28,7 +28,7 @@ extension AppStoreEmulator {
         guard claims["bid"]?.text == bundleId else { throw refuse("bid is not \(bundleId)") }
         guard claims["iss"]?.text == key.issuerId else { throw refuse("iss is not the key's issuer") }
         guard claims["aud"]?.text == audience else { throw refuse("aud is not \(audience)") }
-        guard let nonce = claims["nonce"]?.text, UUID(uuidString: nonce) != nil else { throw refuse("nonce is not a UUID") }
+        guard let nonce = claims["nonce"]?.text, UUIDText.parse(nonce) != nil else { throw refuse("nonce is not a UUID") }
         guard let issuedAt = claims["iat"]?.int64 else { throw refuse("iat is missing") }
         let age = SystemClock().now().timeIntervalSince1970 - Double(issuedAt)
         guard age <= 24 * 3600, age >= -300 else { throw refuse("iat is more than 24 hours old or in the future") }

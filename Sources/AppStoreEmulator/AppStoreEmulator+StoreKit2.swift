@@ -25,7 +25,7 @@ extension AppStoreEmulator {
     static func jwsTransaction(_ record: TransactionRecord, signedAt: Date) -> JWSTransaction {
         let milliseconds = ReceiptDate.milliseconds
         // StoreKit 1's applicationUsername becomes appAccountToken when it is a UUID, as on devices.
-        let token = record.appAccountToken ?? record.applicationUsername.flatMap(UUID.init(uuidString:))?.uuidString.lowercased()
+        let token = record.appAccountToken ?? record.applicationUsername.flatMap(UUIDText.parse)?.uuidString.lowercased()
         let storefront = record.price?.storefront
         var transaction = JWSTransaction(
             transactionId: record.id, originalTransactionId: record.originalId, webOrderLineItemId: record.webOrderLineItemId.map(String.init),

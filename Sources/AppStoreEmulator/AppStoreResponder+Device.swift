@@ -89,7 +89,7 @@ extension AppStoreResponder {
                 payment.introductoryOfferEligibilityJWS = body.introductoryOfferEligibilityJWS
                 payment.billingPlanType = body.billingPlanType
                 if let token = body.appAccountToken {
-                    guard let uuid = UUID(uuidString: token) else {
+                    guard let uuid = UUIDText.parse(token) else {
                         throw StoreError.storeKit(.paymentInvalid, "appAccountToken must be a UUID.", status: .badRequest)
                     }
                     payment.appAccountToken = uuid.uuidString.lowercased()

@@ -36,7 +36,7 @@ extension AppStoreResponder {
         }
         router.on(.get, "/device/v2/app-transaction") { request in
             await handle {
-                let nonce = request.query["nonce"].flatMap(UUID.init(uuidString:)) ?? emulator.ids.next()
+                let nonce = request.query["nonce"].flatMap(UUIDText.parse) ?? emulator.ids.next()
                 let signed = try await emulator.signedAppTransaction(bundleId: try request.required("app"), deviceId: try request.required("device"),
                                                                      nonce: nonce)
                 return .json(["signedAppTransaction": signed])

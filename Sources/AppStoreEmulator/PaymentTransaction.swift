@@ -146,7 +146,7 @@ public struct TransactionRecord: Codable, Sendable, Equatable {
         info.inAppOwnershipType = sharedFromTransactionId == nil ? "PURCHASED" : "FAMILY_SHARED"
         info.subscriptionGroupIdentifier = subscriptionGroupId
         info.isUpgraded = isUpgraded ? "true" : nil
-        if let name = applicationUsername, UUID(uuidString: name) != nil { info.appAccountToken = name.lowercased() }
+        if let name = applicationUsername, UUIDText.parse(name) != nil { info.appAccountToken = name.lowercased() }
         if let token = appAccountToken { info.appAccountToken = token }
         if offerType == 2 { info.promotionalOfferId = offerIdentifier }
         return info

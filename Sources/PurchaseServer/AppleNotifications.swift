@@ -255,7 +255,7 @@ extension PurchaseServer {
         // Nobody owns it yet: its appAccountToken names the user only when an app user with exactly that
         // UUID exists (apps whose user ids are UUIDs). A token is never made into a new user: the purchase
         // waits, unmatched, for its user's own upload.
-        guard let token = transaction.appAccountToken.flatMap(UUID.init(uuidString:)) else { return nil }
+        guard let token = transaction.appAccountToken.flatMap(UUIDText.parse) else { return nil }
         return try UserRepository(db: db, appId: app.id).user(uuid: token)
     }
 

@@ -115,7 +115,7 @@ extension PurchaseServerResponder {
                       body.offerId.unicodeScalars.allSatisfy({ $0.isASCII && $0.properties.generalCategory != .control && $0 != "\u{2063}" }) else {
                     throw HTTPError.badRequest("offerId is the offer's identifier: 1–64 ASCII characters.", code: "invalid_offer")
                 }
-                if let token = body.appAccountToken, UUID(uuidString: token) == nil {
+                if let token = body.appAccountToken, UUIDText.parse(token) == nil {
                     throw HTTPError.badRequest("appAccountToken is a UUID.", code: "invalid_app_account_token")
                 }
                 guard let app = try await server.store.cachedApp(key.appId), let credentials = app.serverAPIKey else {

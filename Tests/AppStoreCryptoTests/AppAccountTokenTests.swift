@@ -1,4 +1,5 @@
 import AppStoreCrypto
+import AppStoreModels
 import Foundation
 import Testing
 
@@ -19,5 +20,40 @@ struct AppAccountTokenTests {
         #expect(AppAccountToken.matches(AppAccountToken.token(for: "bob").uuidString.lowercased(), user: "bob"))
         #expect(!AppAccountToken.matches(AppAccountToken.token(for: "bob").uuidString, user: "mallory"))
         #expect(!AppAccountToken.matches("not-a-uuid", user: "bob"))
+    }
+
+    @Test("Only a UUID as Apple writes it is one: Foundation's laxer forms on Linux are other user ids, with tokens of their own")
+    func strictUUIDs() {
+        let canonical = "7d0c3c04-6a8e-4f0e-9d3a-2c5e8f1a7b64"
+        #expect(UUIDText.parse(canonical) == UUID(uuidString: canonical))
+        #expect(UUIDText.parse(canonical.uppercased()) == UUID(uuidString: canonical))
+        #expect(UUIDText.parse("7D0c3C04-6a8E-4f0e-9D3A-2c5e8f1a7b64") == UUID(uuidString: canonical))
+        // Foundation on Linux reads each of these as a UUID (sscanf skips spaces and takes signs and 0x in a group);
+        // the first two as this very one.
+        let lax = [" 7d0c3c4-6a8e-4f0e-9d3a-2c5e8f1a7b64", "+7d0c3c4-6a8e-4f0e-9d3a-2c5e8f1a7b64", "0x7d0c3c-6a8e-4f0e-9d3a-2c5e8f1a7b64",
+                   "7d0c3c04-6a8e-4f0e-9d3a- c5e8f1a7b64", "7d0c3c04-6a8e-4f0e-9d3a--c5e8f1a7b64"]
+        for text in lax {
+            #expect(UUIDText.parse(text) == nil, "\(text)")
+            #expect(AppAccountToken.token(for: text) != AppAccountToken.token(for: canonical), "\(text)")
+            #expect(!AppAccountToken.matches(canonical, user: text), "\(text)")
+        }
+        for text in ["", String(canonical.dropLast()), canonical + "0", canonical.replacingOccurrences(of: "-", with: "+"),
+                     "7d0c3c046a8e-4f0e-9d3a-2c5e8f1a7b64-", "7d0c3c04-6a8e-4f0e-9d3a-2c5e8f1a7b6g", "7d0c3c04-6a8e-4f0e-9d3a-2c5e8f1a7bé",
+                     "{d0c3c04-6a8e-4f0e-9d3a-2c5e8f1a7b64", "7d0c3c04-6a8e-4f0e-9d3a-2c5e8f1a7b6\u{0}"] {
+            #expect(UUIDText.parse(text) == nil, "\(text)")
+        }
+        // Every byte value in every place: only hex digits and the four hyphens make a UUID, and it reads as Foundation reads it.
+        for offset in 0..<36 {
+            for byte in UInt8(0)...UInt8(127) {
+                var bytes = Array(canonical.utf8)
+                bytes[offset] = byte
+                let text = String(decoding: bytes, as: UTF8.self)
+                let valid = [8, 13, 18, 23].contains(offset) ? byte == UInt8(ascii: "-")
+                    : (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte)
+                        || (UInt8(ascii: "A")...UInt8(ascii: "F")).contains(byte)
+                #expect((UUIDText.parse(text) != nil) == valid, "\(offset) \(byte)")
+                if valid { #expect(UUIDText.parse(text) == UUID(uuidString: text)) }
+            }
+        }
     }
 }
