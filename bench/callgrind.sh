@@ -21,6 +21,10 @@ TOP=${BENCH_CALLGRIND_TOP:-30}
 CONNECTIONS=${BENCH_CALLGRIND_CONNECTIONS:-32}
 . bench/lib.sh
 command -v valgrind >/dev/null || { echo "valgrind is not installed (make callgrind installs it)"; exit 1; }
+[ "$LARGE" -gt "$SMALL" ] || { echo "BENCH_CALLGRIND_LARGE ($LARGE) must be above BENCH_CALLGRIND_SMALL ($SMALL)"; exit 2; }
+for load in $LOADS; do
+  case $load in notifications|receipts) ;; *) echo "unknown load '$load' (notifications, receipts)"; exit 2 ;; esac
+done
 
 # Debian 12's valgrind (3.19) cannot read the DWARF 5 that Swift 6 writes: a copy without debug information keeps
 # the symbol table, so functions are still named.
@@ -75,8 +79,14 @@ while database.execute("SELECT count(*) FROM verification_jobs WHERE settled_at 
         raise SystemExit("jobs still unsettled after 10 minutes")
     time.sleep(0.5)
 PY
-  kill -TERM $pid
-  wait $pid || { echo "the server under callgrind failed:"; tail -20 "$WORK/$name.log"; exit 1; }
+  # Stopped by SIGTERM (callgrind writes its counts as the process exits); killed if it has not stopped in two minutes.
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  local status=0
+  wait "$pid" || status=$?
+  rm -f "$WORK/$name.pid"
+  [ "$status" = 0 ] || { echo "the server under callgrind ended with status $status:"; tail -20 "$WORK/$name.log"; exit 1; }
 }
 
 STAMP=$(date -u +%Y-%m-%dT%H-%M-%SZ)

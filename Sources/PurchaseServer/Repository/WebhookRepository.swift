@@ -22,10 +22,15 @@ struct WebhookRepository {
     }
 
     func endpoints(ids: [String]) throws -> [String: WebhookTarget] {
-        guard !ids.isEmpty else { return [:] }
-        let (marks, listed) = InList.padded(ids)
-        return Dictionary(try db.query("SELECT * FROM webhook_endpoints WHERE id IN (\(marks))", listed).map(target).map { ($0.endpoint.id, $0) },
-                          uniquingKeysWith: { $1 })
+        var targets: [String: WebhookTarget] = [:]
+        // In chunks, as every IN list here: a delivery batch may be configured larger than a statement's parameters.
+        for chunk in ids.chunked(400) {
+            let (marks, listed) = InList.padded(chunk)
+            for target in try db.query("SELECT * FROM webhook_endpoints WHERE id IN (\(marks))", listed).map(target) {
+                targets[target.endpoint.id] = target
+            }
+        }
+        return targets
     }
 
     /// Removes an endpoint and the deliveries still owed to it; false when the app has no such endpoint.
@@ -91,11 +96,12 @@ struct WebhookRepository {
     }
 
     func bodies(_ eventIds: [String]) throws -> [String: String] {
-        guard !eventIds.isEmpty else { return [:] }
-        let (marks, listed) = InList.padded(eventIds)
         var bodies: [String: String] = [:]
-        for row in try db.query("SELECT id, body FROM webhook_events WHERE id IN (\(marks))", listed) {
-            bodies[row.string("id") ?? ""] = row.string("body")
+        for chunk in eventIds.chunked(400) {
+            let (marks, listed) = InList.padded(chunk)
+            for row in try db.query("SELECT id, body FROM webhook_events WHERE id IN (\(marks))", listed) {
+                bodies[row.string("id") ?? ""] = row.string("body")
+            }
         }
         return bodies
     }
