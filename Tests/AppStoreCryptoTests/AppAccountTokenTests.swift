@@ -29,7 +29,7 @@ struct AppAccountTokenTests {
         #expect(UUIDText.parse(canonical.uppercased()) == UUID(uuidString: canonical))
         #expect(UUIDText.parse("7D0c3C04-6a8E-4f0e-9D3A-2c5e8f1a7b64") == UUID(uuidString: canonical))
         // Foundation on Linux reads each of these as a UUID (sscanf skips spaces and takes signs and 0x in a group);
-        // the first two as this very one.
+        // the first as this very one.
         let lax = [" 7d0c3c4-6a8e-4f0e-9d3a-2c5e8f1a7b64", "+7d0c3c4-6a8e-4f0e-9d3a-2c5e8f1a7b64", "0x7d0c3c-6a8e-4f0e-9d3a-2c5e8f1a7b64",
                    "7d0c3c04-6a8e-4f0e-9d3a- c5e8f1a7b64", "7d0c3c04-6a8e-4f0e-9d3a--c5e8f1a7b64"]
         for text in lax {
