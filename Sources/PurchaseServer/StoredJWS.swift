@@ -30,8 +30,7 @@ public enum StoredJWS {
     public static func compactNaming(_ jws: String, carried: [String] = [], decodedPayload: [UInt8]? = nil,
                                      digest: (ArraySlice<UInt8>) -> String?) -> (text: String, digests: [String]) {
         let bytes = Array(jws.utf8)[...]
-        guard index(of: tilde, in: bytes) == nil, let first = index(of: dot, in: bytes),
-              let second = index(of: dot, in: bytes[(first + 1)...]), index(of: dot, in: bytes[(second + 1)...]) == nil,
+        guard index(of: tilde, in: bytes) == nil, let (first, second) = bytes.withUnsafeBufferPointer({ JWS.dots(in: $0) }),
               let outer = digest(bytes[..<first]), isDigest(outer.utf8) else { return (jws, []) }
         let payload = bytes[(first + 1)..<second], signature = bytes[second...]  // the signature with its dot
         var replacements: [(from: [UInt8], to: [UInt8], digest: String)] = []

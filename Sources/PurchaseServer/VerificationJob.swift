@@ -80,7 +80,7 @@ public struct DeliveryHint: Sendable, Equatable, Codable {
 
 extension VerificationJob {
     /// The SHA-256 of the uploaded text, kept when the bytes are dropped.
-    var receiptSHA256: String { receiptDigest ?? Digest.sha256.hash(receiptData.utf8).hexString }
+    var receiptSHA256: String { receiptDigest ?? DigestedReceipt(receiptData).sha256 }
 }
 
 /// A receipt's text with the SHA-256 of its UTF-8 bytes in lowercase hex, as a job keeps it.

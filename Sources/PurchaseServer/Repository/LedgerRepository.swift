@@ -21,7 +21,7 @@ struct LedgerRepository {
     /// read is still true when it writes.
     func entries(_ transactionIds: [String], lock: Bool = false) throws -> [String: LedgerEntry] {
         var entries: [String: LedgerEntry] = [:]
-        for chunk in Self.chunks(Array(Set(transactionIds)).sorted()) {
+        for chunk in Array(Set(transactionIds)).sorted().chunked(400) {
             let (marks, ids) = InList.padded(chunk)
             for row in try db.query("""
                 SELECT transaction_id, app_id, app_user_id, product_id, expires_date, cancellation_date, credited_currency, credited_amount,
@@ -43,7 +43,7 @@ struct LedgerRepository {
     /// rows stay locked until the transaction ends, taken in key order.
     func owners(_ originalTransactionIds: [String], lock: Bool = false) throws -> [String: [String]] {
         var granted: [String: [(at: Int64, user: String)]] = [:]
-        for chunk in Self.chunks(Array(Set(originalTransactionIds)).sorted()) {
+        for chunk in Array(Set(originalTransactionIds)).sorted().chunked(400) {
             let (marks, ids) = InList.padded(chunk)
             for row in try db.query("""
                 SELECT original_transaction_id, app_user_id, granted_at FROM ownership WHERE app_id = ? AND environment = ?
@@ -53,10 +53,6 @@ struct LedgerRepository {
             }
         }
         return granted.mapValues { list in list.sorted { ($0.at, $0.user) < ($1.at, $1.user) }.map(\.user) }
-    }
-
-    private static func chunks(_ values: [String]) -> [[String]] {
-        stride(from: 0, to: values.count, by: 400).map { Array(values[$0..<min($0 + 400, values.count)]) }
     }
 
     /// Writes a plan's actions for the settling user and job.
