@@ -94,6 +94,19 @@ struct SignedTransactionTests {
         let (_, delivered) = try await world.postTransaction("com.example.coins", user: "bob", signed: forBob)
         #expect(delivered.state == "verified")
 
+        // A user id Foundation's parser on Linux reads as a UUID (it skips the space and reads 7d0c3c4 as 07d0c3c4) is
+        // not one here: a purchase bound to that UUID is not this user's.
+        var spelled = payload
+        spelled.transactionId = "2000000000000778"
+        spelled.originalTransactionId = "2000000000000778"
+        spelled.appAccountToken = "7d0c3c04-6a8e-4f0e-9d3a-2c5e8f1a7b64"
+        let forUUID = try JWS.sign(payload: spelled.jsonBytes(), key: TestSupport.jwsAuthority.leafKey, chain: TestSupport.jwsAuthority.chain)
+        let (_, lax) = try await world.postTransaction("com.example.coins", user: " 7d0c3c4-6a8e-4f0e-9d3a-2c5e8f1a7b64", signed: forUUID)
+        #expect(lax.state == "rejected")
+        #expect(lax["reason"] as? String
+                    == "the transaction was bought for app account \(spelled.appAccountToken!), not for user  7d0c3c4-6a8e-4f0e-9d3a-2c5e8f1a7b64")
+        #expect(try await world.postTransaction("com.example.coins", user: "7D0C3C04-6A8E-4F0E-9D3A-2C5E8F1A7B64", signed: forUUID).1.state == "verified")
+
         let (status, missing) = try await world.client.json(.post, "/v1/transactions", json: ["appUserId": "alice"],
                                                              headers: ["Authorization": "Bearer \(world.keys["com.example.coins"]!)"])
         #expect(status == 400)
