@@ -149,6 +149,8 @@ extension PurchaseServer {
 
         let renewal = renewalInfo
         let stored = try await storedEnvelope()
+        // Its job's receipt as stored: the same chain, named by the digest the envelope's form wrote (5.3 KB → about 1).
+        let storedTransaction: String? = if let nestedJWS { try await store.storedJWS(nestedJWS.text) } else { nil }
         let effect = NotificationEffect.of(NotificationType(type), hasTransaction: transaction != nil)
         let env = environment.rawValue
         let now = clock.now()
@@ -179,6 +181,7 @@ extension PurchaseServer {
                     return (.unmatched, nil)
                 }
                 var job = self.store.newJob(appId: app.id, appUserId: owner, kind: .signedTransaction, receipt: nestedJWS, now: now)
+                job.storedReceipt = storedTransaction
                 if let lease { job.claim(lease) }
                 try self.store.insert([job], db)
                 try notifications.mark(uuid, state: "queued", verificationId: job.id)

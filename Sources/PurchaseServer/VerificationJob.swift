@@ -37,6 +37,10 @@ public struct VerificationJob: Sendable, Codable, Equatable {
     /// The SHA-256 of `receiptData`, taken when a new job is made and kept when the verification engine lets the text go
     /// while Apple answers.
     var receiptDigest: String?
+    /// The receipt as `verification_receipts` holds it, when that is not `receiptData` itself: a notification's
+    /// transaction with its certificate chain named by digest (`StoredJWS`), about a fifth of its size. Set on a new
+    /// job only; the claim reads it back expanded.
+    var storedReceipt: String?
     /// On a new job written already claimed by this process's worker (`VerificationWorker.reserve`): its lease.
     var lease: Lease?
 

@@ -414,6 +414,46 @@ struct NotificationTests {
         #expect(try await world.user("com.example.coins", "alice").balances == ["coins": 100])
     }
 
+    @Test("A notification's transaction waits for a claim stored with its certificate chain named by digest; the claim gets Apple's bytes back and settles it once",
+          arguments: Engine.available)
+    func queuedTransactionStoredCompact(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        let server = world.server
+        let (bought, genuine) = try await Self.coinsBoughtByAlice(world)
+        let granted = try await world.user("com.example.coins", "alice").balances
+        #expect(!granted.isEmpty)
+        // With the worker stopped, the settlement is written pending: its receipt is read back by a claim.
+        world.worker.cancel()
+        await world.worker.value
+        let nested = try Self.nestedTransaction(genuine)
+        let queued = try await server.receiveNotification(Data(#"{"signedPayload":"\#(genuine)"}"#.utf8))
+        let id = try #require(queued.verificationId)
+        #expect(queued.outcome == .queued)
+        let stored = try #require(try await server.store.database.read { db in
+            try db.query("SELECT receipt_data FROM verification_receipts WHERE job_id = ?", [id]).first?.string("receipt_data")
+        })
+        #expect(stored.hasPrefix("~") && stored.utf8.count * 3 < nested.utf8.count, "the chain is named, not stored again")
+        #expect(try await server.store.receipt(of: id) == nested, "read back as Apple signed it, byte for byte")
+        let row = try await server.store.database.read { db in
+            try db.query("SELECT receipt_size, receipt_sha256 FROM verification_jobs WHERE id = ?", [id]).first
+        }
+        #expect(row?.int("receipt_size") == Int64(nested.utf8.count), "the job counts the bytes Apple sent")
+
+        let worker = server.runWorker()
+        defer { worker.cancel() }
+        let (_, job) = try await world.client.json(.get, "/v1/verifications/\(id)?wait=10",
+                                                   headers: ["Authorization": "Bearer \(world.keys["com.example.coins"]!)"])
+        #expect(job["state"] as? String == "verified")
+        let settled = try await server.store.database.read { db in
+            try db.query("SELECT receipt_sha256 FROM verification_jobs WHERE id = ?", [id]).first?.string("receipt_sha256")
+        }
+        #expect(settled == Digest.sha256.hash(Array(nested.utf8)).hexString, "the digest of the bytes Apple sent")
+        #expect(try await world.user("com.example.coins", "alice").balances == granted, "the purchase was granted once")
+        let listed = try await world.user("com.example.coins", "alice")["transactions"] as? [[String: Any]] ?? []
+        #expect(listed.compactMap { $0["transactionId"] as? String } == [bought.id])
+    }
+
     @Test("Notifications arriving together, each twice, are recorded once each and queue one settlement each; the purchase is granted once",
           arguments: Engine.available)
     func arrivingTogether(engine: Engine) async throws {

@@ -33,7 +33,7 @@ struct JobRepository {
                           values: [job.id, job.appId, job.appUserId, job.kind.rawValue, "pending", 0, now, now, now, job.userAuthenticated,
                                    Int64(job.receiptData.utf8.count), job.deliver?.transactionId, job.deliver?.productId])
         }
-        try db.append(into: "verification_receipts", columns: ["job_id", "receipt_data"], values: [job.id, job.receiptData])
+        try db.append(into: "verification_receipts", columns: ["job_id", "receipt_data"], values: [job.id, job.storedReceipt ?? job.receiptData])
     }
 
     /// Wakes the workers of other processes listening on `channel` when this transaction commits (PostgreSQL).
@@ -49,6 +49,21 @@ struct JobRepository {
     /// The job's receipt as uploaded; nil once dropped (a settled job, an erased customer's).
     func receipt(of id: String) throws -> String? {
         try db.query("SELECT receipt_data FROM verification_receipts WHERE job_id = ?", [id]).first?.string("receipt_data")
+            .map { try expanded([$0])[0] }
+    }
+
+    /// Receipts as uploaded, from their stored texts: a JWS stored with its headers named by digest (`StoredJWS`,
+    /// a notification's transaction) gets them back from `jws_headers`, read once for all of them.
+    private func expanded(_ stored: [String]) throws -> [String] {
+        let digests = Array(Set(stored.filter { $0.utf8.first == UInt8(ascii: "~") }.flatMap(StoredJWS.headerDigests(of:))))
+        guard !digests.isEmpty else { return stored }
+        let headers = try JWSHeaderRepository(db: db, dialect: dialect).headers(digests.sorted())
+        return try stored.map { text in
+            guard let receipt = StoredJWS.expand(text, header: { headers[$0] }) else {
+                throw ServerError(.internalError, "A stored receipt names a JWS header this database does not hold.")
+            }
+            return receipt
+        }
     }
 
     /// Drops a job's receipt (its SHA-256 stays on the job).
@@ -63,7 +78,7 @@ struct JobRepository {
         // is mostly entries of rows that moved on, and only a scan that walks it in order stops after `limit` rows
         // (and marks the dead entries it passed, so the next claim skips them).
         let lock = dialect == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
-        return try db.query("""
+        let claimed = try db.query("""
             UPDATE verification_jobs SET state = 'verifying', lease_owner = ?, lease_expires_at = ?, attempts = attempts + 1,
             open_claims = open_claims + 1, updated_at = ?
             WHERE id IN (
@@ -78,7 +93,13 @@ struct JobRepository {
                         WHERE state = 'verifying' AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?\(lock)) AS lapsed
                 ) AS candidates ORDER BY next_attempt_at LIMIT ?)
             RETURNING *, (SELECT receipt_data FROM verification_receipts WHERE job_id = verification_jobs.id) AS receipt_data
-            """, [owner, leaseUntil, now, now, limit, now, limit, now, limit, limit]).map { (Self.job($0), $0.int("open_claims") ?? 0) }
+            """, [owner, leaseUntil, now, now, limit, now, limit, now, limit, limit]).map { (job: Self.job($0), openClaims: $0.int("open_claims") ?? 0) }
+        let receipts = try expanded(claimed.map(\.job.receiptData))
+        return zip(claimed, receipts).map { claim, receipt in
+            var job = claim.job
+            job.receiptData = receipt
+            return (job, claim.openClaims)
+        }
     }
 
     /// Moves a job to `dead` whatever holds it (a poison job).
