@@ -14,11 +14,19 @@ public protocol Responder: Sendable {
     /// database, no peer, no sleep: pure computation over memory), saving the hand-off to a task and back;
     /// `.later` hands it to the cooperative pool as `respond(to:)` would. The transport asks once the body is read.
     func respondPromptly(to request: Request) -> PromptAnswer
+
+    /// Told of each answer the transport gave without asking `respond(to:)`: a refusal from `admit`, or a body past
+    /// its limit (413), `seconds` after the request came. On the transport's thread, as `admit` is: quick, no waiting.
+    /// For counting what clients were refused.
+    func refused(_ request: Request, with response: Response, after seconds: Double)
 }
 
 extension Responder {
     /// Admits everything up to the transport's own body limit.
     public func admit(_ head: RequestHead) -> Admission { .accept(bodyLimit: .max) }
+
+    /// Counts nothing.
+    public func refused(_ request: Request, with response: Response, after seconds: Double) {}
 
     /// Answers everything on the cooperative pool.
     public func respondPromptly(to request: Request) -> PromptAnswer {

@@ -36,7 +36,30 @@ public struct Router: Responder {
     public mutating func merge(_ other: Router) { routes.append(contentsOf: other.routes) }
 
     public func respond(to request: Request) async -> Response {
-        let segments = request.path.split(separator: "/")
+        let (found, pathMatched) = match(request.method, request.path)
+        if let (route, parameters) = found {
+            var routed = request
+            routed.parameters = parameters
+            var response = await ClosureResponder(route.handler).respond(to: routed)
+            response.route = route.label
+            return response
+        }
+        if pathMatched {
+            return HTTPError(.methodNotAllowed, code: "method_not_allowed", message: "\(request.method) is not allowed on \(request.path).").response
+        }
+        return await ClosureResponder(fallback).respond(to: request)
+    }
+
+    /// The pattern of the route that would answer `method` on `path` (as `Response.route` names it), without running
+    /// it; nil when none would.
+    public func label(for method: HTTPMethod, path: String) -> String? {
+        match(method, path).found?.route.label
+    }
+
+    /// The first route for `method` on `path`, with the path's parameters; `pathMatched` when some route's pattern
+    /// fits the path whatever its method (a 405 rather than a 404).
+    private func match(_ method: HTTPMethod, _ path: String) -> (found: (route: Route, parameters: [String: String])?, pathMatched: Bool) {
+        let segments = path.split(separator: "/")
         var pathMatched = false
         for route in routes where route.segments.count == segments.count {
             var parameters: [String: String] = [:]
@@ -51,16 +74,9 @@ public struct Router: Responder {
             }
             guard matched else { continue }
             pathMatched = true
-            guard route.method == request.method || (request.method == .head && route.method == .get) else { continue }
-            var routed = request
-            routed.parameters = parameters
-            var response = await ClosureResponder(route.handler).respond(to: routed)
-            response.route = route.label
-            return response
+            guard route.method == method || (method == .head && route.method == .get) else { continue }
+            return ((route, parameters), true)
         }
-        if pathMatched {
-            return HTTPError(.methodNotAllowed, code: "method_not_allowed", message: "\(request.method) is not allowed on \(request.path).").response
-        }
-        return await ClosureResponder(fallback).respond(to: request)
+        return (nil, pathMatched)
     }
 }

@@ -153,6 +153,15 @@ public final class HTTPServer: Sendable {
         }
     }
 
+    /// Sends an answer the responder was not asked for (a refusal from its admission, a body past its limit): logged,
+    /// and told to the responder so that it counts it.
+    func refuse(_ request: Request, with response: Response, startedAt: ContinuousClock.Instant, on connection: OpaquePointer) -> MHD_Result {
+        log(request, status: response.status.code, bytes: response.body.count, started: startedAt)
+        let elapsed = (ContinuousClock.now - startedAt).components
+        responder.refused(request, with: response, after: Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18)
+        return send(response, on: connection)
+    }
+
     /// Queues an answer on libmicrohttpd's thread.
     func send(_ response: Response, on connection: OpaquePointer) -> MHD_Result {
         queue(response, on: connection, closing: draining.load(ordering: .relaxed))
@@ -647,8 +656,7 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
                 context.fields.withLock { $0.refusal = refusal }
                 return .YES
             }
-            server.log(request, status: refusal.status.code, bytes: refusal.body.count, started: context.fields.withLock { $0.startedAt })
-            return server.send(refusal, on: connection)
+            return server.refuse(request, with: refusal, startedAt: context.fields.withLock { $0.startedAt }, on: connection)
         }
         return .YES
     }
@@ -691,14 +699,12 @@ private let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, m
     }
     guard var request, !started else { return .YES }
     if let refusal = context.fields.withLock({ $0.refusal }) {
-        server.log(request, status: refusal.status.code, bytes: refusal.body.count, started: context.fields.withLock { $0.startedAt })
-        return server.send(refusal, on: connection)
+        return server.refuse(request, with: refusal, startedAt: context.fields.withLock { $0.startedAt }, on: connection)
     }
     if tooLarge {
         let limit = context.fields.withLock { $0.bodyLimit }
         let response = HTTPError(.payloadTooLarge, code: "payload_too_large", message: "The request body exceeds \(limit) bytes.").response
-        server.log(request, status: 413, bytes: response.body.count, started: context.fields.withLock { $0.startedAt })
-        return server.send(response, on: connection)
+        return server.refuse(request, with: response, startedAt: context.fields.withLock { $0.startedAt }, on: connection)
     }
     let query = PairCollector()
     query.finishesDecoding = true

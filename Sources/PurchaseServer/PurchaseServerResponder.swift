@@ -30,12 +30,22 @@ public struct PurchaseServerResponder: Responder {
     public func respond(to request: Request) async -> Response {
         let started = ContinuousClock.now
         var response = await router.respond(to: request)
-        // Label values from fixed sets only: any method a client invents is OTHER.
-        let method = ["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH", "OPTIONS"].contains(request.method.rawValue) ? request.method.rawValue : "OTHER"
-        server.metrics.request(route: response.route ?? "unmatched", method: method, status: response.status.code,
+        server.metrics.request(route: response.route ?? "unmatched", method: Self.methodLabel(request.method), status: response.status.code,
                                seconds: (ContinuousClock.now - started).seconds)
         response.headers["X-Request-Id"] = Self.requestId(request.header("x-request-id")) ?? server.store.ids.nextString()
         return response
+    }
+
+    /// Refusals at the HTTP edge (a missing or unknown key, an upload rate past its limit, a body too large) counted
+    /// as answered requests are, under the route that would have answered.
+    public func refused(_ request: Request, with response: Response, after seconds: Double) {
+        server.metrics.request(route: router.label(for: request.method, path: request.path) ?? "unmatched",
+                               method: Self.methodLabel(request.method), status: response.status.code, seconds: seconds)
+    }
+
+    /// A method as a label value, from a fixed set: any method a client invents is OTHER.
+    static func methodLabel(_ method: HTTPMethod) -> String {
+        ["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH", "OPTIONS"].contains(method.rawValue) ? method.rawValue : "OTHER"
     }
 
     /// A client's request id, if it is 1–128 characters of letters, digits and `-_.:`.

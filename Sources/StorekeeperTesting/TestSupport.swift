@@ -97,9 +97,13 @@ public struct InProcessClient: Sendable {
         let request = Request(method: method, target: target, headers: headers, body: payload)
         // As the HTTP server does: the responder's admission first, then its body limit, then its prompt answer.
         switch responder.admit(RequestHead(method: method, path: request.path, headers: headers, contentLength: payload.count)) {
-        case .refuse(let response): return response
+        case .refuse(let response):
+            responder.refused(request, with: response, after: 0)
+            return response
         case .accept(let limit) where payload.count > limit:
-            return HTTPError(.payloadTooLarge, code: "payload_too_large", message: "The request body exceeds \(limit) bytes.").response
+            let response = HTTPError(.payloadTooLarge, code: "payload_too_large", message: "The request body exceeds \(limit) bytes.").response
+            responder.refused(request, with: response, after: 0)
+            return response
         case .accept:
             return await Self.answer(responder.respondPromptly(to: request))
         }

@@ -43,17 +43,25 @@ struct OperationsTests {
         let (refused, _) = try await world.client.json(.post, "/v1/notifications/apple", json: ["signedPayload": "not.a.jws"])
         #expect(refused == 400)
         for invented in ["XYZ1", "XYZ2", "XYZ3"] { _ = try await world.client.send(HTTPMethod(rawValue: invented), "/healthz") }
+        // Refused at the edge, before any handler: counted under the route that would have answered.
+        let (unknownKey, _) = try await world.client.json(.get, "/v1/users/alice", headers: ["Authorization": "Bearer sk_not_a_key"])
+        #expect(unknownKey == 401)
+        let (tooLarge, _) = try await world.client.json(.post, "/v1/notifications/apple", json: ["signedPayload": String(repeating: "a", count: 70_000)])
+        #expect(tooLarge == 413)
 
         let samples = try await Self.metrics(world)
         // Route templates, not paths: two users are one series.
         #expect(samples[#"storekeeper_http_requests_total{route="/v1/users/:user",method="GET",status="200"}"#] == 2)
         #expect(samples[#"storekeeper_http_requests_total{route="/v1/receipts",method="POST",status="200"}"#] == 1)
         #expect(samples[#"storekeeper_http_requests_total{route="unmatched",method="GET",status="404"}"#] == 1)
+        #expect(samples[#"storekeeper_http_requests_total{route="/v1/users/:user",method="GET",status="401"}"#] == 1)
+        #expect(samples[#"storekeeper_http_requests_total{route="/v1/notifications/apple",method="POST",status="413"}"#] == 1)
         // Methods a client invents are one series, not one each.
         #expect(samples[#"storekeeper_http_requests_total{route="unmatched",method="OTHER",status="405"}"#] == 3)
         #expect(!samples.keys.contains { $0.contains("XYZ") })
-        #expect(samples[#"storekeeper_http_request_duration_seconds_count{route="/v1/users/:user",method="GET"}"#] == 2)
-        #expect(samples[#"storekeeper_http_request_duration_seconds_bucket{route="/v1/users/:user",method="GET",le="+Inf"}"#] == 2)
+        // Every answer of the route is timed, the refused one too.
+        #expect(samples[#"storekeeper_http_request_duration_seconds_count{route="/v1/users/:user",method="GET"}"#] == 3)
+        #expect(samples[#"storekeeper_http_request_duration_seconds_bucket{route="/v1/users/:user",method="GET",le="+Inf"}"#] == 3)
         // The receipt says it is a sandbox one, so the sandbox is asked first, once.
         #expect(samples[#"storekeeper_apple_calls_total{endpoint="verifyReceipt",environment="Sandbox",outcome="status_0"}"#] == 1)
         #expect(samples.keys.filter { $0.hasPrefix("storekeeper_apple_calls_total") }.count == 1)

@@ -39,6 +39,14 @@ def test_probes_metrics_request_ids_and_backup(emulator):
             status, _, body = get(server.url + "/readyz")
             assert status == 200 and '"ready":true' in body.replace(" ", "")
             assert get(server.url + "/metrics")[0] == 401
+            # Refused at the edge, before the body is read: still counted, under the route that would have answered.
+            assert get(server.url + "/v1/users/olivia", {"Authorization": "Bearer sk_not_a_key"})[0] == 401
+            oversized = urllib.request.Request(server.url + "/v1/notifications/apple", data=b"x" * 70_000, method="POST")
+            try:
+                urllib.request.urlopen(oversized, timeout=30)
+                assert False, "a 70 KB notification was accepted"
+            except urllib.error.HTTPError as error:
+                assert error.code == 413
             status, headers, text = get(server.url + "/metrics", {"Authorization": "Bearer " + server.admin_key})
             assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
             families = {family.name: family for family in text_string_to_metric_families(text)}
@@ -48,6 +56,12 @@ def test_probes_metrics_request_ids_and_backup(emulator):
             uploads = [sample for sample in families["storekeeper_http_requests"].samples
                        if sample.labels.get("route") == "/v1/receipts" and sample.labels.get("status") == "200"]
             assert [sample.value for sample in uploads] == [1.0]
+            def counted(route, method, status):
+                return [sample.value for sample in families["storekeeper_http_requests"].samples
+                        if sample.name == "storekeeper_http_requests_total" and sample.labels == {"route": route, "method": method, "status": status}]
+            assert counted("/v1/users/:user", "GET", "401") == [1.0]
+            assert counted("/v1/notifications/apple", "POST", "413") == [1.0]
+            assert counted("/metrics", "GET", "401") == [1.0]
             verified = [s.value for s in families["storekeeper_verification_jobs"].samples if s.labels["state"] == "verified"]
             assert verified == [1.0]
             # The monitoring port needs no key, and serves nothing else.
