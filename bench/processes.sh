@@ -45,10 +45,12 @@ for processes in 1 "$COUNT"; do
   # A key made on the first process reaches the others at their next reload of the keys (within a second): until
   # then they refuse it (401), which the load would count as refused.
   for url in "${urls[@]}"; do
+    taken=""
     for _ in $(seq 50); do
-      [ "$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $key" "$url/v1/users/key-probe")" != 401 ] && break
+      [ "$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $key" "$url/v1/users/key-probe")" != 401 ] && { taken=1; break; }
       sleep 0.1
     done
+    [ -n "$taken" ] || echo "warning: $url still refuses the new key after 5 s; its uploads count as refused" >&2
   done
   export STEADY_APPSTORE_PID=$(cat "$WORK/appstore.pid") STEADY_DATABASE_PID=$(scripts/postgres.sh pid)
   line=$("$PYTHON" bench/steady.py "$(IFS=,; echo "${urls[*]}")" "$(IFS=,; echo "${pids[*]}")" "$key" "$WORK/steady-receipts.txt" "$RATE" \

@@ -176,7 +176,7 @@ public final class PurchaseServer: Sendable {
     /// claims it as it frees places or polls).
     public func submit(appId: String, appUserId: String, receiptData: String, kind: VerificationJob.Kind,
                        userAuthenticated: Bool = true, deliver: DeliveryHint? = nil) async throws -> VerificationJob {
-        let rejection = kind == .signedTransaction ? nil : ReceiptShape.rejection(of: receiptData)
+        let rejection = kind == .signedTransaction ? ReceiptShape.rejection(ofSignedTransaction: receiptData) : ReceiptShape.rejection(of: receiptData)
         let now = clock.now()
         guard rejection == nil else {
             return try await store.enqueue(appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData, userAuthenticated: userAuthenticated,

@@ -37,10 +37,10 @@ public struct PurchaseServerResponder: Responder {
     }
 
     /// Refusals at the HTTP edge (a missing or unknown key, an upload rate past its limit, a body too large) counted
-    /// as answered requests are, under the route that would have answered.
+    /// with the answered requests, under the route that would have answered; not in its latency.
     public func refused(_ request: Request, with response: Response, after seconds: Double) {
-        server.metrics.request(route: router.label(for: request.method, path: request.path) ?? "unmatched",
-                               method: Self.methodLabel(request.method), status: response.status.code, seconds: seconds)
+        server.metrics.refusal(route: router.label(for: request.method, path: request.path) ?? "unmatched",
+                               method: Self.methodLabel(request.method), status: response.status.code)
     }
 
     /// A method as a label value, from a fixed set: any method a client invents is OTHER.

@@ -53,6 +53,12 @@ public final class ServerMetrics: Sendable {
         }
     }
 
+    /// A request refused at the HTTP edge: counted, not timed (anyone can send refusals, and their instant answers
+    /// would pull a route's latency down and hide its slow answers).
+    func refusal(route: String, method: String, status: Int) {
+        state.withLock { state in state.requests[[route, method, String(status)], default: 0] += 1 }
+    }
+
     /// One call to Apple: `verifyReceipt` or a Server API path template, the environment, and how it ended.
     func appleCall(endpoint: String, environment: String, outcome: String, seconds: Double) {
         state.withLock { state in

@@ -121,13 +121,13 @@ public enum StoredJWS {
     /// The header digests a stored form names, the envelope's first, each once; none for a JWS stored as it came.
     public static func headerDigests(of stored: String) -> [String] {
         guard let parts = Parts(Array(stored.utf8)[...]) else { return [] }
-        var digests = [parts.digest]
+        var digests = [parts.digest], seen: Set = [parts.digest]
         guard let json = parts.json else { return digests }
         var next = json.startIndex
         while let mark = index(of: tilde, in: json[next...]) {
             let end = min(mark + 65, json.endIndex)
             let digest = String(decoding: json[(mark + 1)..<end], as: UTF8.self)
-            if !digests.contains(digest) { digests.append(digest) }
+            if seen.insert(digest).inserted { digests.append(digest) }
             next = end
         }
         return digests

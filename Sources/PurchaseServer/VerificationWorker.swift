@@ -100,6 +100,7 @@ public final class VerificationWorker: Sendable {
             }
         }
         defer { listener.cancel() }
+        var claimFailureSaid: ContinuousClock.Instant?
         while !Task.isCancelled {
             var claimed = 0
             if let claim = withCurrentPlaces({ $0.beginClaim(batch: configuration.batchSize) }) {
@@ -108,7 +109,13 @@ public final class VerificationWorker: Sendable {
                 do {
                     (jobs, found) = try await engine.store.claimCounting(owner: owner, limit: claim.asked, lease: configuration.lease,
                                                                         now: engine.clock.now())
-                } catch {}
+                } catch {
+                    // The jobs stay for the next claim (the database unreachable, a statement refused): said once a minute.
+                    if claimFailureSaid.map({ ContinuousClock.now - $0 >= .seconds(60) }) ?? true {
+                        claimFailureSaid = ContinuousClock.now
+                        FileHandle.standardError.write(Data("storekeeper: claiming verification jobs failed: \(error)\n".utf8))
+                    }
+                }
                 claimed = jobs.count
                 state.withLock { $0.endClaim(claim, found: found, started: jobs.count) }
                 for job in jobs { start(job) }

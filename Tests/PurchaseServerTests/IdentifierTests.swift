@@ -172,6 +172,18 @@ struct ReceiptShapeTests {
         #expect(ReceiptShape.rejection(of: text)?.code == "malformed_receipt")
     }
 
+    @Test("A signed transaction's look is a compact JWS: three Base64url parts; anything else, a text in this server's stored form among it, is refused before it is queued")
+    func signedTransactionShape() throws {
+        let genuine = try JWS.sign(payload: Array(#"{"transactionId":"1"}"#.utf8), key: TestSupport.jwsAuthority.leafKey, chain: TestSupport.jwsAuthority.chain)
+        #expect(ReceiptShape.rejection(ofSignedTransaction: genuine) == nil)
+        #expect(ReceiptShape.rejection(ofSignedTransaction: "a-_9.Zz0.x") == nil)
+        let digest = String(repeating: "ab", count: 32)
+        for junk in ["", ".", "a.b", "a.b.", ".b.c", "a..c", "a.b.c.d", "a.b.c\n", " a.b.c", "a.b=.c", "a+b.c.d", "a/b.c.d", "a.b.c\0",
+                     "~\(digest).eyJ9.c2ln", "~\(digest).~{}.c2ln", "é.b.c"] {
+            #expect(ReceiptShape.rejection(ofSignedTransaction: junk)?.code == "malformed_transaction", "\(junk.debugDescription)")
+        }
+    }
+
     @Test("A refused upload is answered rejected at once and never claimed", arguments: Engine.available)
     func refusedIsNeverQueued(engine: Engine) async throws {
         let world = try await ServerWorld.make(engine)

@@ -419,7 +419,6 @@ struct NotificationTests {
     func queuedTransactionStoredCompact(engine: Engine) async throws {
         let world = try await ServerWorld.make(engine)
         defer { Task { await world.stop() } }
-        let server = world.server
         let (bought, genuine) = try await Self.coinsBoughtByAlice(world)
         let granted = try await world.user("com.example.coins", "alice").balances
         #expect(!granted.isEmpty)
@@ -427,25 +426,32 @@ struct NotificationTests {
         world.worker.cancel()
         await world.worker.value
         let nested = try Self.nestedTransaction(genuine)
-        let queued = try await server.receiveNotification(Data(#"{"signedPayload":"\#(genuine)"}"#.utf8))
+        let queued = try await world.server.receiveNotification(Data(#"{"signedPayload":"\#(genuine)"}"#.utf8))
         let id = try #require(queued.verificationId)
         #expect(queued.outcome == .queued)
-        let stored = try #require(try await server.store.database.read { db in
+        let stored = try #require(try await world.server.store.database.read { db in
             try db.query("SELECT receipt_data FROM verification_receipts WHERE job_id = ?", [id]).first?.string("receipt_data")
         })
         #expect(stored.hasPrefix("~") && stored.utf8.count * 3 < nested.utf8.count, "the chain is named, not stored again")
-        #expect(try await server.store.receipt(of: id) == nested, "read back as Apple signed it, byte for byte")
-        let row = try await server.store.database.read { db in
+        #expect(try await world.server.store.receipt(of: id) == nested, "read back as Apple signed it, byte for byte")
+        let row = try await world.server.store.database.read { db in
             try db.query("SELECT receipt_size, receipt_sha256 FROM verification_jobs WHERE id = ?", [id]).first
         }
         #expect(row?.int("receipt_size") == Int64(nested.utf8.count), "the job counts the bytes Apple sent")
+        // A queued text in that form naming a header this database does not hold (uploads cannot be in it; an earlier
+        // version stored uploads as they came): claimed with the others, rejected alone.
+        let orphan = try await world.server.store.enqueue(appId: "com.example.coins", appUserId: "mallory", kind: .signedTransaction,
+                                                          receiptData: "~" + String(repeating: "ab", count: 32) + ".eyJ9.c2ln",
+                                                          now: world.server.clock.now())
 
-        let worker = server.runWorker()
+        let worker = world.server.runWorker()
         defer { worker.cancel() }
         let (_, job) = try await world.client.json(.get, "/v1/verifications/\(id)?wait=10",
                                                    headers: ["Authorization": "Bearer \(world.keys["com.example.coins"]!)"])
         #expect(job["state"] as? String == "verified")
-        let settled = try await server.store.database.read { db in
+        try await TestSupport.eventually { try await world.server.store.job(orphan.id)?.state == .rejected }
+        #expect(try await world.server.store.job(orphan.id)?.state == .rejected)
+        let settled = try await world.server.store.database.read { db in
             try db.query("SELECT receipt_sha256 FROM verification_jobs WHERE id = ?", [id]).first?.string("receipt_sha256")
         }
         #expect(settled == Digest.sha256.hash(Array(nested.utf8)).hexString, "the digest of the bytes Apple sent")
