@@ -149,9 +149,9 @@ extension PurchaseServer {
 
         let renewal = renewalInfo
         let stored = try await storedEnvelope()
-        // Its job's receipt as stored: the same chain, named by the digest the envelope's form wrote (5.3 KB → about 1).
-        let storedTransaction: String? = if let nestedJWS { try await store.storedJWS(nestedJWS.text) } else { nil }
         let effect = NotificationEffect.of(NotificationType(type), hasTransaction: transaction != nil)
+        // A settlement job's receipt as stored: the same chain, named by the digest the envelope's form wrote (5.3 KB → about 1).
+        let storedTransaction: String? = if effect == .settle, let nestedJWS { try await store.storedJWS(nestedJWS.text) } else { nil }
         let env = environment.rawValue
         let now = clock.now()
         // A settlement's job is written already claimed by this process's worker when it has a free place, and handed
