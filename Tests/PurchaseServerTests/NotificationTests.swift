@@ -443,6 +443,10 @@ struct NotificationTests {
         let orphan = try await world.server.store.enqueue(appId: "com.example.coins", appUserId: "mallory", kind: .signedTransaction,
                                                           receiptData: "~" + String(repeating: "ab", count: 32) + ".eyJ9.c2ln",
                                                           now: world.server.clock.now())
+        let names = (0..<100).map { #""k\#($0)":"~\#(String(format: "%064x", $0)).x""# }.joined(separator: ",")
+        let crowded = try await world.server.store.enqueue(appId: "com.example.coins", appUserId: "mallory", kind: .signedTransaction,
+                                                           receiptData: "~" + String(repeating: "cd", count: 32) + ".~{" + names + "}.c2ln",
+                                                           now: world.server.clock.now())
 
         let worker = world.server.runWorker()
         defer { worker.cancel() }
@@ -451,6 +455,7 @@ struct NotificationTests {
         #expect(job["state"] as? String == "verified")
         try await TestSupport.eventually { try await world.server.store.job(orphan.id)?.state == .rejected }
         #expect(try await world.server.store.job(orphan.id)?.state == .rejected)
+        #expect(try await world.server.store.job(crowded.id)?.state == .rejected, "a text naming a hundred headers is rejected alone")
         let settled = try await world.server.store.database.read { db in
             try db.query("SELECT receipt_sha256 FROM verification_jobs WHERE id = ?", [id]).first?.string("receipt_sha256")
         }

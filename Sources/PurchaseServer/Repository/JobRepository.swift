@@ -57,11 +57,22 @@ struct JobRepository {
     /// `~` (`ReceiptShape`). A text that does not expand (a header missing, or one an earlier version took) is given
     /// as stored, and its check rejects it as malformed: one job, never the claim of the others.
     private func expanded(_ stored: [String]) throws -> [String] {
-        let named = stored.map { $0.utf8.first == UInt8(ascii: "~") ? StoredJWS.headerDigests(of: $0) : [] }
-        let digests = Set(named.joined().filter { $0.utf8.count == 64 })
+        // A form this server wrote names one to three headers (an envelope's own and those it carries); a text naming
+        // more, or anything but digests, was not written by it and is given as stored without a look-up.
+        let named = stored.map { text -> [String] in
+            guard text.utf8.first == UInt8(ascii: "~") else { return [] }
+            let digests = StoredJWS.headerDigests(of: text)
+            return digests.count <= 4 && digests.allSatisfy(Self.isDigest) ? digests : []
+        }
+        let digests = Set(named.joined())
         guard !digests.isEmpty else { return stored }
         let headers = try JWSHeaderRepository(db: db, dialect: dialect).headers(digests.sorted())
-        return stored.map { StoredJWS.expand($0, header: { headers[$0] }) ?? $0 }
+        return zip(stored, named).map { text, digests in digests.isEmpty ? text : StoredJWS.expand(text, header: { headers[$0] }) ?? text }
+    }
+
+    /// A SHA-256 as `StoredJWS` names a header: 64 lowercase hex digits.
+    private static func isDigest(_ text: String) -> Bool {
+        text.utf8.count == 64 && text.utf8.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
     }
 
     /// Drops a job's receipt (its SHA-256 stays on the job).
