@@ -135,7 +135,8 @@ public enum StoredJWS {
 
     private static let tilde = UInt8(ascii: "~"), quote = UInt8(ascii: "\""), dot = UInt8(ascii: ".")
 
-    private static func isDigest(_ text: some Collection<UInt8>) -> Bool {
+    /// Whether `text` is a digest as a stored form names a header: 64 lowercase hex digits.
+    static func isDigest(_ text: some Collection<UInt8>) -> Bool {
         text.count == 64 && text.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
     }
 

@@ -62,17 +62,12 @@ struct JobRepository {
         let named = stored.map { text -> [String] in
             guard text.utf8.first == UInt8(ascii: "~") else { return [] }
             let digests = StoredJWS.headerDigests(of: text)
-            return digests.count <= 4 && digests.allSatisfy(Self.isDigest) ? digests : []
+            return digests.count <= 4 && digests.allSatisfy({ StoredJWS.isDigest($0.utf8) }) ? digests : []
         }
         let digests = Set(named.joined())
         guard !digests.isEmpty else { return stored }
         let headers = try JWSHeaderRepository(db: db, dialect: dialect).headers(digests.sorted())
         return zip(stored, named).map { text, digests in digests.isEmpty ? text : StoredJWS.expand(text, header: { headers[$0] }) ?? text }
-    }
-
-    /// A SHA-256 as `StoredJWS` names a header: 64 lowercase hex digits.
-    private static func isDigest(_ text: String) -> Bool {
-        text.utf8.count == 64 && text.utf8.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
     }
 
     /// Drops a job's receipt (its SHA-256 stays on the job).
