@@ -16,9 +16,8 @@ public protocol Responder: Sendable {
     func respondPromptly(to request: Request) -> PromptAnswer
 
     /// Told of each answer the transport gave without asking `respond(to:)`: a refusal from `admit`, or a body past
-    /// its limit (413), `seconds` after the request came. On the transport's thread, as `admit` is: quick, no waiting.
-    /// For counting what clients were refused.
-    func refused(_ request: Request, with response: Response, after seconds: Double)
+    /// its limit (413). On the transport's thread, as `admit` is: quick, no waiting. For counting what clients were refused.
+    func refused(_ request: Request, with response: Response)
 }
 
 extension Responder {
@@ -26,7 +25,7 @@ extension Responder {
     public func admit(_ head: RequestHead) -> Admission { .accept(bodyLimit: .max) }
 
     /// Counts nothing.
-    public func refused(_ request: Request, with response: Response, after seconds: Double) {}
+    public func refused(_ request: Request, with response: Response) {}
 
     /// Answers everything on the cooperative pool.
     public func respondPromptly(to request: Request) -> PromptAnswer {

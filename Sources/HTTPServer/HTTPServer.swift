@@ -157,8 +157,7 @@ public final class HTTPServer: Sendable {
     /// and told to the responder so that it counts it.
     func refuse(_ request: Request, with response: Response, startedAt: ContinuousClock.Instant, on connection: OpaquePointer) -> MHD_Result {
         log(request, status: response.status.code, bytes: response.body.count, started: startedAt)
-        let elapsed = (ContinuousClock.now - startedAt).components
-        responder.refused(request, with: response, after: Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18)
+        responder.refused(request, with: response)
         return send(response, on: connection)
     }
 

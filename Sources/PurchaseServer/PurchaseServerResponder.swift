@@ -38,7 +38,7 @@ public struct PurchaseServerResponder: Responder {
 
     /// Refusals at the HTTP edge (a missing or unknown key, an upload rate past its limit, a body too large) counted
     /// with the answered requests, under the route that would have answered; not in its latency.
-    public func refused(_ request: Request, with response: Response, after seconds: Double) {
+    public func refused(_ request: Request, with response: Response) {
         server.metrics.refusal(route: router.label(for: request.method, path: request.path) ?? "unmatched",
                                method: Self.methodLabel(request.method), status: response.status.code)
     }

@@ -98,11 +98,11 @@ public struct InProcessClient: Sendable {
         // As the HTTP server does: the responder's admission first, then its body limit, then its prompt answer.
         switch responder.admit(RequestHead(method: method, path: request.path, headers: headers, contentLength: payload.count)) {
         case .refuse(let response):
-            responder.refused(request, with: response, after: 0)
+            responder.refused(request, with: response)
             return response
         case .accept(let limit) where payload.count > limit:
             let response = HTTPError(.payloadTooLarge, code: "payload_too_large", message: "The request body exceeds \(limit) bytes.").response
-            responder.refused(request, with: response, after: 0)
+            responder.refused(request, with: response)
             return response
         case .accept:
             return await Self.answer(responder.respondPromptly(to: request))
