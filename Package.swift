@@ -22,6 +22,8 @@ let package = Package(
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CSystem"),
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
+        // HTTP/2 framing, HPACK and flow control for the emulator's server and the purchase server's calls to Apple.
+        .systemLibrary(name: "CNGHTTP2", pkgConfig: "libnghttp2", providers: [.apt(["libnghttp2-dev"])]),
         // OpenSSL initialised before main without its atexit cleanup (see no_atexit.c).
         .target(name: "COpenSSLSetup", linkerSettings: [.linkedLibrary("crypto")]),
         // SIGINT and SIGTERM caught into a pipe for the serve commands' graceful stop (see shutdown_signals.c).
@@ -31,8 +33,8 @@ let package = Package(
         .target(name: "Clocks", dependencies: [.target(name: "CSystem", condition: .when(platforms: [.linux])), "Locking"], swiftSettings: swiftSettings),
         .target(name: "AppStoreModels", swiftSettings: swiftSettings),
         .target(name: "HTTP", swiftSettings: swiftSettings),
-        .target(name: "HTTPServer", dependencies: ["HTTP", "Clocks", "CMicroHTTPD", "COpenSSL", "COpenSSLSetup", "CSystem", "Locking"], swiftSettings: swiftSettings),
-        .target(name: "HTTPClient", dependencies: ["Clocks", "COpenSSL", "COpenSSLSetup", "CSystem", "Locking"], swiftSettings: swiftSettings),
+        .target(name: "HTTPServer", dependencies: ["HTTP", "Clocks", "CMicroHTTPD", "CNGHTTP2", "COpenSSL", "COpenSSLSetup", "CSystem", "Locking"], swiftSettings: swiftSettings),
+        .target(name: "HTTPClient", dependencies: ["Clocks", "CNGHTTP2", "COpenSSL", "COpenSSLSetup", "CSystem", "Locking"], swiftSettings: swiftSettings),
         .target(name: "AppStoreCrypto", dependencies: ["AppStoreModels", "COpenSSL", "COpenSSLSetup", "Locking"], swiftSettings: swiftSettings),
         .target(name: "Storage", dependencies: ["Locking"], swiftSettings: swiftSettings),
         .target(name: "SQLiteStorage", dependencies: ["Storage", "CSQLite"], swiftSettings: swiftSettings),

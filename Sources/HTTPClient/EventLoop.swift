@@ -29,6 +29,11 @@ final class PendingRequest: @unchecked Sendable {  // handed to the loop thread,
     var sentAt: UInt64 = 0
     /// Whether `bytes` were let go: the request can no longer be sent again.
     private(set) var released = false
+    /// The request's fields for HTTP/2 (pseudo-headers first); its body is `bytes` from `bodyStart`.
+    let http2Fields: [(String, String)]?
+    let bodyStart: Int
+    /// Whether the whole answer arrived on an HTTP/2 stream (a reset after it does not fail the call).
+    var isAnswered = false
 
     /// How long a sent request's bytes are kept for one more try. A kept-alive connection the server had already
     /// closed fails within a round trip of the send; later, the server had the request and the caller's own
@@ -36,11 +41,13 @@ final class PendingRequest: @unchecked Sendable {  // handed to the loop thread,
     static let keptAfterSending: UInt64 = 1_000_000_000
 
     init(id: UInt64, key: PoolKey, address: SocketAddress, bytes: [UInt8], deadline: UInt64,
-         continuation: CheckedContinuation<HTTPClientResponse, any Error>) {
+         continuation: CheckedContinuation<HTTPClientResponse, any Error>, http2Fields: [(String, String)]? = nil, bodyStart: Int = 0) {
         self.id = id
         self.key = key
         self.address = address
         self.bytes = bytes
+        self.http2Fields = http2Fields
+        self.bodyStart = bodyStart
         self.deadline = deadline
         self.continuation = continuation
     }
@@ -63,7 +70,8 @@ final class PendingRequest: @unchecked Sendable {  // handed to the loop thread,
 
 /// One socket and where it stands.
 final class Connection {
-    enum Phase { case connecting, handshaking, writing, reading, idle }
+    /// `multiplexing`: an HTTP/2 connection past its connect (and handshake), carrying many requests at once.
+    enum Phase { case connecting, handshaking, writing, reading, idle, multiplexing }
 
     let fd: Int32
     let key: PoolKey
@@ -74,11 +82,14 @@ final class Connection {
     var parser = ResponseParser()
     var reused = false
     var idleSince: UInt64 = 0
+    /// The HTTP/2 session of a multiplexed connection (nil for HTTP/1.1).
+    let http2: HTTP2ClientSession?
 
-    init(fd: Int32, key: PoolKey, tls: TLSSession?) {
+    init(fd: Int32, key: PoolKey, tls: TLSSession?, http2: HTTP2ClientSession? = nil) {
         self.fd = fd
         self.key = key
         self.tls = tls
+        self.http2 = http2
     }
 
     func read(into buffer: UnsafeMutableRawBufferPointer) -> IOStep {
@@ -106,8 +117,15 @@ final class Connection {
 
 /// Connections to one host.
 final class Pool {
+    /// Whether the host speaks HTTP/2 over cleartext: unknown until its first connection's SETTINGS arrive (or the
+    /// connection fails without them, and the host is served over HTTP/1.1 from then on).
+    enum Speaks { case unknown, http2, http1 }
+
     var idle: [Connection] = []
     var open = 0
+    var protocolChoice = Speaks.unknown
+    /// HTTP/2 connections open, each carrying up to its server's limit of streams.
+    var multiplexed: [Connection] = []
     var waiting: [PendingRequest] = []
     var waitingHead = 0
 
@@ -160,6 +178,11 @@ final class EventLoop: @unchecked Sendable {
     }
     /// Requests assigned to a connection (`byRequest`), readable from any thread.
     let requestsOnConnections = Atomic<Int>(0)
+    /// Requests on HTTP/2 streams, readable from any thread.
+    let requestsOnHTTP2 = Atomic<Int>(0)
+    private var streamsOpen = 0 {
+        didSet { requestsOnHTTP2.store(streamsOpen, ordering: .relaxed) }
+    }
     private var pools: [PoolKey: Pool] = [:]
     /// Every submitted request's deadline; entries of requests that ended stay until due (or a compaction).
     private var deadlines = DeadlineHeap()
@@ -263,6 +286,17 @@ final class EventLoop: @unchecked Sendable {
             return
         }
         let pool = pool(for: request.key)
+        if usesHTTP2(request.key, pool) {
+            if let connection = pool.multiplexed.first(where: { $0.http2!.hasRoom }) {
+                submit(request, on: connection)
+            } else if pool.open < configuration.maxConnectionsPerHost && (pool.protocolChoice == .http2 || pool.multiplexed.isEmpty) {
+                open(for: request, in: pool)
+            } else {
+                // Until the first connection's SETTINGS tell whether the host speaks HTTP/2, requests past its first streams wait.
+                pool.waiting.append(request)
+            }
+            return
+        }
         if let connection = pool.idle.popLast() {
             connection.reused = true
             assign(request, to: connection)
@@ -279,6 +313,12 @@ final class EventLoop: @unchecked Sendable {
         let pool = Pool()
         pools[key] = pool
         return pool
+    }
+
+    /// Whether requests to `key` go over HTTP/2: cleartext hosts with prior knowledge (RFC 9113 §3.3), unless the host
+    /// turned out not to speak it.
+    private func usesHTTP2(_ key: PoolKey, _ pool: Pool) -> Bool {
+        configuration.http2PriorKnowledge && !key.secure && pool.protocolChoice != .http1
     }
 
     private func open(for request: PendingRequest, in pool: Pool) {
@@ -306,7 +346,16 @@ final class EventLoop: @unchecked Sendable {
                 return
             }
         }
-        let connection = Connection(fd: fd, key: request.key, tls: session)
+        var http2: HTTP2ClientSession?
+        if usesHTTP2(request.key, pool) {
+            http2 = HTTP2ClientSession(maxResponseBytes: configuration.maxResponseBytes)
+            if http2 == nil {
+                Glibc.close(fd)
+                request.finish(.failure(HTTPClientError(.connectFailed, "cannot make an HTTP/2 session")))
+                return
+            }
+        }
+        let connection = Connection(fd: fd, key: request.key, tls: session, http2: http2)
         var event = epoll_event()
         event.events = EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue
         event.data.fd = fd
@@ -314,8 +363,130 @@ final class EventLoop: @unchecked Sendable {
         connections[fd] = connection
         connectionsOpened.add(1, ordering: .relaxed)
         pool.open += 1
+        if http2 != nil {
+            pool.multiplexed.append(connection)
+            submit(request, on: connection)
+            return
+        }
         assign(request, to: connection)
         drive(connection)
+    }
+
+    // MARK: HTTP/2
+
+    /// Opens a stream for `request` on a multiplexed connection and sends what can be sent.
+    private func submit(_ request: PendingRequest, on connection: Connection) {
+        guard let session = connection.http2, session.submit(request) else {
+            request.finish(.failure(HTTPClientError(.connectionClosed, "the HTTP/2 connection to \(request.key.host) is going away")))
+            return
+        }
+        byRequest[request.id] = connection
+        streamsOpen += 1
+        if connection.phase == .multiplexing { driveHTTP2(connection) }
+    }
+
+    /// Reads what arrived, writes what is due, finishes the calls that ended and gives freed streams to waiting requests.
+    private func driveHTTP2(_ connection: Connection) {
+        guard let session = connection.http2, connections[connection.fd] === connection else { return }
+        reading: while true {
+            switch connection.read(into: readBuffer) {
+            case .done(let count):
+                if let error = session.receive(UnsafeRawBufferPointer(rebasing: readBuffer[0..<count])) {
+                    failHTTP2(connection, error)
+                    return
+                }
+            case .wouldBlock: break reading
+            case .closed:
+                failHTTP2(connection, HTTPClientError(.connectionClosed, "connection closed by \(connection.key.host)"))
+                return
+            case .failed(let error):
+                failHTTP2(connection, error)
+                return
+            }
+        }
+        let pool = pool(for: connection.key)
+        if session.confirmed && pool.protocolChoice != .http2 { pool.protocolChoice = .http2 }
+        if let error = session.send({ connection.write($0) }) {
+            failHTTP2(connection, error)
+            return
+        }
+        for request in session.takeJustSent() { sent.append(moment: request.sentAt, id: request.id) }
+        finishEnded(connection)
+        pumpHTTP2(pool)
+        if session.active == 0 && connection.idleSince == 0 { connection.idleSince = Monotonic.now }
+        if !session.isWanted { failHTTP2(connection, HTTPClientError(.connectionClosed, "\(connection.key.host) ended the HTTP/2 connection")) }
+    }
+
+    private func finishEnded(_ connection: Connection) {
+        guard let session = connection.http2 else { return }
+        for (call, result) in session.takeEnded() {
+            byRequest[call.request.id] = nil
+            streamsOpen -= 1
+            call.request.finish(result)
+        }
+        if session.active > 0 { connection.idleSince = 0 }
+    }
+
+    /// Gives waiting requests to connections with a stream free, opening more while the host allows.
+    private func pumpHTTP2(_ pool: Pool) {
+        while pool.waitingHead < pool.waiting.count {
+            if let connection = pool.multiplexed.first(where: { $0.http2!.hasRoom }) {
+                guard let next = pool.nextWaiting(now: Monotonic.now) else { return }
+                submit(next, on: connection)
+            } else if pool.protocolChoice == .http2 && pool.open < configuration.maxConnectionsPerHost {
+                guard let next = pool.nextWaiting(now: Monotonic.now) else { return }
+                open(for: next, in: pool)
+            } else {
+                return
+            }
+        }
+    }
+
+    /// Ends a multiplexed connection. Its calls fail with `error`, unless the host never showed it speaks HTTP/2: then
+    /// the host is served over HTTP/1.1 from now on and the calls are sent again that way (a server that does not
+    /// speak HTTP/2 never read them as requests).
+    private func failHTTP2(_ connection: Connection, _ error: HTTPClientError) {
+        guard let session = connection.http2, connections.removeValue(forKey: connection.fd) != nil else { return }
+        Glibc.close(connection.fd)
+        let pool = pool(for: connection.key)
+        pool.open -= 1
+        pool.multiplexed.removeAll { $0 === connection }
+        finishEnded(connection)
+        let requests = session.takeAll()
+        let fallBack = !session.confirmed && connection.phase == .multiplexing && pool.protocolChoice == .unknown && !tearingDown
+        if fallBack { pool.protocolChoice = .http1 }
+        streamsOpen -= requests.count
+        for request in requests {
+            byRequest[request.id] = nil
+            if fallBack && !request.retried && !request.released {
+                request.retried = true
+                start(request)
+            } else {
+                request.finish(.failure(error))
+            }
+        }
+        if tearingDown { return }
+        if pool.protocolChoice == .http1 {
+            while pool.open < configuration.maxConnectionsPerHost, let next = pool.nextWaiting(now: Monotonic.now) { start(next) }
+        } else {
+            pumpHTTP2(pool)
+            // Nothing open and requests waiting: a new connection for the first of them.
+            if pool.multiplexed.isEmpty, pool.open < configuration.maxConnectionsPerHost, let next = pool.nextWaiting(now: Monotonic.now) {
+                open(for: next, in: pool)
+            }
+        }
+    }
+
+    /// Resets one call's stream (deadline or cancellation) and finishes it; true if it was on an HTTP/2 connection.
+    private func resetHTTP2(_ id: UInt64, in connection: Connection, with error: HTTPClientError) -> Bool {
+        guard let session = connection.http2 else { return false }
+        byRequest[id] = nil
+        if let request = session.reset(id) {
+            streamsOpen -= 1
+            request.finish(.failure(error))
+            driveHTTP2(connection)
+        }
+        return true
     }
 
     private func assign(_ request: PendingRequest, to connection: Connection) {
@@ -345,10 +516,10 @@ final class EventLoop: @unchecked Sendable {
                     $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(connection.fd, $0, &peerLength) == 0 }
                 }
                 guard connected else { return }
-                connection.phase = connection.tls == nil ? .writing : .handshaking
+                connection.phase = connection.tls != nil ? .handshaking : connection.http2 != nil ? .multiplexing : .writing
             case .handshaking:
                 switch connection.tls!.handshake() {
-                case .done: connection.phase = .writing
+                case .done: connection.phase = connection.http2 != nil ? .multiplexing : .writing
                 case .wouldBlock: return
                 case .closed: fail(connection, HTTPClientError(.tlsFailed, "connection closed during the TLS handshake")); return
                 case .failed(let error): fail(connection, error); return
@@ -393,6 +564,9 @@ final class EventLoop: @unchecked Sendable {
                     return
                 case .failed(let error): fail(connection, error); return
                 }
+            case .multiplexing:
+                driveHTTP2(connection)
+                return
             case .idle:
                 // Anything but "nothing to read" on an idle connection (the server closed it, stray bytes) ends it.
                 switch connection.read(into: readBuffer) {
@@ -429,6 +603,10 @@ final class EventLoop: @unchecked Sendable {
 
     /// Ends `connection` with `error`; a request that never got an answer on a reused connection gets one more try.
     private func fail(_ connection: Connection, _ error: HTTPClientError) {
+        if connection.http2 != nil {
+            failHTTP2(connection, error)
+            return
+        }
         let request = connection.request
         let retry = connection.reused && !connection.parser.sawBytes && request?.retried == false && request?.released == false
         // Closed with its request still on it, so that `close` forgets the request's id too.
@@ -456,6 +634,7 @@ final class EventLoop: @unchecked Sendable {
     }
 
     private func cancelRequest(_ id: UInt64) {
+        if let connection = byRequest[id], resetHTTP2(id, in: connection, with: HTTPClientError(.cancelled, "cancelled")) { return }
         if let connection = byRequest.removeValue(forKey: id), let request = connection.request {
             connection.request = nil
             close(connection)
@@ -485,6 +664,9 @@ final class EventLoop: @unchecked Sendable {
             }
         }
         while let id = deadlines.popDue(now: now) {
+            if let connection = byRequest[id], resetHTTP2(id, in: connection, with: HTTPClientError(.timedOut, "no answer from \(connection.key.host) in time")) {
+                continue
+            }
             guard let connection = byRequest[id], let request = connection.request, request.id == id else { continue }
             // Closed with its request still on it, so that `close` forgets the request's id too.
             close(connection)
@@ -503,9 +685,17 @@ final class EventLoop: @unchecked Sendable {
                 pool.idle.removeFirst(expired)
                 for connection in ending { close(connection, listedIdle: false) }
             }
+            for connection in pool.multiplexed where connection.http2!.active == 0 && connection.idleSince != 0 && now &- connection.idleSince > idleLimit {
+                failHTTP2(connection, HTTPClientError(.connectionClosed, "idle"))
+            }
         }
         if now >= PendingRequest.keptAfterSending {
             while let id = sent.popFirst(atOrBefore: now - PendingRequest.keptAfterSending) {
+                if let connection = byRequest[id], let session = connection.http2 {
+                    // Sent on a connection that showed it speaks HTTP/2: never sent again, so its bytes may go.
+                    if session.confirmed { session.request(id)?.release(now: now) }
+                    continue
+                }
                 guard let connection = byRequest[id], connection.phase == .reading, let request = connection.request, request.id == id else { continue }
                 request.release(now: now)
             }
@@ -525,6 +715,10 @@ final class EventLoop: @unchecked Sendable {
         let error = HTTPClientError(.shutDown, "the HTTP client was shut down")
         for command in commands { if case .start(let request) = command { request.finish(.failure(error)) } }
         for connection in Array(connections.values) {
+            if connection.http2 != nil {
+                failHTTP2(connection, error)
+                continue
+            }
             let request = connection.request
             connection.request = nil
             close(connection)

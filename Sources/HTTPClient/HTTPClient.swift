@@ -61,9 +61,14 @@ public final class HTTPClient: Sendable {
         /// How far past `openAtMost` connections stay open: clients connecting and leaving one by one move the bound by
         /// one each, and without slack every call to Apple then needs a new connection (and TLS handshake).
         public var openSlack = 64
+        /// Whether `http://` hosts are first tried over HTTP/2 with prior knowledge (RFC 9113 §3.3): many requests share a
+        /// few connections, each up to the server's limit of streams. A host whose first connection fails before its
+        /// SETTINGS arrive is served over HTTP/1.1 from then on, the requests on that connection sent again that way.
+        public var http2PriorKnowledge = true
 
         public init(maxConnectionsPerHost: Int = 8192, idleTimeout: TimeInterval = 30, caFile: String? = nil,
-                    maxResponseBytes: Int = 64 << 20, userAgent: String = "storekeeper") {
+                    maxResponseBytes: Int = 64 << 20, userAgent: String = "storekeeper", http2PriorKnowledge: Bool = true) {
+            self.http2PriorKnowledge = http2PriorKnowledge
             self.maxConnectionsPerHost = maxConnectionsPerHost
             self.idleTimeout = idleTimeout
             self.caFile = caFile
@@ -87,6 +92,9 @@ public final class HTTPClient: Sendable {
 
     /// Requests the event loop holds on a connection now (sent or being sent, not yet answered).
     var requestsOnConnections: Int { loop.requestsOnConnections.load(ordering: .relaxed) }
+
+    /// Requests on HTTP/2 streams now (sent or being sent, not yet answered): they hold no connection of their own.
+    public var requestsOnHTTP2: Int { loop.requestsOnHTTP2.load(ordering: .relaxed) }
 
     /// Connections the event loop holds open now, in use or idle.
     var openConnections: Int { loop.openConnections.load(ordering: .relaxed) }
@@ -114,9 +122,14 @@ public final class HTTPClient: Sendable {
         guard Monotonic.now < deadline else { throw HTTPClientError(.timedOut, "timed out resolving \(host)") }
         // Handed over in a box the continuation's closure empties: a local array would be kept by this async frame
         // until the answer, and the event loop could not let the bytes go once they are sent.
+        let bodyCount = body.count
         let request = Handover(RequestBytes.make(method: method, url: url, host: host, port: port, secure: secure, headers: headers,
                                                  body: body, userAgent: configuration.userAgent))
         _ = consume body
+        let fields = configuration.http2PriorKnowledge && !secure
+            ? RequestBytes.http2Fields(method: method, url: url, host: host, port: port, headers: headers, bodyCount: bodyCount,
+                                       userAgent: configuration.userAgent)
+            : nil
         let key = PoolKey(host: host, port: port, secure: secure)
         let id = loop.nextID()
         do {
@@ -126,7 +139,8 @@ public final class HTTPClient: Sendable {
                         continuation.resume(throwing: HTTPClientError(.shutDown, "the request was already sent"))
                         return
                     }
-                    loop.submit(PendingRequest(id: id, key: key, address: address, bytes: bytes, deadline: deadline, continuation: continuation))
+                    loop.submit(PendingRequest(id: id, key: key, address: address, bytes: bytes, deadline: deadline, continuation: continuation,
+                                               http2Fields: fields, bodyStart: bytes.count - bodyCount))
                 }
             } onCancel: {
                 loop.cancel(id)
@@ -153,6 +167,24 @@ final class Handover<Value>: @unchecked Sendable {  // taken once, by the closur
 
 /// The request as it goes on the wire.
 enum RequestBytes {
+    /// The request's fields for HTTP/2: pseudo-headers, then the caller's in lower case (those HTTP/2 forbids left out).
+    static func http2Fields(method: String, url: URL, host: String, port: Int, headers: [(String, String)], bodyCount: Int,
+                            userAgent: String) -> [(String, String)] {
+        var target = url.path.isEmpty ? "/" : url.path
+        if let query = url.query { target += "?" + query }
+        let hostText = host.contains(":") ? "[\(host)]" : host
+        var fields = [(":method", method), (":scheme", "http"), (":authority", port == 80 ? hostText : "\(hostText):\(port)"), (":path", target),
+                      ("user-agent", userAgent)]
+        if bodyCount > 0 || method == "POST" || method == "PUT" || method == "PATCH" { fields.append(("content-length", String(bodyCount))) }
+        for (name, value) in headers {
+            let lowered = name.lowercased()
+            guard !["content-length", "host", "user-agent", "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te"].contains(lowered)
+            else { continue }
+            fields.append((lowered, value))
+        }
+        return fields
+    }
+
     static func make(method: String, url: URL, host: String, port: Int, secure: Bool, headers: [(String, String)], body: [UInt8],
                      userAgent: String) -> [UInt8] {
         var target = url.path.isEmpty ? "/" : url.path

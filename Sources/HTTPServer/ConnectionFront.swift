@@ -7,6 +7,7 @@ import Locking
 /// - a TLS handshake (`0x16`) is terminated here (a client that reached us through a hosts entry);
 /// - `C` may be `CONNECT host:443`: for a host the TLS context serves, the proxy answers 200 and terminates
 ///   the TLS inside the tunnel; any other host is refused (this is not an open proxy);
+/// - `PRI` begins HTTP/2's connection preface (cleartext, prior knowledge): the connection goes to the HTTP/2 service;
 /// - anything else is plain HTTP and goes to libmicrohttpd untouched.
 ///
 /// Terminated TLS reaches libmicrohttpd as plaintext over a socket pair, so every request, whichever way it
@@ -20,6 +21,8 @@ final class ConnectionFront: @unchecked Sendable {
     private let listeners: [Int32]
     private let tls: TLSServerContext
     private let handOff: HandOff
+    /// Takes a connection that began with HTTP/2's preface.
+    private let handOffHTTP2: @Sendable (_ socket: Int32) -> Void
     private let tunnelLimit: Int
     /// A connection that sends nothing for this long before its first byte is closed.
     private let firstByteTimeout: Double = 10
@@ -35,7 +38,8 @@ final class ConnectionFront: @unchecked Sendable {
         let description: String
     }
 
-    init(host: String, ports: [UInt16], tls: TLSServerContext, tunnelLimit: Int = HTTPServer.tunnelLimit, handOff: @escaping HandOff) throws(BindError) {
+    init(host: String, ports: [UInt16], tls: TLSServerContext, tunnelLimit: Int = HTTPServer.tunnelLimit, handOff: @escaping HandOff,
+         handOffHTTP2: @escaping @Sendable (_ socket: Int32) -> Void) throws(BindError) {
         var listeners: [Int32] = []
         var bound: [UInt16] = []
         do {
@@ -57,6 +61,7 @@ final class ConnectionFront: @unchecked Sendable {
         self.ports = bound
         self.tls = tls
         self.handOff = handOff
+        self.handOffHTTP2 = handOffHTTP2
         self.tunnelLimit = tunnelLimit
         wake = (pipeEnds[0], pipeEnds[1])
     }
@@ -149,18 +154,22 @@ final class ConnectionFront: @unchecked Sendable {
         }
     }
 
-    /// Routes a connection by its first byte; false while nothing has arrived yet.
+    /// Routes a connection by its first bytes; false while nothing (or too little to tell) has arrived yet.
     private func sort(_ entry: Waiting) -> Bool {
-        var first: UInt8 = 0
-        let count = recv(entry.socket, &first, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
-        if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && entry.deadline > Self.now() { return false }
-        guard count == 1 else {
+        var first: (UInt8, UInt8, UInt8) = (0, 0, 0)
+        let count = withUnsafeMutableBytes(of: &first) { recv(entry.socket, $0.baseAddress, 3, Int32(MSG_PEEK | MSG_DONTWAIT)) }
+        let due = entry.deadline <= Self.now()
+        if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !due { return false }
+        guard count >= 1 else {
             close(entry.socket)
             return true
         }
-        switch first {
+        // `P` is POST, PUT, PATCH or HTTP/2's `PRI`: the third byte tells (the first segment of a request usually comes whole).
+        if first.0 == UInt8(ascii: "P") && count < 3 && !due { return false }
+        switch first.0 {
         case 0x16: startTunnel(entry, kind: .direct)
         case UInt8(ascii: "C"): startTunnel(entry, kind: .proxy)
+        case UInt8(ascii: "P") where count == 3 && first.1 == UInt8(ascii: "R") && first.2 == UInt8(ascii: "I"): handOffHTTP2(entry.socket)
         default: handOff(entry.socket, entry.peer, nil)
         }
         return true

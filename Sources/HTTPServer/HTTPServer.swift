@@ -120,6 +120,8 @@ public final class HTTPServer: Sendable {
         var daemon: DaemonHandle?
         /// Accepts connections itself when the server intercepts TLS (libmicrohttpd then has no listening socket).
         var front: ConnectionFront?
+        /// Serves the front's HTTP/2 connections (cleartext, prior knowledge).
+        var http2: HTTP2Service?
         var ports: [UInt16] = []
         var inFlight: [Int: Task<Void, Never>] = [:]
         var nextTaskID = 0
@@ -139,7 +141,9 @@ public final class HTTPServer: Sendable {
     }
 
     /// Requests whose responder is running now, or whose answer is held for a delay.
-    public var requestsInFlight: Int { state.withLock { $0.inFlight.count } + heldAnswers.count }
+    public var requestsInFlight: Int {
+        state.withLock { $0.inFlight.count + ($0.http2?.requestsInFlight.load(ordering: .relaxed) ?? 0) } + heldAnswers.count
+    }
 
     func noteResumed() { state.withLock { $0.suspended -= 1 } }
 
@@ -236,15 +240,25 @@ public final class HTTPServer: Sendable {
             throw StartError(description: "cannot start the HTTP daemon")
         }
         let front: ConnectionFront
+        let http2: HTTP2Service
         do {
-            front = try ConnectionFront(host: configuration.host, ports: [configuration.port] + interception.extraPorts, tls: tls) { [weak self] socket, peer, tunnel in
-                guard let self else {
-                    close(socket)
-                    return
-                }
-                handOff(socket, peer: peer, tunnel: tunnel)
-            }
+            http2 = try HTTP2Service(server: self)
         } catch {
+            MHD_stop_daemon(daemon)
+            throw error
+        }
+        do {
+            front = try ConnectionFront(host: configuration.host, ports: [configuration.port] + interception.extraPorts, tls: tls,
+                                        handOff: { [weak self] socket, peer, tunnel in
+                                            guard let self else {
+                                                close(socket)
+                                                return
+                                            }
+                                            handOff(socket, peer: peer, tunnel: tunnel)
+                                        },
+                                        handOffHTTP2: { socket in http2.post(.adopt(socket, tunnel: nil)) })
+        } catch {
+            http2.stop()
             MHD_stop_daemon(daemon)
             throw StartError(description: error.description)
         }
@@ -252,6 +266,7 @@ public final class HTTPServer: Sendable {
             $0.daemon = DaemonHandle(pointer: daemon)
             ($0.stopping, $0.closed, $0.stoppedDaemon) = (false, false, false)  // a server stopped before may start again
             $0.front = front
+            $0.http2 = http2
             $0.port = front.ports[0]
             $0.ports = front.ports
         }
@@ -330,6 +345,8 @@ public final class HTTPServer: Sendable {
         while state.withLock({ !$0.inFlight.isEmpty }) && ContinuousClock.now < cancelDeadline {
             try? await Task.sleep(for: .milliseconds(10))
         }
+        // HTTP/2 connections end here: their held answers fired and their tasks cancelled above, what they answered is sent.
+        state.withLock { $0.http2 }?.stop()
         // Resumed connections are taken back by libmicrohttpd's own threads, which may not have run yet on a busy machine.
         // Once none is suspended, suspension closes in the same hold of the lock (see `State.closed`).
         let resumeDeadline = ContinuousClock.now.advanced(by: .seconds(5))
@@ -357,6 +374,7 @@ public final class HTTPServer: Sendable {
         }
         MHD_stop_daemon(daemon)
         state.withLock {
+            $0.http2 = nil
             $0.front = nil
             $0.stoppedDaemon = true
         }

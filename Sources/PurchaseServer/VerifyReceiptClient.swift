@@ -52,6 +52,9 @@ public final class ClientTransport: HTTPTransport {
         client = try HTTPClient(configuration: configuration)
     }
 
+    /// Calls on HTTP/2 streams now: they hold no connection of their own.
+    public var multiplexedCalls: Int { client.requestsOnHTTP2 }
+
     /// The client's event loop ends every request at its deadline: no timer per call is needed (with thousands of
     /// calls in flight, a timer each was a task and a Dispatch timer each, for as long as the timeout).
     public var keepsTimeouts: Bool { true }

@@ -168,13 +168,15 @@ struct ServerOptions {
         let (key, created) = try adminKey.map { ($0, false) } ?? Self.persistentAdminKey(in: directory)
         let recorder = try recordFile.map { try AppleTrafficRecorder(path: $0, redactReceipts: !recordReceipts) }
         // Apple's latency is hidden by calls in flight (Little's law: 4.5 s × 2,000 receipts/s is 9,000 of them).
+        // Over HTTP/1.1 each call holds a connection, so descriptors bound the calls; over HTTP/2 calls share a few
+        // connections, and only memory bounds them (`follow` below).
         let budget = fileBudget
-        let inFlight = concurrency ?? budget.calls
+        let inFlight = concurrency ?? FileLimits.concurrency(files: .max)
         // Sized by the clients connected now: connections to Apple past what they leave are not kept idle.
         let clients = clientConnections
         var openAtMost: (@Sendable () -> Int)?
         if concurrency == nil { openAtMost = { budget.calls(clientsOpen: clients.count) } }
-        let client = try ClientTransport(connectionsPerHost: inFlight, openAtMost: openAtMost)
+        let client = try ClientTransport(connectionsPerHost: concurrency ?? budget.calls, openAtMost: openAtMost)
         let transport: any HTTPTransport = recorder.map { RecordingTransport(client, recorder: $0) } ?? client
         var configuration = PurchaseServer.Configuration(
             trust: trust, endpoints: endpoints, transport: transport, adminKey: key,
@@ -186,6 +188,11 @@ struct ServerOptions {
         configuration.uploadsPerSecond = uploadRate
         configuration.webhooks = .init(concurrency: budget.webhooks, timeout: webhookTimeout, retry: .init(baseDelay: webhookRetryBase))
         let server = try await PurchaseServer.open(database: database, configuration: configuration, clock: clock ?? SystemClock())
+        if concurrency == nil {
+            // Calls on HTTP/1.1 connections up to what the descriptors leave beside the clients connected now; calls on
+            // HTTP/2 streams besides, up to what memory allows (`inFlight`).
+            server.worker.follow { budget.calls(clientsOpen: clients.count) + client.multiplexedCalls }
+        }
         for app in try await server.store.apps() where app.userAuth == .optional {
             warn("app \(app.id) has userAuth optional: its public key may act for any user it names (set userAuth required once the app sends user tokens)")
         }
@@ -272,10 +279,6 @@ struct ServerServeCommand: Command {
         httpConfiguration.openConnections = options.clientConnections
         let http = HTTPServer(configuration: httpConfiguration, responder: PurchaseServerResponder(server: server))
         let bound = try http.start()
-        if options.concurrency == nil {
-            let (budget, clients) = (options.fileBudget, options.clientConnections)
-            server.worker.follow { budget.calls(clientsOpen: clients.count) }
-        }
         var monitoring: (server: HTTPServer, port: UInt16)?
         if let metricsPort {
             let operations = HTTPServer(configuration: .init(host: metricsHost, port: metricsPort, connectionLimit: FileLimits.metricsConnections, accessLog: false),
