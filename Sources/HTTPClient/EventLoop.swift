@@ -424,7 +424,23 @@ final class EventLoop: @unchecked Sendable {
             streamsOpen -= 1
             call.request.finish(result)
         }
+        // Refused unprocessed: sent once more, elsewhere (this connection is going away or full).
+        for request in session.takeRefused() {
+            byRequest[request.id] = nil
+            streamsOpen -= 1
+            sendAgain(request, or: HTTPClientError(.connectionClosed, "\(request.key.host) refused the stream"))
+        }
         if session.active > 0 { connection.idleSince = 0 }
+    }
+
+    /// Starts a request once more if it may be (never sent again before, its bytes still held), or fails it.
+    private func sendAgain(_ request: PendingRequest, or error: HTTPClientError) {
+        if !request.retried && !request.released && !tearingDown {
+            request.retried = true
+            start(request)
+        } else {
+            request.finish(.failure(error))
+        }
     }
 
     /// Gives waiting requests to connections with a stream free, opening more while the host allows.
@@ -442,25 +458,31 @@ final class EventLoop: @unchecked Sendable {
         }
     }
 
-    /// Ends a multiplexed connection. Its calls fail with `error`, unless the host never showed it speaks HTTP/2: then
-    /// the host is served over HTTP/1.1 from now on and the calls are sent again that way (a server that does not
-    /// speak HTTP/2 never read them as requests).
+    /// Ends a multiplexed connection. Its calls fail with `error`, except:
+    /// - the host answered the preface as HTTP/1: it is served over HTTP/1.1 from now on, and the calls are sent again that
+    ///   way (a server that does not speak HTTP/2 never read them as requests);
+    /// - nothing at all arrived (an HTTP/2 server's first frame is its SETTINGS, so none was read): sent again once, as
+    ///   HTTP/1.1 does for a reused connection that fails before any byte.
     private func failHTTP2(_ connection: Connection, _ error: HTTPClientError) {
         guard let session = connection.http2, connections.removeValue(forKey: connection.fd) != nil else { return }
+        if !session.receivedAny && connection.phase == .multiplexing {
+            // Failed while sending, perhaps with the server's answer to the preface already here: read it before closing.
+            if case .done(let count) = connection.read(into: readBuffer) { session.noteLast(UnsafeRawBufferPointer(rebasing: readBuffer[0..<count])) }
+        }
         Glibc.close(connection.fd)
         let pool = pool(for: connection.key)
         pool.open -= 1
         pool.multiplexed.removeAll { $0 === connection }
         finishEnded(connection)
         let requests = session.takeAll()
-        let fallBack = !session.confirmed && connection.phase == .multiplexing && pool.protocolChoice == .unknown && !tearingDown
+        let fallBack = session.answeredAsHTTP1 && !session.confirmed && pool.protocolChoice != .http2
         if fallBack { pool.protocolChoice = .http1 }
+        let unread = fallBack || (connection.phase == .multiplexing && !session.receivedAny)
         streamsOpen -= requests.count
         for request in requests {
             byRequest[request.id] = nil
-            if fallBack && !request.retried && !request.released {
-                request.retried = true
-                start(request)
+            if unread {
+                sendAgain(request, or: error)
             } else {
                 request.finish(.failure(error))
             }

@@ -29,6 +29,12 @@ final class HTTP2ClientSession {
     private(set) var confirmed = false
     /// Calls that ended, for the event loop to finish (and forget) after a feed or a send.
     private(set) var ended: [(Call, Result<HTTPClientResponse, HTTPClientError>)] = []
+    /// Calls the server refused unprocessed (REFUSED_STREAM, or above the last stream of its GOAWAY): safe to send again.
+    private(set) var refused: [PendingRequest] = []
+    /// Whether any byte arrived, and whether the first ones were an HTTP/1 status line: a server that does not speak
+    /// HTTP/2 answers the preface that way, having read no request.
+    private(set) var receivedAny = false
+    private(set) var answeredAsHTTP1 = false
     private var pending: [UInt8] = []
     private var pendingOffset = 0
     private let maxResponseBytes: Int
@@ -129,15 +135,32 @@ final class HTTP2ClientSession {
         return justSent
     }
 
+    /// Takes the calls the server refused unprocessed since the last time.
+    func takeRefused() -> [PendingRequest] {
+        defer { refused.removeAll(keepingCapacity: true) }
+        return refused
+    }
+
     /// Takes the calls that ended since the last time.
     func takeEnded() -> [(Call, Result<HTTPClientResponse, HTTPClientError>)] {
         defer { ended.removeAll(keepingCapacity: true) }
         return ended
     }
 
+    /// Looks at bytes read from a connection that is ending (not fed to nghttp2): what the server answered, if anything.
+    func noteLast(_ bytes: UnsafeRawBufferPointer) {
+        guard !receivedAny, !bytes.isEmpty else { return }
+        receivedAny = true
+        answeredAsHTTP1 = bytes.starts(with: "HTTP/1.".utf8)
+    }
+
     /// Feeds bytes read from the socket; an error when the connection must end.
     func receive(_ bytes: UnsafeRawBufferPointer) -> HTTPClientError? {
         guard let session else { return HTTPClientError(.connectionClosed, "HTTP/2 session ended") }
+        if !receivedAny, !bytes.isEmpty {
+            receivedAny = true
+            answeredAsHTTP1 = bytes.starts(with: "HTTP/1.".utf8)
+        }
         let used = nghttp2_session_mem_recv(session, bytes.baseAddress!.assumingMemoryBound(to: UInt8.self), bytes.count)
         guard used >= 0 else { return HTTPClientError(.malformedResponse, "HTTP/2: \(String(cString: nghttp2_strerror(Int32(used))))") }
         return nil
@@ -210,9 +233,14 @@ final class HTTP2ClientSession {
         guard let call = calls.removeValue(forKey: stream) else { return }
         streamOf[call.request.id] = nil
         let result: Result<HTTPClientResponse, HTTPClientError>
+        if errorCode == NGHTTP2_REFUSED_STREAM.rawValue && !call.request.isAnswered {
+            refused.append(call.request)
+            return
+        }
         if call.tooLarge {
             result = .failure(HTTPClientError(.malformedResponse, "response body larger than \(maxResponseBytes) bytes"))
-        } else if call.status >= 200 && (errorCode == NGHTTP2_NO_ERROR.rawValue || call.request.isAnswered) {
+        } else if call.status >= 200 && call.request.isAnswered {
+            // Complete only with the stream's end: a reset after part of the answer (even NO_ERROR) leaves it cut short.
             result = .success(HTTPClientResponse(status: call.status, headers: call.headers, body: call.body))
         } else {
             result = .failure(HTTPClientError(.connectionClosed, "HTTP/2 stream reset (\(String(cString: nghttp2_http2_strerror(errorCode))))"))

@@ -62,12 +62,13 @@ public final class HTTPClient: Sendable {
         /// one each, and without slack every call to Apple then needs a new connection (and TLS handshake).
         public var openSlack = 64
         /// Whether `http://` hosts are first tried over HTTP/2 with prior knowledge (RFC 9113 §3.3): many requests share a
-        /// few connections, each up to the server's limit of streams. A host whose first connection fails before its
-        /// SETTINGS arrive is served over HTTP/1.1 from then on, the requests on that connection sent again that way.
-        public var http2PriorKnowledge = true
+        /// few connections, each up to the server's limit of streams. A host that answers the preface as HTTP/1 is served
+        /// over HTTP/1.1 from then on, the requests on that connection sent again that way (it never read them as requests).
+        /// Off by default: for hosts known to speak it (the purchase server's calls to Apple's endpoints), not for any URL.
+        public var http2PriorKnowledge = false
 
         public init(maxConnectionsPerHost: Int = 8192, idleTimeout: TimeInterval = 30, caFile: String? = nil,
-                    maxResponseBytes: Int = 64 << 20, userAgent: String = "storekeeper", http2PriorKnowledge: Bool = true) {
+                    maxResponseBytes: Int = 64 << 20, userAgent: String = "storekeeper", http2PriorKnowledge: Bool = false) {
             self.http2PriorKnowledge = http2PriorKnowledge
             self.maxConnectionsPerHost = maxConnectionsPerHost
             self.idleTimeout = idleTimeout

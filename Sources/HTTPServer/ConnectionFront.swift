@@ -1,6 +1,7 @@
 import CSystem
 import Foundation
 import Locking
+import Synchronization
 
 /// Accepts connections in front of libmicrohttpd and sorts them by their first byte:
 ///
@@ -28,6 +29,9 @@ final class ConnectionFront: @unchecked Sendable {
     private let firstByteTimeout: Double = 10
     private let wake: (read: Int32, write: Int32)
     private let tunnels = Locked(0)
+    /// Times a waiting connection's first bytes were looked at (read by tests: a connection that sent too little to
+    /// tell is looked at every 10 ms, not in a spin).
+    let peeks = Atomic<Int>(0)
     private let stopped = Locked(false)
     private var thread: Thread?
 
@@ -95,7 +99,13 @@ final class ConnectionFront: @unchecked Sendable {
         let socket: Int32
         let peer: sockaddr_in
         let deadline: Double
+        /// Set when the first bytes arrived but not enough to tell (`P`, `PR`): looked at again then, not polled (the
+        /// socket stays readable, and polling it would spin).
+        var peekAgainAt: Double?
     }
+
+    /// What sorting a connection came to.
+    private enum Sorted { case done, nothingYet, tooLittle }
 
     private func acceptLoop() {
         var waiting: [Waiting] = []
@@ -110,8 +120,8 @@ final class ConnectionFront: @unchecked Sendable {
             let paused = now < listenersPausedUntil
             var fds = [pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)]
             fds += listeners.map { pollfd(fd: paused ? -1 : $0, events: Int16(POLLIN), revents: 0) }
-            fds += waiting.map { pollfd(fd: $0.socket, events: Int16(POLLIN), revents: 0) }
-            var wakeAt = waiting.map(\.deadline).min()
+            fds += waiting.map { pollfd(fd: $0.peekAgainAt == nil ? $0.socket : -1, events: Int16(POLLIN), revents: 0) }
+            var wakeAt = waiting.map { min($0.deadline, $0.peekAgainAt ?? .infinity) }.min()
             if paused { wakeAt = min(wakeAt ?? listenersPausedUntil, listenersPausedUntil) }
             let soonest = wakeAt.map { max(0, Int32(($0 - now) * 1000) + 1) } ?? -1
             let ready = poll(&fds, nfds_t(fds.count), soonest)
@@ -123,10 +133,18 @@ final class ConnectionFront: @unchecked Sendable {
             let base = 1 + listeners.count
             let checkedAt = Self.now()
             var still: [Waiting] = []
-            for (index, entry) in waiting.enumerated() {
+            for (index, var entry) in waiting.enumerated() {
                 let events = index + base < fds.count ? fds[index + base].revents : 0
-                if events != 0 || entry.deadline <= checkedAt {
-                    if !sort(entry) && entry.deadline > checkedAt { still.append(entry) }
+                if events != 0 || entry.deadline <= checkedAt || (entry.peekAgainAt ?? .infinity) <= checkedAt {
+                    switch sort(entry) {
+                    case .done: break
+                    case .nothingYet:
+                        entry.peekAgainAt = nil
+                        still.append(entry)
+                    case .tooLittle:
+                        entry.peekAgainAt = checkedAt + 0.01
+                        still.append(entry)
+                    }
                 } else {
                     still.append(entry)
                 }
@@ -146,33 +164,37 @@ final class ConnectionFront: @unchecked Sendable {
             guard socket >= 0 else { return errno != EMFILE && errno != ENFILE && errno != ENOBUFS && errno != ENOMEM }
             _ = fcntl(socket, F_SETFD, FD_CLOEXEC)
             _ = fcntl(socket, F_SETFL, fcntl(socket, F_GETFL) | O_NONBLOCK)
-            let entry = Waiting(socket: socket, peer: address, deadline: Self.now() + firstByteTimeout)
+            var entry = Waiting(socket: socket, peer: address, deadline: Self.now() + firstByteTimeout)
             // Most clients send at once; only the silent ones wait in the poll set (bounded like libmicrohttpd's own limit).
-            if !sort(entry) {
+            let sorted = sort(entry)
+            if sorted != .done {
+                if sorted == .tooLittle { entry.peekAgainAt = Self.now() + 0.01 }
                 if waiting.count >= 4096 { close(socket) } else { waiting.append(entry) }
             }
         }
     }
 
-    /// Routes a connection by its first bytes; false while nothing (or too little to tell) has arrived yet.
-    private func sort(_ entry: Waiting) -> Bool {
+    /// Routes a connection by its first bytes, unless nothing (or too little to tell) has arrived yet; past its
+    /// deadline a connection is routed (or closed) with what it sent.
+    private func sort(_ entry: Waiting) -> Sorted {
+        peeks.add(1, ordering: .relaxed)
         var first: (UInt8, UInt8, UInt8) = (0, 0, 0)
         let count = withUnsafeMutableBytes(of: &first) { recv(entry.socket, $0.baseAddress, 3, Int32(MSG_PEEK | MSG_DONTWAIT)) }
         let due = entry.deadline <= Self.now()
-        if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !due { return false }
+        if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !due { return .nothingYet }
         guard count >= 1 else {
             close(entry.socket)
-            return true
+            return .done
         }
         // `P` is POST, PUT, PATCH or HTTP/2's `PRI`: the third byte tells (the first segment of a request usually comes whole).
-        if first.0 == UInt8(ascii: "P") && count < 3 && !due { return false }
+        if first.0 == UInt8(ascii: "P") && count < 3 && !due { return .tooLittle }
         switch first.0 {
         case 0x16: startTunnel(entry, kind: .direct)
         case UInt8(ascii: "C"): startTunnel(entry, kind: .proxy)
         case UInt8(ascii: "P") where count == 3 && first.1 == UInt8(ascii: "R") && first.2 == UInt8(ascii: "I"): handOffHTTP2(entry.socket)
         default: handOff(entry.socket, entry.peer, nil)
         }
-        return true
+        return .done
     }
 
     private func startTunnel(_ entry: Waiting, kind: TLSTunnel.Kind) {

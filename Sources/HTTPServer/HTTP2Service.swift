@@ -14,23 +14,36 @@ import Synchronization
 /// socket per request over HTTP/1.1, and a process's descriptors run out first; over HTTP/2 they share a few.
 ///
 /// One thread owns every HTTP/2 connection (epoll). Others reach it only through `post` (a locked inbox and an
-/// eventfd): a task's answer, a held answer come due, a socket from the front.
+/// eventfd): a task's answer, a held answer come due, a socket from the front, the stop.
+///
+/// What a hostile client can hold is bounded for the whole service, not per connection: requests open (receiving,
+/// or being answered by a task or a held answer, even after the client reset the stream) and the bytes of their
+/// headers and bodies. Past either bound new streams are refused (REFUSED_STREAM, which a client may retry). A request
+/// still arriving after the server's request deadline is reset, as is an answer the client does not take (a closed
+/// window) within the connection timeout; a connection with nothing open for the connection timeout is sent GOAWAY and
+/// closed a second later.
 final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touched only on its thread
     /// Concurrent streams one connection may open (SETTINGS_MAX_CONCURRENT_STREAMS); a client needing more opens
     /// another connection.
     static let maxConcurrentStreams: UInt32 = 4096
-    /// Bytes of one request's header block (names and values) at most; past it the stream is reset.
+    /// Bytes of one request's header block (names and values, 32 more per field as HPACK counts) at most; past it the
+    /// stream is reset.
     static let maxHeaderBytes = 64 << 10
-    /// Request bodies held by one connection at most; past it the connection is ended (GOAWAY ENHANCE_YOUR_CALM).
-    static let maxBufferedBytesPerConnection = 256 << 20
+    /// Requests open at once in the whole service (each holds a stream or a task).
+    static let maxOpenRequests = 65_536
+    /// Bytes of header blocks and bodies the service's open requests hold at most.
+    static let maxHeldBytes = 1 << 30
     /// Each stream's receive window (SETTINGS_INITIAL_WINDOW_SIZE) and the connection's.
     static let streamWindow: Int32 = 1 << 20
     static let connectionWindow: Int32 = 64 << 20
+    /// Bytes read from one connection before the others get their turn.
+    static let readBudget = 1 << 20
 
     enum Message {
         case adopt(Int32, tunnel: String?)
-        case answer(connection: UInt64, stream: Int32, Response)
-        case due(connection: UInt64, stream: Int32, @Sendable () -> PromptAnswer)
+        /// A task's answer; `charge` is what its request held (released now, whether or not the stream is still open).
+        case answer(connection: UInt64, stream: Int32, Response, charge: Int)
+        case due(connection: UInt64, stream: Int32, @Sendable () -> PromptAnswer, charge: Int)
         case stop
     }
 
@@ -39,11 +52,10 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
     private let epoll: Int32
     private let wakeFD: Int32
     private let inbox = Locked<(messages: [Message], stopped: Bool)>(([], false))
-    /// Requests whose answer is awaited (a task or a held answer), readable from any thread.
+    /// Tasks answering HTTP/2 requests now, readable from any thread (held answers are the server's `heldAnswers`).
     let requestsInFlight = Atomic<Int>(0)
     /// Connections open now.
     let openConnections = Atomic<Int>(0)
-    private var thread: Thread?
     private let finished = DispatchSemaphore(value: 0)
 
     // Owned by the loop thread.
@@ -51,6 +63,13 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
     private var nextID: UInt64 = 0
     private let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 << 10, alignment: 16)
     private var lastSweep = ContinuousClock.now
+    /// Connections that had more to read when their budget ran out (edge-triggered: no new event will say so).
+    private var moreToRead: [UInt64] = []
+    /// Requests open and the bytes they hold (see the type's comment).
+    private(set) var openRequests = 0
+    private(set) var heldBytes = 0
+    /// Set by `.stop`: tasks are cancelled, and the loop ends once their answers are in or two seconds pass.
+    private var stopDeadline: ContinuousClock.Instant?
 
     init(server: HTTPServer) throws(HTTPServer.StartError) {
         self.server = server
@@ -64,7 +83,6 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
         let thread = Thread { [self] in run() }
         thread.name = "storekeeper-http2"
         thread.start()
-        self.thread = thread
     }
 
     deinit {
@@ -81,7 +99,7 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
             state.messages.append(message)
             return (true, state.messages.count == 1)
         }
-        if !accepted, case .adopt(let socket, _) = message { close(socket) }
+        if !accepted { discard(message) }
         if wake {
             var one: UInt64 = 1
             _ = write(wakeFD, &one, 8)
@@ -89,7 +107,19 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
         return accepted
     }
 
-    /// Ends every connection (streams still open are reset) and waits for the loop to finish.
+    /// What a message that will never be handled still owes: its socket closed, its task counted out.
+    private func discard(_ message: Message) {
+        switch message {
+        case .adopt(let socket, _):
+            close(socket)
+            server.releaseConnectionSlot()
+        case .answer: requestsInFlight.wrappingSubtract(1, ordering: .relaxed)
+        case .due, .stop: break
+        }
+    }
+
+    /// Cancels the tasks answering, waits up to two seconds for their answers, sends them, then ends every connection
+    /// (GOAWAY) and waits for the loop to finish.
     func stop() {
         guard post(.stop) else { return }
         finished.wait()
@@ -100,18 +130,17 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
     private func run() {
         var events = [epoll_event](repeating: epoll_event(), count: 256)
         while true {
-            let count = epoll_wait(epoll, &events, Int32(events.count), 1000)
+            let count = epoll_wait(epoll, &events, Int32(events.count), moreToRead.isEmpty ? 250 : 0)
+            var readable = moreToRead
+            moreToRead = []
             if count > 0 {
-                for index in 0..<Int(count) {
-                    let id = events[index].data.u64
-                    if id == 0 {
-                        var value: UInt64 = 0
-                        _ = read(wakeFD, &value, 8)
-                    } else if let connection = connections[id] {
-                        drive(connection, writable: events[index].events & EPOLLOUT.rawValue != 0)
-                    }
+                for index in 0..<Int(count) where events[index].data.u64 != 0 { readable.append(events[index].data.u64) }
+                if events[0..<Int(count)].contains(where: { $0.data.u64 == 0 }) {
+                    var value: UInt64 = 0
+                    _ = read(wakeFD, &value, 8)
                 }
             }
+            for id in readable { if let connection = connections[id] { drive(connection) } }
             let messages = inbox.withLock { state in
                 defer { state.messages.removeAll(keepingCapacity: true) }
                 return state.messages
@@ -120,25 +149,28 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
             for message in messages {
                 switch message {
                 case .adopt(let socket, let tunnel): adopt(socket, tunnel: tunnel)
-                case .answer(let id, let stream, let response):
+                case .answer(let id, let stream, let response, let charge):
                     requestsInFlight.wrappingSubtract(1, ordering: .relaxed)
+                    release(requests: 1, bytes: charge)
                     guard let connection = connections[id] else { continue }
                     connection.answer(stream, with: response)
                     touched[id] = connection
-                case .due(let id, let stream, let next):
-                    requestsInFlight.wrappingSubtract(1, ordering: .relaxed)
-                    guard let connection = connections[id] else { continue }
+                case .due(let id, let stream, let next, let charge):
+                    release(requests: 1, bytes: charge)
+                    // A stream the client reset (or a connection gone) starts no work its answer would have started.
+                    guard let connection = connections[id], connection.isOpen(stream) else { continue }
                     connection.carryOut(next(), stream: stream)
                     touched[id] = connection
                 case .stop:
-                    inbox.withLock { $0.stopped = true }
-                    for connection in Array(connections.values) { end(connection) }
-                    for message in inbox.withLock({ $0.messages }) { if case .adopt(let socket, _) = message { close(socket) } }
-                    finished.signal()
-                    return
+                    stopDeadline = ContinuousClock.now + .seconds(2)
+                    for connection in connections.values { connection.cancelTasks() }
                 }
             }
             for connection in touched.values { flush(connection) }
+            if let stopDeadline, requestsInFlight.load(ordering: .relaxed) <= 0 || ContinuousClock.now >= stopDeadline {
+                finish()
+                return
+            }
             if ContinuousClock.now - lastSweep > .seconds(1) {
                 lastSweep = ContinuousClock.now
                 sweep()
@@ -146,14 +178,32 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
         }
     }
 
+    /// The loop's end: every connection sent GOAWAY and what it has, then closed; messages still in the inbox discarded.
+    private func finish() {
+        for connection in Array(connections.values) {
+            connection.terminate()
+            _ = connection.send()
+            end(connection)
+        }
+        let left = inbox.withLock { state -> [Message] in
+            state.stopped = true
+            defer { state.messages = [] }
+            return state.messages
+        }
+        for message in left { discard(message) }
+        finished.signal()
+    }
+
     private func adopt(_ socket: Int32, tunnel: String?) {
-        guard connections.count < Int(server.configuration.connectionLimit) else {
+        guard stopDeadline == nil else {
             close(socket)
+            server.releaseConnectionSlot()
             return
         }
         nextID += 1
         guard let connection = HTTP2ServerConnection(id: nextID, socket: socket, tunnel: tunnel, service: self) else {
             close(socket)
+            server.releaseConnectionSlot()
             return
         }
         var event = epoll_event()
@@ -161,25 +211,31 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
         event.data.u64 = connection.id
         guard epoll_ctl(epoll, EPOLL_CTL_ADD, socket, &event) == 0 else {
             connection.closeSocket()
+            server.releaseConnectionSlot()
             return
         }
         connections[connection.id] = connection
         openConnections.wrappingAdd(1, ordering: .relaxed)
         server.configuration.openConnections.value.wrappingAdd(1, ordering: .relaxed)
-        drive(connection, writable: true)
+        drive(connection)
     }
 
-    /// Reads what arrived, feeds it to nghttp2, and writes what it has to send, until the socket would block.
-    private func drive(_ connection: HTTP2ServerConnection, writable: Bool) {
+    /// Reads what arrived (up to the read budget), feeds it to nghttp2, and writes what it has to send.
+    private func drive(_ connection: HTTP2ServerConnection) {
+        var taken = 0
         while true {
+            guard taken < Self.readBudget else {
+                moreToRead.append(connection.id)
+                break
+            }
             let count = recv(connection.socket, readBuffer.baseAddress, readBuffer.count, 0)
             if count > 0 {
+                taken += count
                 connection.lastActivity = ContinuousClock.now
                 guard connection.receive(UnsafeRawBufferPointer(rebasing: readBuffer[0..<count])) else {
                     end(connection)
                     return
                 }
-                if count < readBuffer.count { break }
             } else if count == 0 {
                 end(connection)
                 return
@@ -206,16 +262,28 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
         connection.closeSocket()
         openConnections.wrappingSubtract(1, ordering: .relaxed)
         server.configuration.openConnections.value.wrappingSubtract(1, ordering: .relaxed)
+        server.releaseConnectionSlot()
     }
 
-    /// Each second: connections silent for the server's connection timeout with no request waiting are closed.
+    /// Each second: requests past their deadlines reset, connections idle past the connection timeout sent GOAWAY, and
+    /// those that were sent it with nothing left open closed.
     private func sweep() {
         let now = ContinuousClock.now
         let idle = Duration.seconds(Int(server.configuration.connectionTimeout))
-        for connection in Array(connections.values) where connection.streams.isEmpty && now - connection.lastActivity > idle {
-            connection.goAway(NGHTTP2_NO_ERROR)
-            _ = connection.send()
-            end(connection)
+        let arriving = Duration.milliseconds(Int(server.configuration.requestDeadline * 1000))
+        for connection in Array(connections.values) {
+            connection.resetOverdue(now: now, arriving: arriving, unread: idle)
+            if connection.streams.isEmpty {
+                if let since = connection.goAwaySince {
+                    if now - since >= .seconds(1) {
+                        end(connection)
+                        continue
+                    }
+                } else if now - connection.lastActivity > idle {
+                    connection.goAway()
+                }
+            }
+            flush(connection)
         }
     }
 
@@ -224,6 +292,29 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
     var responder: any Responder { server.responder }
     var maxBodySize: Int { server.configuration.maxBodySize }
     var isDraining: Bool { server.isDraining }
+    var isStopping: Bool { stopDeadline != nil || server.isStopping }
+
+    /// Takes room for a new request, or says there is none (the stream is then refused).
+    func admitRequest() -> Bool {
+        guard openRequests < Self.maxOpenRequests, heldBytes < Self.maxHeldBytes else { return false }
+        openRequests += 1
+        return true
+    }
+
+    /// Takes a place for a request the service already holds (a held answer holding again).
+    func reserve() { openRequests += 1 }
+
+    /// Takes room for `count` more bytes of an open request, or says there is none.
+    func charge(_ count: Int) -> Bool {
+        guard heldBytes + count <= Self.maxHeldBytes else { return false }
+        heldBytes += count
+        return true
+    }
+
+    func release(requests: Int, bytes: Int) {
+        openRequests -= requests
+        heldBytes -= bytes
+    }
 
     func log(_ request: Request, response: Response, started: ContinuousClock.Instant) {
         server.log(request, status: response.dropConnection ? 0 : response.status.code, bytes: response.body.count, started: started, response: response)
@@ -234,20 +325,19 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
         responder.refused(request, with: response)
     }
 
-    /// Runs `work` as a task; its answer comes back to the loop.
-    func dispatch(_ work: @escaping @Sendable () async -> Response, connection: UInt64, stream: Int32) {
+    /// Runs `work` as a task; its answer comes back to the loop with the request's charge.
+    func dispatch(_ work: @escaping @Sendable () async -> Response, connection: UInt64, stream: Int32, charge: Int) -> Task<Void, Never> {
         requestsInFlight.wrappingAdd(1, ordering: .relaxed)
-        Task { [self] in
+        return Task { [self] in
             let response = await work()
-            if !post(.answer(connection: connection, stream: stream, response)) { requestsInFlight.wrappingSubtract(1, ordering: .relaxed) }
+            post(.answer(connection: connection, stream: stream, response, charge: charge))
         }
     }
 
     /// Holds an answer for its delay on the server's alarms (one thread for every held answer), then carries it out here.
-    func hold(_ next: @escaping @Sendable () -> PromptAnswer, after delay: Duration, connection: UInt64, stream: Int32) {
-        requestsInFlight.wrappingAdd(1, ordering: .relaxed)
+    func hold(_ next: @escaping @Sendable () -> PromptAnswer, after delay: Duration, connection: UInt64, stream: Int32, charge: Int) {
         let due: @Sendable () -> Void = { [self] in
-            if !post(.due(connection: connection, stream: stream, next)) { requestsInFlight.wrappingSubtract(1, ordering: .relaxed) }
+            if !post(.due(connection: connection, stream: stream, next, charge: charge)) { return }
         }
         if server.isStopping {
             due()
@@ -268,12 +358,19 @@ final class HTTP2ServerConnection {
         var headerBytes = 0
         var body = Data()
         var bodyLimit = Int.max
-        var refusal: Response?
         var request: Request?
         var startedAt = ContinuousClock.now
-        /// The answer's body and how much of it nghttp2 has taken.
+        /// Bytes of the service's budget this request holds while it is here (handed to a task or a held answer with it).
+        var charge = 0
+        /// Whether the request still counts as open here (false once handed to a task or a held answer, or released).
+        var counted = true
+        /// The task answering it, cancelled if the stream or the connection ends first.
+        var task: Task<Void, Never>?
+        /// The answer's body and how much of it nghttp2 has taken; when the answer was submitted.
         var responseBody = Data()
         var responseOffset = 0
+        var answeredAt: ContinuousClock.Instant?
+        var isHead = false
         /// Whether the request is complete and handed to the responder (or refused): nothing more is read into it.
         var answered = false
     }
@@ -283,9 +380,10 @@ final class HTTP2ServerConnection {
     let tunnel: String?
     unowned let service: HTTP2Service
     private var session: OpaquePointer?
-    var streams: [Int32: Stream] = [:]
-    var bufferedBytes = 0
+    private(set) var streams: [Int32: Stream] = [:]
     var lastActivity = ContinuousClock.now
+    /// When GOAWAY was sent (draining, idle): the connection is closed once nothing is open.
+    private(set) var goAwaySince: ContinuousClock.Instant?
     /// Streams answered before their request's end (refusals): reset once the answer is out (RFC 9113 §8.1), so the
     /// client stops sending a body nobody reads.
     private var resetsDue: [Int32] = []
@@ -330,18 +428,22 @@ final class HTTP2ServerConnection {
         if let session { nghttp2_session_del(session) }
     }
 
+    /// Closes the socket and the session; every request still counted here is released, and its task cancelled.
     func closeSocket() {
         close(socket)
         if let session { nghttp2_session_del(session) }
         session = nil
+        for stream in streams.values { forget(stream) }
         streams = [:]
     }
 
-    /// Whether nghttp2 still wants to read or write (false after GOAWAY both ways, or a fatal error).
+    /// Whether nghttp2 still wants to read or write (false after a fatal error or a terminated session).
     var isWanted: Bool {
         guard let session else { return false }
         return nghttp2_session_want_read(session) != 0 || nghttp2_session_want_write(session) != 0 || pendingOffset < pending.count
     }
+
+    func isOpen(_ streamID: Int32) -> Bool { streams[streamID] != nil }
 
     /// Feeds received bytes to the session; false when the connection must end.
     func receive(_ bytes: UnsafeRawBufferPointer) -> Bool {
@@ -382,22 +484,62 @@ final class HTTP2ServerConnection {
         }
     }
 
-    func goAway(_ code: nghttp2_error_code) {
+    /// GOAWAY with the last stream processed, once: the streams open go on, no new one is taken, and the connection
+    /// is closed once nothing is open (the sweep, a second on, so the client reads the GOAWAY before the close).
+    func goAway() {
+        guard let session, goAwaySince == nil else { return }
+        goAwaySince = ContinuousClock.now
+        nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nghttp2_session_get_last_proc_stream_id(session),
+                              NGHTTP2_NO_ERROR.rawValue, nil, 0)
+    }
+
+    /// Ends the session at once (the service stopping, or a client past a bound): GOAWAY, and nothing more is read.
+    func terminate(_ code: nghttp2_error_code = NGHTTP2_NO_ERROR) {
         guard let session else { return }
         nghttp2_session_terminate_session(session, code.rawValue)
+    }
+
+    func cancelTasks() {
+        for stream in streams.values { stream.task?.cancel() }
+    }
+
+    /// Resets requests still arriving past `arriving` since their first header, and answers the client has not taken
+    /// within `unread` (a window it keeps closed).
+    func resetOverdue(now: ContinuousClock.Instant, arriving: Duration, unread: Duration) {
+        guard let session else { return }
+        for (streamID, stream) in streams {
+            let overdue = stream.answeredAt.map { now - $0 > unread } ?? (!stream.answered && now - stream.startedAt > arriving)
+            if overdue { nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, NGHTTP2_CANCEL.rawValue) }
+        }
+    }
+
+    /// Releases what a stream still holds of the service's budget and cancels its task.
+    private func forget(_ stream: Stream) {
+        stream.task?.cancel()
+        guard stream.counted else { return }
+        stream.counted = false
+        service.release(requests: 1, bytes: stream.charge)
+        stream.charge = 0
     }
 
     // MARK: Requests
 
     fileprivate func beginHeaders(_ streamID: Int32) {
+        guard service.admitRequest() else {
+            // No room in the service: refused unprocessed, which a client may send again.
+            if let session { nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, NGHTTP2_REFUSED_STREAM.rawValue) }
+            return
+        }
         streams[streamID] = Stream()
     }
 
-    /// One header field; false resets the stream (a header block past its bound).
+    /// One header field; false resets the stream (a header block past its bound, or the service's bytes used up).
     fileprivate func header(_ streamID: Int32, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) -> Bool {
         guard let stream = streams[streamID] else { return true }
-        stream.headerBytes += name.count + value.count + 32
-        guard stream.headerBytes <= HTTP2Service.maxHeaderBytes else { return false }
+        let size = name.count + value.count + 32
+        guard stream.headerBytes + size <= HTTP2Service.maxHeaderBytes, service.charge(size) else { return false }
+        stream.headerBytes += size
+        stream.charge += size
         let name = String(decoding: name, as: UTF8.self)
         let value = String(decoding: value, as: UTF8.self)
         switch name {
@@ -424,16 +566,18 @@ final class HTTP2ServerConnection {
                               target: HTTP2Path.decoded(stream.path.isEmpty ? "/" : stream.path), headers: stream.headers)
         request.tunnel = tunnel
         stream.headers = [:]
+        stream.isHead = request.method == .head
         let declared = request.headers["content-length"].flatMap { Int($0) }
         var limit = service.maxBodySize
+        var refusal: Response?
         switch service.responder.admit(RequestHead(request, contentLength: declared)) {
-        case .refuse(let response): stream.refusal = response
+        case .refuse(let response): refusal = response
         case .accept(let bodyLimit): limit = min(limit, bodyLimit)
         }
-        if stream.refusal == nil, let declared, declared > limit { stream.refusal = Self.tooLarge(limit) }
+        if refusal == nil, let declared, declared > limit { refusal = Self.tooLarge(limit) }
         stream.bodyLimit = limit
         stream.request = request
-        if let refusal = stream.refusal {
+        if let refusal {
             refuse(streamID, stream, with: refusal)
         } else if endsStream {
             complete(streamID)
@@ -443,30 +587,35 @@ final class HTTP2ServerConnection {
     fileprivate func dataChunk(_ streamID: Int32, _ bytes: UnsafeRawBufferPointer) {
         guard let stream = streams[streamID], !stream.answered, stream.request != nil else { return }
         guard stream.body.count + bytes.count <= stream.bodyLimit else {
-            bufferedBytes -= stream.body.count
-            stream.body = Data()
             refuse(streamID, stream, with: Self.tooLarge(stream.bodyLimit))
             return
         }
+        guard service.charge(bytes.count) else {
+            if let session { nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, NGHTTP2_REFUSED_STREAM.rawValue) }
+            return
+        }
+        stream.charge += bytes.count
         stream.body.append(bytes.assumingMemoryBound(to: UInt8.self))
-        bufferedBytes += bytes.count
-        if bufferedBytes > HTTP2Service.maxBufferedBytesPerConnection { goAway(NGHTTP2_ENHANCE_YOUR_CALM) }
     }
 
-    /// The request's last frame arrived.
+    /// The request's last frame arrived: to the responder (503 once the server is stopping, as HTTP/1.1 answers then).
     fileprivate func complete(_ streamID: Int32) {
         guard let stream = streams[streamID], !stream.answered, var request = stream.request else { return }
         stream.answered = true
-        bufferedBytes -= stream.body.count
         request.body = stream.body
         stream.body = Data()
         stream.request = request
+        if service.isStopping {
+            answer(streamID, with: HTTPServer.stoppingResponse)
+            return
+        }
         carryOut(service.responder.respondPromptly(to: request), stream: streamID)
     }
 
     /// A refusal is answered at once, and the rest of the request's body, if any, is not read (the stream is reset).
     private func refuse(_ streamID: Int32, _ stream: Stream, with response: Response) {
         stream.answered = true
+        stream.body = Data()
         if let request = stream.request { service.refused(request, with: response, started: stream.startedAt) }
         submit(response, on: streamID, stream)
         resetsDue.append(streamID)
@@ -488,23 +637,47 @@ final class HTTP2ServerConnection {
         return reset
     }
 
+    /// Carries out a responder's prompt answer. A task or a held answer takes the request's charge with it: what the
+    /// request holds stays counted until its answer is back, even if the client resets the stream meanwhile.
     func carryOut(_ prompt: PromptAnswer, stream streamID: Int32) {
+        guard let stream = streams[streamID] else { return }
         switch prompt {
         case .now(let response): answer(streamID, with: response)
-        case .later(let work): service.dispatch(work, connection: id, stream: streamID)
-        case .after(let delay, let next): service.hold(next, after: delay, connection: id, stream: streamID)
+        case .later(let work):
+            let charge = handOver(stream)
+            stream.task = service.dispatch(work, connection: id, stream: streamID, charge: charge)
+        case .after(let delay, let next):
+            service.hold(next, after: delay, connection: id, stream: streamID, charge: handOver(stream))
         }
+    }
+
+    /// The request's place in the service's budget, now carried by a task or a held answer (counted back when it is
+    /// back: `admitRequest` for the held answer's next step starts from there).
+    private func handOver(_ stream: Stream) -> Int {
+        guard stream.counted else {
+            // Counted out already (a held answer come due and holding again): it takes its place again, whatever the
+            // bound (it was within it when it came, and its answer will count it out).
+            service.reserve()
+            return 0
+        }
+        stream.counted = false
+        defer { stream.charge = 0 }
+        return stream.charge
     }
 
     /// Sends a responder's answer on the stream, if the client has not reset it meanwhile.
     func answer(_ streamID: Int32, with response: Response) {
         guard let stream = streams[streamID], let request = stream.request else { return }
+        stream.task = nil
         service.log(request, response: response, started: stream.startedAt)
         submit(response, on: streamID, stream)
     }
 
     private func submit(_ response: Response, on streamID: Int32, _ stream: Stream) {
         guard let session else { return }
+        // What the request held is let go once it is answered.
+        forget(stream)
+        stream.answeredAt = ContinuousClock.now
         if response.dropConnection {
             // One stream of many: it is reset rather than the connection dropped (the client sees the call fail).
             nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, NGHTTP2_INTERNAL_ERROR.rawValue)
@@ -517,9 +690,10 @@ final class HTTP2ServerConnection {
             fields.append((lowered, value))
         }
         fields.append(("content-length", String(response.body.count)))
-        stream.responseBody = response.body
+        // A HEAD answer has its length and no body, as libmicrohttpd sends it.
+        stream.responseBody = stream.isHead ? Data() : response.body
         stream.responseOffset = 0
-        let hasBody = !response.body.isEmpty
+        let hasBody = !stream.responseBody.isEmpty
         HTTP2Fields.withNameValues(fields) { nva in
             if hasBody {
                 var provider = nghttp2_data_provider()
@@ -529,7 +703,7 @@ final class HTTP2ServerConnection {
                 _ = nghttp2_submit_response(session, streamID, nva.baseAddress, nva.count, nil)
             }
         }
-        if service.isDraining { goAway(NGHTTP2_NO_ERROR) }
+        if service.isDraining { goAway() }
     }
 
     fileprivate func readBody(_ streamID: Int32, into buffer: UnsafeMutablePointer<UInt8>, length: Int, flags: UnsafeMutablePointer<UInt32>) -> Int {
@@ -551,7 +725,7 @@ final class HTTP2ServerConnection {
 
     fileprivate func streamClosed(_ streamID: Int32) {
         guard let stream = streams.removeValue(forKey: streamID) else { return }
-        if !stream.answered { bufferedBytes -= stream.body.count }
+        forget(stream)
     }
 
     static func tooLarge(_ limit: Int) -> Response {

@@ -173,6 +173,8 @@ public final class HTTPServer: Sendable {
     /// Where shutdown is (read by tests): draining (answers close their connections), stopping (past the grace), closed
     /// to suspension.
     var isDraining: Bool { draining.load(ordering: .relaxed) }
+    /// How many times the front looked at a waiting connection's first bytes (0 without a front).
+    var frontPeeks: Int { state.withLock { $0.front?.peeks.load(ordering: .relaxed) ?? 0 } }
     var isStopping: Bool { state.withLock { $0.stopping } }
     var isClosedToSuspension: Bool { state.withLock { $0.closed } }
     var stoppedDaemon: Bool { state.withLock { $0.stoppedDaemon } }
@@ -256,7 +258,14 @@ public final class HTTPServer: Sendable {
                                             }
                                             handOff(socket, peer: peer, tunnel: tunnel)
                                         },
-                                        handOffHTTP2: { socket in http2.post(.adopt(socket, tunnel: nil)) })
+                                        handOffHTTP2: { [weak self] socket in
+                                            // The same limit as libmicrohttpd's connections: the front holds both kinds.
+                                            guard let self, takeConnectionSlot() else {
+                                                close(socket)
+                                                return
+                                            }
+                                            http2.post(.adopt(socket, tunnel: nil))
+                                        })
         } catch {
             http2.stop()
             MHD_stop_daemon(daemon)
@@ -284,8 +293,7 @@ public final class HTTPServer: Sendable {
                 close(socket)
                 return
             }
-            guard handedOff.wrappingAdd(1, ordering: .relaxed).newValue <= Int(configuration.connectionLimit) else {
-                handedOff.wrappingSubtract(1, ordering: .relaxed)
+            guard takeConnectionSlot() else {
                 close(socket)
                 return
             }
@@ -300,6 +308,18 @@ public final class HTTPServer: Sendable {
             }
         }
     }
+
+    /// Takes one of the `connectionLimit` places the front's connections share (libmicrohttpd's and HTTP/2's alike).
+    func takeConnectionSlot() -> Bool {
+        guard handedOff.wrappingAdd(1, ordering: .relaxed).newValue <= Int(configuration.connectionLimit) else {
+            handedOff.wrappingSubtract(1, ordering: .relaxed)
+            return false
+        }
+        return true
+    }
+
+    /// Gives back a place taken by `takeConnectionSlot`.
+    func releaseConnectionSlot() { handedOff.wrappingSubtract(1, ordering: .relaxed) }
 
     /// libmicrohttpd started a connection.
     func noteStarted() { configuration.openConnections.value.wrappingAdd(1, ordering: .relaxed) }

@@ -48,6 +48,8 @@ public final class ClientTransport: HTTPTransport {
     /// `openAtMost`, when given, bounds the connections it keeps open in all now (`HTTPClient.Configuration.openAtMost`).
     public init(connectionsPerHost: Int = 8192, caFile: String? = nil, openAtMost: (@Sendable () -> Int)? = nil) throws {
         var configuration = HTTPClient.Configuration(maxConnectionsPerHost: connectionsPerHost, caFile: caFile)
+        // Thousands of calls held for Apple's latency share a few connections where the host speaks HTTP/2.
+        configuration.http2PriorKnowledge = true
         configuration.openAtMost = openAtMost
         client = try HTTPClient(configuration: configuration)
     }

@@ -65,7 +65,7 @@ struct HTTP2Tests {
     func multiplexed() async throws {
         let answers = Answers()
         let (server, base, _) = try Self.makeServer(answers)
-        let client = try HTTPClient()
+        let client = try HTTPClient(configuration: .init(http2PriorKnowledge: true))
         let paths = ["echo", "later", "held"]
         let results = try await withThrowingTaskGroup(of: (Int, HTTPClientResponse).self) { group in
             for index in 0..<300 {
@@ -96,7 +96,7 @@ struct HTTP2Tests {
     func refusals() async throws {
         let answers = Answers()
         let (server, base, _) = try Self.makeServer(answers)
-        let client = try HTTPClient()
+        let client = try HTTPClient(configuration: .init(http2PriorKnowledge: true))
         let refused = try await client.send("POST", URL(string: "\(base)/refused")!, body: Array(repeating: 1, count: 1000), timeout: 10)
         #expect(refused.status == 401)
         let large = try await client.send("POST", URL(string: "\(base)/echo")!, body: Array(repeating: 2, count: 200_000), timeout: 10)
@@ -115,7 +115,7 @@ struct HTTP2Tests {
     @Test("A call past its deadline resets its own stream only: the call beside it on the same connection is answered")
     func deadlineResetsStream() async throws {
         let (server, base, _) = try Self.makeServer(Answers())
-        let client = try HTTPClient()
+        let client = try HTTPClient(configuration: .init(http2PriorKnowledge: true))
         let slow = Task { try await client.send("GET", URL(string: "\(base)/sleep?ms=3000")!, timeout: 0.5) }
         let patient = Task { try await client.send("GET", URL(string: "\(base)/sleep?ms=1000")!, timeout: 20) }
         await #expect(throws: HTTPClientError.self) { try await slow.value }
@@ -130,7 +130,7 @@ struct HTTP2Tests {
         let answers = Answers()
         let server = HTTPServer(configuration: .init(port: 0, accessLog: false), responder: answers)  // libmicrohttpd alone
         let port = try server.start()
-        let client = try HTTPClient()
+        let client = try HTTPClient(configuration: .init(http2PriorKnowledge: true))
         let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
             for index in 0..<20 {
                 group.addTask { try await client.send("POST", URL(string: "http://127.0.0.1:\(port)/echo?q=\(index)")!, body: [UInt8(index)], timeout: 20).status }
@@ -156,7 +156,7 @@ struct HTTP2Tests {
         let answer = try await InterceptionTests.exchange(port, preface + garbage)
         #expect(answer.utf8.count < 200)
         // Headers past the bound: the stream is reset, the call fails, and no request reached the responder.
-        let client = try HTTPClient()
+        let client = try HTTPClient(configuration: .init(http2PriorKnowledge: true))
         let huge = String(repeating: "x", count: 70_000)
         await #expect(throws: HTTPClientError.self) {
             try await client.send("GET", URL(string: "\(base)/echo")!, headers: [("x-huge", huge)], timeout: 10)
@@ -165,6 +165,69 @@ struct HTTP2Tests {
         let fine = try await client.send("POST", URL(string: "\(base)/echo")!, body: [9], timeout: 10)
         #expect(fine.body == [9])
         client.shutdown()
+        await server.shutdown()
+    }
+
+    @Test("A call the client gives up on cancels the task answering it, and what its request held is let go")
+    func resetCancelsTask() async throws {
+        let (server, base, _) = try Self.makeServer(Answers())
+        let client = try HTTPClient(configuration: .init(http2PriorKnowledge: true))
+        let started = ContinuousClock.now
+        await #expect(throws: HTTPClientError.self) {
+            try await client.send("GET", URL(string: "\(base)/sleep?ms=20000")!, timeout: 0.3)
+        }
+        // The task would sleep 20 s; cancelled with its stream, it ends at once.
+        while server.requestsInFlight > 0 && ContinuousClock.now - started < .seconds(10) { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(server.requestsInFlight == 0)
+        #expect(ContinuousClock.now - started < .seconds(10))
+        client.shutdown()
+        await server.shutdown()
+    }
+
+    @Test("Shutdown ends HTTP/2 requests still answering: cancelled after the grace, connections closed")
+    func shutdownEndsStreams() async throws {
+        let (server, base, _) = try Self.makeServer(Answers())
+        let client = try HTTPClient(configuration: .init(http2PriorKnowledge: true))
+        let call = Task { try await client.send("GET", URL(string: "\(base)/sleep?ms=30000")!, timeout: 60) }
+        while server.requestsInFlight == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        let started = ContinuousClock.now
+        await server.shutdown(grace: .milliseconds(200))
+        #expect(ContinuousClock.now - started < .seconds(8))
+        // Cancelled, the handler answers at once, and that answer is sent before the connection closes (or the call fails).
+        let outcome = try? await call.value
+        #expect(outcome == nil || outcome?.status == 200)
+        #expect(server.requestsInFlight == 0)
+        client.shutdown()
+    }
+
+    @Test("A connection that sends only `P` is looked at again every 10 ms, not in a spin, then served as HTTP/1.1 when the rest comes")
+    func partialPrefix() async throws {
+        let (server, base, _) = try Self.makeServer(Answers())
+        let port = UInt16(base.port!)
+        let (answer, peeks) = try await InterceptionTests.offPool { () -> (String, Int) in
+            let fd = try InterceptionTests.connected(port)
+            defer { close(fd) }
+            _ = send(fd, "P", 1, Int32(MSG_NOSIGNAL))
+            Thread.sleep(forTimeInterval: 0.05)
+            let before = server.frontPeeks
+            Thread.sleep(forTimeInterval: 1)
+            let peeks = server.frontPeeks - before
+            let rest = Array("OST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi".utf8)
+            _ = rest.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            var received: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let count = recv(fd, &buffer, buffer.count, 0)
+                if count <= 0 { break }
+                received += buffer.prefix(count)
+            }
+            return (String(decoding: received, as: UTF8.self), peeks)
+        }
+        #expect(answer.hasPrefix("HTTP/1.1 200"))
+        #expect(answer.hasSuffix("hi"))
+        // Every 10 ms is at most about 100 looks in the second; a poll on the readable socket would look thousands of times.
+        #expect(peeks <= 150)
+        #expect(peeks >= 1)
         await server.shutdown()
     }
 

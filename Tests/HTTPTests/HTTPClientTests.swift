@@ -144,7 +144,7 @@ struct HTTPClientTests {
     func openConnectionsFollowTheirBound() async throws {
         let (server, base) = try Self.makeServer()
         let allowed = Atomic<Int>(100)
-        var configuration = HTTPClient.Configuration(idleTimeout: 600, http2PriorKnowledge: false)
+        var configuration = HTTPClient.Configuration(idleTimeout: 600)
         configuration.openAtMost = { allowed.load(ordering: .relaxed) }
         configuration.openSlack = 1
         let client = try HTTPClient(configuration: configuration)
@@ -176,7 +176,7 @@ struct HTTPClientTests {
     func idleConnectionsClose() async throws {
         let (server, base) = try Self.makeServer()
         // Windows wide enough for a loaded machine: three calls overlap for a second; a connection idles for 3 s.
-        let client = try HTTPClient(configuration: .init(idleTimeout: 3, http2PriorKnowledge: false))
+        let client = try HTTPClient(configuration: .init(idleTimeout: 3))
         let slow = URL(string: base.absoluteString + "/sleep?ms=1000")!, quick = URL(string: base.absoluteString + "/sleep?ms=0")!
         try await withThrowingTaskGroup(of: Void.self) { group in
             for _ in 0..<3 { group.addTask { _ = try await client.send("GET", slow, timeout: 10) } }
@@ -288,7 +288,7 @@ struct HTTPClientTests {
     func closedAtOnce() async throws {
         let server = try ScriptedServer(closeAfter: .zero)
         defer { server.stop() }
-        let client = try HTTPClient(configuration: .init(maxConnectionsPerHost: 1, http2PriorKnowledge: false))
+        let client = try HTTPClient(configuration: .init(maxConnectionsPerHost: 1))
         let url = URL(string: "http://127.0.0.1:\(server.port)/")!
         #expect(try await client.send("GET", url, timeout: 5).status == 200)
         #expect(try await client.send("GET", url, timeout: 5).status == 200)
@@ -301,7 +301,7 @@ struct HTTPClientTests {
         // Held 4 s: well past the second after which the client lets the bytes go, even if its loop runs late.
         let server = try ScriptedServer(closeAfter: .seconds(4))
         defer { server.stop() }
-        let client = try HTTPClient(configuration: .init(maxConnectionsPerHost: 1, http2PriorKnowledge: false))
+        let client = try HTTPClient(configuration: .init(maxConnectionsPerHost: 1))
         let url = URL(string: "http://127.0.0.1:\(server.port)/")!
         #expect(try await client.send("GET", url, timeout: 10).status == 200)
         await #expect(throws: HTTPClientError.self) { try await client.send("GET", url, timeout: 10) }
