@@ -1,4 +1,5 @@
 import CNGHTTP2
+import HTTP2Wire
 import Clocks
 import Foundation
 
@@ -35,8 +36,9 @@ final class HTTP2ClientSession {
     /// HTTP/2 answers the preface that way, having read no request.
     private(set) var receivedAny = false
     private(set) var answeredAsHTTP1 = false
-    private var pending: [UInt8] = []
-    private var pendingOffset = 0
+    /// The first bytes that arrived, up to the length of `HTTP/1.` (a first read may bring fewer).
+    private var firstBytes: [UInt8] = []
+    private var outbox = HTTP2Outbox()
     private let maxResponseBytes: Int
 
     init?(maxResponseBytes: Int) {
@@ -86,7 +88,7 @@ final class HTTP2ClientSession {
     /// Whether nghttp2 still wants the connection (false after GOAWAY both ways with no stream left, or a fatal error).
     var isWanted: Bool {
         guard let session else { return false }
-        return nghttp2_session_want_read(session) != 0 || nghttp2_session_want_write(session) != 0 || pendingOffset < pending.count
+        return nghttp2_session_want_read(session) != 0 || nghttp2_session_want_write(session) != 0 || !outbox.isEmpty
     }
 
     /// Opens a stream for `request`; false if nghttp2 refused it (the connection is going away).
@@ -148,19 +150,21 @@ final class HTTP2ClientSession {
     }
 
     /// Looks at bytes read from a connection that is ending (not fed to nghttp2): what the server answered, if anything.
-    func noteLast(_ bytes: UnsafeRawBufferPointer) {
-        guard !receivedAny, !bytes.isEmpty else { return }
+    func noteLast(_ bytes: UnsafeRawBufferPointer) { note(bytes) }
+
+    /// Keeps the first seven bytes and tells from them whether the server answered as HTTP/1.
+    private func note(_ bytes: UnsafeRawBufferPointer) {
+        guard !bytes.isEmpty else { return }
         receivedAny = true
-        answeredAsHTTP1 = bytes.starts(with: "HTTP/1.".utf8)
+        guard firstBytes.count < 7 else { return }
+        firstBytes += bytes.prefix(7 - firstBytes.count)
+        answeredAsHTTP1 = firstBytes.count == 7 && firstBytes.elementsEqual("HTTP/1.".utf8)
     }
 
     /// Feeds bytes read from the socket; an error when the connection must end.
     func receive(_ bytes: UnsafeRawBufferPointer) -> HTTPClientError? {
         guard let session else { return HTTPClientError(.connectionClosed, "HTTP/2 session ended") }
-        if !receivedAny, !bytes.isEmpty {
-            receivedAny = true
-            answeredAsHTTP1 = bytes.starts(with: "HTTP/1.".utf8)
-        }
+        note(bytes)
         let used = nghttp2_session_mem_recv(session, bytes.baseAddress!.assumingMemoryBound(to: UInt8.self), bytes.count)
         guard used >= 0 else { return HTTPClientError(.malformedResponse, "HTTP/2: \(String(cString: nghttp2_strerror(Int32(used))))") }
         return nil
@@ -169,36 +173,19 @@ final class HTTP2ClientSession {
     /// Writes what the session has to send through `write` until it would block; an error when the connection must end.
     func send(_ write: (UnsafeRawBufferPointer) -> IOStep) -> HTTPClientError? {
         guard let session else { return HTTPClientError(.connectionClosed, "HTTP/2 session ended") }
-        while true {
-            if pendingOffset < pending.count {
-                let step = pending.withUnsafeBytes { write(UnsafeRawBufferPointer(rebasing: $0[pendingOffset...])) }
-                switch step {
-                case .done(let count): pendingOffset += count
-                case .wouldBlock: return nil
-                case .closed: return HTTPClientError(.connectionClosed, "connection closed while sending")
-                case .failed(let error): return error
-                }
-                if pendingOffset < pending.count { continue }
-                pending.removeAll(keepingCapacity: pending.count <= 1 << 20)
-                pendingOffset = 0
-            }
-            var data: UnsafePointer<UInt8>?
-            let count = nghttp2_session_mem_send(session, &data)
-            if count < 0 { return HTTPClientError(.connectionClosed, "HTTP/2: \(String(cString: nghttp2_strerror(Int32(count))))") }
-            guard count > 0, let data else { return nil }
-            let step = write(UnsafeRawBufferPointer(start: data, count: count))
-            var taken = 0
-            switch step {
-            case .done(let written): taken = written
-            case .wouldBlock: break
-            case .closed: return HTTPClientError(.connectionClosed, "connection closed while sending")
-            case .failed(let error): return error
-            }
-            if taken < count {
-                pending.append(contentsOf: UnsafeRawBufferPointer(start: data + taken, count: count - taken))
-                return nil
+        var failure: HTTPClientError?
+        let outcome = outbox.flush(session) { bytes in
+            switch write(bytes) {
+            case .done(let count): return .wrote(count)
+            case .wouldBlock: return .wouldBlock
+            case .closed: return .failed
+            case .failed(let error):
+                failure = error
+                return .failed
             }
         }
+        if case .failed(let reason) = outcome { return failure ?? HTTPClientError(.connectionClosed, reason) }
+        return nil
     }
 
     // MARK: What nghttp2 tells
@@ -270,29 +257,6 @@ final class HTTP2ClientSession {
             justSent.append(call.request)
         }
         return count
-    }
-}
-
-/// Header fields as nghttp2 takes them: pointers into one buffer, valid for the call only (nghttp2 copies them).
-enum HTTP2Fields {
-    static func withNameValues<Result>(_ fields: [(String, String)], _ body: (UnsafeMutableBufferPointer<nghttp2_nv>) -> Result) -> Result {
-        var storage: [UInt8] = []
-        var spans: [(Int, Int, Int, Int)] = []
-        for (name, value) in fields {
-            let nameStart = storage.count
-            storage.append(contentsOf: name.utf8)
-            let valueStart = storage.count
-            storage.append(contentsOf: value.utf8)
-            spans.append((nameStart, valueStart - nameStart, valueStart, storage.count - valueStart))
-        }
-        if storage.isEmpty { storage.append(0) }
-        return storage.withUnsafeMutableBufferPointer { bytes in
-            var nva = spans.map { span in
-                nghttp2_nv(name: bytes.baseAddress! + span.0, value: bytes.baseAddress! + span.2, namelen: span.1, valuelen: span.3,
-                           flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
-            }
-            return nva.withUnsafeMutableBufferPointer { body($0) }
-        }
     }
 }
 

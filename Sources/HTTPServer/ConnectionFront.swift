@@ -186,8 +186,10 @@ final class ConnectionFront: @unchecked Sendable {
             close(entry.socket)
             return .done
         }
-        // `P` is POST, PUT, PATCH or HTTP/2's `PRI`: the third byte tells (the first segment of a request usually comes whole).
-        if first.0 == UInt8(ascii: "P") && count < 3 && !due { return .tooLittle }
+        // `P` is POST, PUT, PATCH or HTTP/2's `PRI`: the third byte tells (the first segment of a request usually comes
+        // whole). Waited for one second at most: then what came is sorted as HTTP/1.1.
+        let waitedLong = Self.now() - (entry.deadline - firstByteTimeout) > 1
+        if first.0 == UInt8(ascii: "P") && count < 3 && !due && !waitedLong { return .tooLittle }
         switch first.0 {
         case 0x16: startTunnel(entry, kind: .direct)
         case UInt8(ascii: "C"): startTunnel(entry, kind: .proxy)

@@ -1,4 +1,5 @@
 import CNGHTTP2
+import HTTP2Wire
 import CSystem
 import Clocks
 import Foundation
@@ -65,11 +66,19 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
     private var lastSweep = ContinuousClock.now
     /// Connections that had more to read when their budget ran out (edge-triggered: no new event will say so).
     private var moreToRead: [UInt64] = []
-    /// Requests open and the bytes they hold (see the type's comment).
-    private(set) var openRequests = 0
-    private(set) var heldBytes = 0
+    /// Requests open and the bytes they hold (see the type's comment), and the same readable from any thread.
+    private(set) var openRequests = 0 {
+        didSet { heldRequests.store(openRequests, ordering: .relaxed) }
+    }
+    private(set) var heldBytes = 0 {
+        didSet { heldBytesNow.store(heldBytes, ordering: .relaxed) }
+    }
+    let heldRequests = Atomic<Int>(0)
+    let heldBytesNow = Atomic<Int>(0)
     /// Set by `.stop`: tasks are cancelled, and the loop ends once their answers are in or two seconds pass.
     private var stopDeadline: ContinuousClock.Instant?
+    /// Callers of `stop` waiting for the loop to end.
+    private var stopsWaiting = 0
 
     init(server: HTTPServer) throws(HTTPServer.StartError) {
         self.server = server
@@ -114,7 +123,8 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
             close(socket)
             server.releaseConnectionSlot()
         case .answer: requestsInFlight.wrappingSubtract(1, ordering: .relaxed)
-        case .due, .stop: break
+        case .due: break
+        case .stop: finished.signal()  // a second stop, after the first ended the loop
         }
     }
 
@@ -162,6 +172,8 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
                     connection.carryOut(next(), stream: stream)
                     touched[id] = connection
                 case .stop:
+                    stopsWaiting += 1
+                    guard stopDeadline == nil else { continue }
                     stopDeadline = ContinuousClock.now + .seconds(2)
                     for connection in connections.values { connection.cancelTasks() }
                 }
@@ -181,6 +193,7 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
     /// The loop's end: every connection sent GOAWAY and what it has, then closed; messages still in the inbox discarded.
     private func finish() {
         for connection in Array(connections.values) {
+            _ = connection.send()  // the answers first, then GOAWAY (nghttp2 sends it ahead of DATA still queued)
             connection.terminate()
             _ = connection.send()
             end(connection)
@@ -191,7 +204,7 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
             return state.messages
         }
         for message in left { discard(message) }
-        finished.signal()
+        for _ in 0..<stopsWaiting { finished.signal() }
     }
 
     private func adopt(_ socket: Int32, tunnel: String?) {
@@ -253,7 +266,9 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
 
     private func flush(_ connection: HTTP2ServerConnection) {
         guard connections[connection.id] != nil else { return }
-        if !connection.send() || !connection.isWanted { end(connection) }
+        // After its own GOAWAY a connection with nothing open is wanted no more; the sweep closes it a second later, so
+        // that a request the client sent meanwhile is refused by the GOAWAY it reads rather than cut by a reset.
+        if !connection.send() || (!connection.isWanted && connection.goAwaySince == nil) { end(connection) }
     }
 
     private func end(_ connection: HTTP2ServerConnection) {
@@ -272,6 +287,11 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
         let idle = Duration.seconds(Int(server.configuration.connectionTimeout))
         let arriving = Duration.milliseconds(Int(server.configuration.requestDeadline * 1000))
         for connection in Array(connections.values) {
+            // A client that stopped reading: nothing it is sent (resets included) can reach it.
+            if connection.isBlocked && now - connection.lastWritten > idle {
+                end(connection)
+                continue
+            }
             connection.resetOverdue(now: now, arriving: arriving, unread: idle)
             if connection.streams.isEmpty {
                 if let since = connection.goAwaySince {
@@ -328,10 +348,13 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
     /// Runs `work` as a task; its answer comes back to the loop with the request's charge.
     func dispatch(_ work: @escaping @Sendable () async -> Response, connection: UInt64, stream: Int32, charge: Int) -> Task<Void, Never> {
         requestsInFlight.wrappingAdd(1, ordering: .relaxed)
-        return Task { [self] in
+        let task = Task { [self] in
             let response = await work()
             post(.answer(connection: connection, stream: stream, response, charge: charge))
         }
+        // Started once the service is stopping (a held answer come due): cancelled too, as the stop cancelled the others.
+        if stopDeadline != nil { task.cancel() }
+        return task
     }
 
     /// Holds an answer for its delay on the server's alarms (one thread for every held answer), then carries it out here.
@@ -382,14 +405,17 @@ final class HTTP2ServerConnection {
     private var session: OpaquePointer?
     private(set) var streams: [Int32: Stream] = [:]
     var lastActivity = ContinuousClock.now
+    /// When the socket last took bytes, or had none waiting: a client that stops reading is cut after the timeout.
+    private(set) var lastWritten = ContinuousClock.now
+    /// Whether bytes wait for the socket.
+    var isBlocked: Bool { !outbox.isEmpty }
     /// When GOAWAY was sent (draining, idle): the connection is closed once nothing is open.
     private(set) var goAwaySince: ContinuousClock.Instant?
     /// Streams answered before their request's end (refusals): reset once the answer is out (RFC 9113 §8.1), so the
     /// client stops sending a body nobody reads.
     private var resetsDue: [Int32] = []
     /// Bytes nghttp2 produced that the socket did not take yet.
-    private var pending: [UInt8] = []
-    private var pendingOffset = 0
+    private var outbox = HTTP2Outbox()
 
     init?(id: UInt64, socket: Int32, tunnel: String?, service: HTTP2Service) {
         self.id = id
@@ -440,7 +466,7 @@ final class HTTP2ServerConnection {
     /// Whether nghttp2 still wants to read or write (false after a fatal error or a terminated session).
     var isWanted: Bool {
         guard let session else { return false }
-        return nghttp2_session_want_read(session) != 0 || nghttp2_session_want_write(session) != 0 || pendingOffset < pending.count
+        return nghttp2_session_want_read(session) != 0 || nghttp2_session_want_write(session) != 0 || !outbox.isEmpty
     }
 
     func isOpen(_ streamID: Int32) -> Bool { streams[streamID] != nil }
@@ -455,32 +481,18 @@ final class HTTP2ServerConnection {
     /// Writes what the session has to send until the socket would block; false when the connection must end.
     func send() -> Bool {
         guard let session else { return false }
-        while true {
-            if pendingOffset < pending.count {
-                let written = pending.withUnsafeBytes { bytes in
-                    Glibc.send(socket, bytes.baseAddress! + pendingOffset, bytes.count - pendingOffset, Int32(MSG_NOSIGNAL))
-                }
-                if written < 0 { return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR }
-                pendingOffset += written
-                if pendingOffset < pending.count { return true }
-                pending.removeAll(keepingCapacity: pending.count <= 1 << 20)
-                pendingOffset = 0
-            }
-            var data: UnsafePointer<UInt8>?
-            let count = nghttp2_session_mem_send(session, &data)
-            if count < 0 { return false }
-            if count == 0 {
-                if resetAnswered() { continue }
-                return true
-            }
-            guard let data else { return false }
-            let written = Glibc.send(socket, data, count, Int32(MSG_NOSIGNAL))
-            if written < 0 && !(errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) { return false }
-            let taken = max(0, written)
-            if taken < count {
-                pending.append(contentsOf: UnsafeBufferPointer(start: data + taken, count: count - taken))
-                return true
-            }
+        let outcome = outbox.flush(session, write: { bytes in
+            let written = Glibc.send(socket, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL))
+            if written > 0 { lastWritten = ContinuousClock.now }
+            if written >= 0 { return .wrote(written) }
+            return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? .wouldBlock : .failed
+        }, whenIdle: { resetAnswered() })
+        switch outcome {
+        case .failed: return false
+        case .drained:
+            lastWritten = ContinuousClock.now
+            return true
+        case .blocked: return true
         }
     }
 
@@ -535,7 +547,8 @@ final class HTTP2ServerConnection {
 
     /// One header field; false resets the stream (a header block past its bound, or the service's bytes used up).
     fileprivate func header(_ streamID: Int32, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) -> Bool {
-        guard let stream = streams[streamID] else { return true }
+        // A block after the request was answered or refused (trailers) is not kept, nor counted.
+        guard let stream = streams[streamID], stream.counted, !stream.answered else { return true }
         let size = name.count + value.count + 32
         guard stream.headerBytes + size <= HTTP2Service.maxHeaderBytes, service.charge(size) else { return false }
         stream.headerBytes += size
@@ -770,30 +783,6 @@ enum HTTP2Path {
         case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
         case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
         default: nil
-        }
-    }
-}
-
-/// Header fields as nghttp2 takes them: pointers into one buffer, valid for the call only.
-enum HTTP2Fields {
-    static func withNameValues<Result>(_ fields: [(String, String)], _ body: (UnsafeMutableBufferPointer<nghttp2_nv>) -> Result) -> Result {
-        var storage: [UInt8] = []
-        var spans: [(Int, Int, Int, Int)] = []
-        for (name, value) in fields {
-            let nameStart = storage.count
-            storage.append(contentsOf: name.utf8)
-            let valueStart = storage.count
-            storage.append(contentsOf: value.utf8)
-            spans.append((nameStart, valueStart - nameStart, valueStart, storage.count - valueStart))
-        }
-        if storage.isEmpty { storage.append(0) }
-        return storage.withUnsafeMutableBufferPointer { bytes in
-            var nva = spans.map { span in
-                // Copied by nghttp2 when the frame is submitted: the buffer lives for the call only.
-                nghttp2_nv(name: bytes.baseAddress! + span.0, value: bytes.baseAddress! + span.2, namelen: span.1, valuelen: span.3,
-                           flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
-            }
-            return nva.withUnsafeMutableBufferPointer { body($0) }
         }
     }
 }

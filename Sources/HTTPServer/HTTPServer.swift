@@ -173,6 +173,14 @@ public final class HTTPServer: Sendable {
     /// Where shutdown is (read by tests): draining (answers close their connections), stopping (past the grace), closed
     /// to suspension.
     var isDraining: Bool { draining.load(ordering: .relaxed) }
+    /// HTTP/2 requests open and the bytes they hold (zeros without a front).
+    var http2Held: (requests: Int, bytes: Int) {
+        state.withLock { state in
+            guard let http2 = state.http2 else { return (0, 0) }
+            return (http2.heldRequests.load(ordering: .relaxed), http2.heldBytesNow.load(ordering: .relaxed))
+        }
+    }
+
     /// How many times the front looked at a waiting connection's first bytes (0 without a front).
     var frontPeeks: Int { state.withLock { $0.front?.peeks.load(ordering: .relaxed) ?? 0 } }
     var isStopping: Bool { state.withLock { $0.stopping } }

@@ -89,6 +89,14 @@ public struct AppStoreConnection: Sendable {
         return (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:]
     }
 
+    /// The device's session: as `URLSession.shared`, without its cache (Foundation on Linux looks a request up in the
+    /// cache on another queue, and a task cancelled meanwhile then fails twice and traps: "a task that in not in the registry").
+    static let session: URLSession = {
+        let configuration = URLSessionConfiguration.default
+        configuration.urlCache = nil
+        return URLSession(configuration: configuration)
+    }()
+
     /// One call; HTTP errors carrying an SKError become that StoreKitError, others a network error.
     static func send(_ base: URL, _ method: String, _ path: String, body: [String: Any]?, timeout: TimeInterval) async throws -> Data {
         guard let url = URL(string: base.absoluteString.trimmingCharacters(in: CharacterSet(charactersIn: "/")) + path) else {
@@ -101,7 +109,7 @@ public struct AppStoreConnection: Sendable {
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         }
         let (data, response): (Data, URLResponse)
-        do { (data, response) = try await URLSession.shared.data(for: request) } catch {
+        do { (data, response) = try await Self.session.data(for: request) } catch {
             throw StoreKitError(code: 0, name: "unknown", message: "Cannot connect to the App Store: \(error.localizedDescription)")
         }
         let status = (response as? HTTPURLResponse)?.statusCode ?? 0

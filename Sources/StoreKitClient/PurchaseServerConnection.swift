@@ -50,6 +50,9 @@ public struct PurchaseServerConnection: Sendable {
         let configuration = URLSessionConfiguration.ephemeral
         configuration.timeoutIntervalForRequest = 45  // uploads wait up to 30 s for the verdict
         configuration.httpMaximumConnectionsPerHost = 4
+        // No cache: Foundation on Linux looks a request up in the cache on another queue, and a task cancelled meanwhile
+        // (a timeout, a cancelled caller) then fails twice and traps ("a task that in not in the registry").
+        configuration.urlCache = nil
         session = URLSession(configuration: configuration)
     }
 

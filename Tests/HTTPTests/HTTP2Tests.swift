@@ -61,6 +61,13 @@ struct HTTP2Tests {
         return (server, URL(string: "http://127.0.0.1:\(port)")!, directory)
     }
 
+    /// The service's held requests and bytes once they stop changing (the loop frees them as it reads the last frames).
+    static func settled(_ server: HTTPServer) async throws -> (Int, Int) {
+        let deadline = ContinuousClock.now + .seconds(5)
+        while server.http2Held != (0, 0) && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        return server.http2Held
+    }
+
     @Test("Hundreds of requests at once share one connection, each answered with its own body, by every kind of answer")
     func multiplexed() async throws {
         let answers = Answers()
@@ -87,6 +94,7 @@ struct HTTP2Tests {
         }
         #expect(answers.seen.load(ordering: .relaxed) == 300)
         #expect(client.connectionsOpened == 1)
+        #expect(try await Self.settled(server) == (0, 0))
         #expect(client.requestsOnHTTP2 == 0)
         client.shutdown()
         await server.shutdown()
@@ -108,6 +116,8 @@ struct HTTP2Tests {
         #expect(fine.body == [1, 2, 3])
         #expect(answers.refusals.load(ordering: .relaxed) == 2)
         #expect(client.connectionsOpened == 1)
+        // Everything answered: nothing held of the service's budget (a refused body's bytes included).
+        #expect(try await Self.settled(server) == (0, 0))
         client.shutdown()
         await server.shutdown()
     }
@@ -180,6 +190,7 @@ struct HTTP2Tests {
         while server.requestsInFlight > 0 && ContinuousClock.now - started < .seconds(10) { try await Task.sleep(for: .milliseconds(20)) }
         #expect(server.requestsInFlight == 0)
         #expect(ContinuousClock.now - started < .seconds(10))
+        #expect(try await Self.settled(server) == (0, 0))
         client.shutdown()
         await server.shutdown()
     }
