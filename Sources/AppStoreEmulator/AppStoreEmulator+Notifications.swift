@@ -131,8 +131,13 @@ extension AppStoreEmulator {
     /// left it. Apps without a URL for the environment get none. Signing happens after the lock (`publish`).
     func draftNotifications(_ state: EmulatorState, _ changes: inout Changes, now: Date) -> [NotificationDraft] {
         // Signed dates carry milliseconds, as Apple's do: receivers order notifications by them, and
-        // several may come out of one second (the state's `now` is whole seconds, for receipts).
-        var signedAt = max(clock.now(), now)
+        // several may come out of one second (the state's `now` is whole seconds, for receipts). They never go back
+        // from one operation to the next either: two operations within a millisecond (a refund request, then its
+        // refund) would otherwise sign the later event earlier, and a receiver that keeps the newest would keep the
+        // wrong one. A clock set back on purpose (`time set`, more than a second) starts from the clock again.
+        let clockNow = max(clock.now(), now)
+        var signedAt = lastSignedAt.withLock { last in last > clockNow && last.timeIntervalSince(clockNow) < 1 ? last : clockNow }
+        defer { lastSignedAt.withLock { $0 = max($0 > clockNow.addingTimeInterval(1) ? clockNow : $0, signedAt) } }
         var drafts: [NotificationDraft] = []
         for event in changes.notifications {
             signedAt = signedAt.addingTimeInterval(0.001)  // strictly increasing within one operation, too

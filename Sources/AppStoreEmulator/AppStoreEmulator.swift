@@ -28,6 +28,8 @@ public final class AppStoreEmulator: Sendable {
     let persistLock = PersistQueue()
     /// App Store Server API request budgets (in memory: a restart forgives, as an hour would).
     let rateLimiter = RateLimiter()
+    /// The last signed date given to a notification (`draftNotifications`).
+    let lastSignedAt = Locked(Date.distantPast)
 
     enum Collection {
         static let apps = "apps", usedProductIds = "used_product_ids", accounts = "accounts", devices = "devices"

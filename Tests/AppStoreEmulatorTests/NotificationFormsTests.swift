@@ -1,4 +1,5 @@
 @testable import AppStoreEmulator
+import AppStoreCrypto
 import AppStoreModels
 import Foundation
 import StorekeeperTesting
@@ -88,6 +89,27 @@ struct NotificationFormsTests {
         #expect(chain.priceIncreaseConsented == true && chain.priceIncreaseAmount == "5.49")
         let sent = try await types(other, subscribed.originalId)
         #expect(sent.contains("PRICE_INCREASE/ACCEPTED") && !sent.contains("PRICE_INCREASE/PENDING"))
+    }
+
+    @Test("Signed dates never go back from one operation to the next: a refund granted in the millisecond of its request is signed after it")
+    func signedDatesAcrossOperations() async throws {
+        let clock = TestSupport.fixedClock()  // still: every operation below falls in one millisecond
+        let world = try await World.make(clock: clock)
+        try await world.emulator.setNotificationURLs(bundleId: Self.app, NotificationURLs(sandbox: "http://127.0.0.1:9/none"))
+        let monthly = try await world.buy(Self.app, "com.example.magazine.monthly")
+        _ = try await world.emulator.requestRefund(transactionId: monthly.id, reason: "UNINTENDED_PURCHASE")
+        _ = try await world.emulator.refund(transactionId: monthly.id)
+        let signed = try await world.emulator.read { state, _ in
+            state.notifications.values.filter { $0.originalTransactionId == monthly.originalId }.map { record in
+                (record.notificationType.rawValue + (record.subtype.map { "/" + $0.rawValue } ?? ""),
+                 (try? JWS(compact: record.signedPayload).payloadJSON()["signedDate"]?.int64) ?? nil)
+            }
+        }
+        let disabled = try #require(signed.first { $0.0 == "DID_CHANGE_RENEWAL_STATUS/AUTO_RENEW_DISABLED" }?.1)
+        let refund = try #require(signed.first { $0.0 == "REFUND" }?.1)
+        // A receiver keeps the newest signed state of a subscription: the refund must be it.
+        #expect(refund > disabled)
+        #expect(Set(signed.compactMap { $0.1 }).count == signed.count, "every notification has its own signed date")
     }
 
     @Test("A crossgrade to another duration waits for the next renewal (DOWNGRADE); one to the same duration is immediate")
