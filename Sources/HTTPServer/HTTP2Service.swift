@@ -55,8 +55,6 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
     private let inbox = Locked<(messages: [Message], stopped: Bool)>(([], false))
     /// Tasks answering HTTP/2 requests now, readable from any thread (held answers are the server's `heldAnswers`).
     let requestsInFlight = Atomic<Int>(0)
-    /// Connections open now.
-    let openConnections = Atomic<Int>(0)
     private let finished = DispatchSemaphore(value: 0)
 
     // Owned by the loop thread.
@@ -228,7 +226,6 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
             return
         }
         connections[connection.id] = connection
-        openConnections.wrappingAdd(1, ordering: .relaxed)
         server.configuration.openConnections.value.wrappingAdd(1, ordering: .relaxed)
         drive(connection)
     }
@@ -275,7 +272,6 @@ final class HTTP2Service: @unchecked Sendable {  // the loop's fields are touche
         guard connections.removeValue(forKey: connection.id) != nil else { return }
         epoll_ctl(epoll, EPOLL_CTL_DEL, connection.socket, nil)
         connection.closeSocket()
-        openConnections.wrappingSubtract(1, ordering: .relaxed)
         server.configuration.openConnections.value.wrappingSubtract(1, ordering: .relaxed)
         server.releaseConnectionSlot()
     }
