@@ -225,14 +225,7 @@ struct HTTP2Tests {
             let peeks = server.frontPeeks - before
             let rest = Array("OST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi".utf8)
             _ = rest.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            var received: [UInt8] = []
-            var buffer = [UInt8](repeating: 0, count: 4096)
-            while true {
-                let count = recv(fd, &buffer, buffer.count, 0)
-                if count <= 0 { break }
-                received += buffer.prefix(count)
-            }
-            return (String(decoding: received, as: UTF8.self), peeks)
+            return (InterceptionTests.receive(fd), peeks)
         }
         #expect(answer.hasPrefix("HTTP/1.1 200"))
         #expect(answer.hasSuffix("hi"))

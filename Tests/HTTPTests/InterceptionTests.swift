@@ -43,13 +43,18 @@ struct InterceptionTests {
         let fd = try connected(port)
         defer { close(fd) }
         _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        return receive(fd) { $0.contains("Connection: close\r\n\r\n") && $0.utf8.count > 200 }
+    }
+
+    /// Reads from a blocking socket until the server closes it, or until `whole` says what arrived is the whole answer.
+    static func receive(_ fd: Int32, until whole: (String) -> Bool = { _ in false }) -> String {
         var received: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
             let count = recv(fd, &buffer, buffer.count, 0)
             if count <= 0 { break }
             received += buffer.prefix(count)
-            if String(decoding: received, as: UTF8.self).contains("Connection: close\r\n\r\n") && received.count > 200 { break }
+            if whole(String(decoding: received, as: UTF8.self)) { break }
         }
         return String(decoding: received, as: UTF8.self)
     }
