@@ -26,10 +26,8 @@ public final class PurchaseStore: Sendable {
     /// when this process changes one; another process's change shows within the two seconds).
     private let productsCache = Locked<(entries: [String: (mappings: [String: ProductMapping], expires: ContinuousClock.Instant)],
                                         generation: Int)>(([:], 0))
-    /// Uploads' intake, gathered on SQLite (`Gathering`); on PostgreSQL, gathered, the machine spent the same per receipt
-    /// (lab, 2,000/s instantly), so it is not. Settlements are not gathered: with Apple's latency their batches reach about 60 by themselves and their rows lie spread over the
-    /// tables, and gathered they were no cheaper (0.562–0.570 against 0.483–0.596 ms of server CPU per receipt, 2,153
-    /// against 2,305 receipts/s on average, at 3,000/s offered with 3–6 s, alternated; bench/README, thirty-sixth round).
+    /// Uploads' intake, gathered on SQLite (`Gathering.uploads`); on PostgreSQL, gathered, the machine spent the same per
+    /// receipt (lab, 2,000/s instantly), so it is not.
     let uploads: GroupCommit<VerificationJob, Void>
     /// Whether this process's worker is running with room for more jobs. New jobs are then left to it, and other
     /// processes' workers are not woken at commit (PostgreSQL `NOTIFY`): with three processes, every commit of uploads
@@ -38,7 +36,9 @@ public final class PurchaseStore: Sendable {
     let localWorkerHasRoom = Atomic<Bool>(false)
     /// Settlement batches: on PostgreSQL two commit at once, each on its own connection (a batch waits on round trips
     /// as much as it works, so one at a time left both the server and the database half idle: 1,126 receipts/s of
-    /// 1,500 offered, 1,468 with two); SQLite has one writer. Two uploads' lanes made no difference.
+    /// 1,500 offered, 1,468 with two); SQLite has one writer. Two uploads' lanes made no difference. On SQLite a batch
+    /// waits for company a tenth of the time Apple took to answer its oldest settlement (`Gathering.settlements`); gathered
+    /// for 10 or 25 ms, whatever Apple took, they had been no cheaper (bench/README, thirty-sixth round).
     let settlements: GroupCommit<Settlement, (JobState, SettlementResult)?>
     /// Woken when webhook events are written (the deliverer sleeps on it between passes).
     let webhookSignal = WakeSignal()
@@ -57,7 +57,9 @@ public final class PurchaseStore: Sendable {
         self.secrets = secrets
         self.ids = ids
         uploads = GroupCommit(gathering: database.dialect == .sqlite ? .uploads : nil)
-        settlements = GroupCommit(maxBatch: 256, lanes: database.dialect == .postgres ? 2 : 1)
+        settlements = database.dialect == .sqlite
+            ? GroupCommit(maxBatch: Gathering.settlements.below, gathering: .settlements)
+            : GroupCommit(maxBatch: 256, lanes: 2)
     }
 
     func apps(_ db: any SQLConnection) -> AppRepository { AppRepository(db: db, secrets: secrets) }

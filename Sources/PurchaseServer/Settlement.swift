@@ -116,6 +116,9 @@ public struct Settlement: Sendable {
     /// When Apple's answer was taken: the time of the subscription state it carries, which must not look newer than
     /// a notification signed while the settlement waited for its batch. Nil: `now` as first given.
     public var answeredAt: Date? = nil
+    /// How long Apple took to answer (zero where nothing was asked): a tenth of it is how long the settlement may wait
+    /// to be committed with others (`Gathering.patience(afterApple:)`).
+    public var appleTook: Duration = .zero
 }
 
 /// What settlement did, stored with the job and returned to the app.
@@ -191,7 +194,9 @@ extension PurchaseStore {
     public func settle(_ settlement: Settlement, clock: any WallClock) async throws -> (JobState, SettlementResult)? {
         // Events it wrote go out now rather than at the deliverer's next poll.
         try await wakingWebhooks {
-            try await settlements.write(settlement) { [self] batch in await self.settle(batch: batch, clock: clock) }
+            try await settlements.write(settlement, patience: Gathering.patience(afterApple: settlement.appleTook)) { [self] batch in
+                await self.settle(batch: batch, clock: clock)
+            }
         }
     }
 

@@ -158,12 +158,14 @@ public struct VerificationEngine: Sendable {
         case .done(let state): return state
         case .ask(let inFlight): checked = inFlight
         }
+        let asked = clock.now()
         switch try await askApple(claimed, checked) {
         case .retryable(let retry):
             try await reschedule(claimed, owner: owner, retry: retry)
             return claimed.job.state
         case .answered(let answer):
-            return try await settle(answer, of: claimed, checked, owner: owner)
+            let took = Duration.milliseconds(max(0, clock.now().milliseconds - asked.milliseconds))
+            return try await settle(answer, of: claimed, checked, owner: owner, appleTook: took)
         }
     }
 
@@ -301,7 +303,8 @@ public struct VerificationEngine: Sendable {
 
     /// Apple's final answer into the ledger, or a rejection.
     @inline(never)
-    func settle(_ answer: FinalAnswer, of claimed: ClaimedJob, _ checked: ReceiptInFlight, owner: String) async throws -> JobState? {
+    func settle(_ answer: FinalAnswer, of claimed: ClaimedJob, _ checked: ReceiptInFlight, owner: String,
+                appleTook: Duration = .zero) async throws -> JobState? {
         let (job, app, inspected) = (claimed.job, checked.app, checked.inspected)
         let (environment, response, raw) = (answer.environment, answer.response, answer.raw)
         guard response.status == VerifyReceiptStatus.valid || response.status == VerifyReceiptStatus.subscriptionExpired else {
@@ -315,7 +318,7 @@ public struct VerificationEngine: Sendable {
         }
         let confirmed = try Self.confirmed(response, raw: raw, legacy: inspected.isTransactionReceipt, bundleIds: app.bundleIds, answeredAt: clock.now())
         let settlement = Settlement(job: job, owner: owner, environment: environment, transactions: confirmed.transactions,
-                                    subscriptions: confirmed.subscriptions, now: clock.now())
+                                    subscriptions: confirmed.subscriptions, now: clock.now(), appleTook: appleTook)
         return try await store.settle(settlement, clock: clock)?.0
     }
 

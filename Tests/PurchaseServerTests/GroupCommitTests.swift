@@ -101,6 +101,26 @@ struct GroupCommitTests {
         #expect(rule.pause(pending: 0, meanGap: 1_000, oldestAge: 0) == nil)
     }
 
+    @Test("A settlement's batch waits a tenth of what Apple took for its oldest settlement, at most half a second")
+    func settlementsWaitATenthOfApple() {
+        #expect(Gathering.patience(afterApple: .milliseconds(4_500)) == .milliseconds(450))
+        #expect(Gathering.patience(afterApple: .milliseconds(20)) == .milliseconds(2))
+        #expect(Gathering.patience(afterApple: .zero) == .zero)
+        let rule = Gathering.settlements
+        // 3,000 settlements a second: the oldest's patience bounds the wait, counted from its arrival.
+        #expect(rule.pause(pending: 1, meanGap: 333_333, oldestAge: 0, patience: .milliseconds(450)) == .milliseconds(450))
+        #expect(rule.pause(pending: 100, meanGap: 333_333, oldestAge: 50_000_000, patience: .milliseconds(450)) == .milliseconds(400))
+        // Never past the rule's half second, however slow Apple was (a job retried for an hour).
+        #expect(rule.pause(pending: 1, meanGap: 333_333, oldestAge: 0, patience: .seconds(360)) == .milliseconds(500))
+        // Apple answered at once, or nothing was asked (a signed transaction): taken at once.
+        #expect(rule.pause(pending: 1, meanGap: 333_333, oldestAge: 0, patience: .zero) == nil)
+        #expect(rule.pause(pending: 1, meanGap: 333_333, oldestAge: 3_000_000, patience: .milliseconds(2)) == nil)
+        // As many as a batch holds: taken at once.
+        #expect(rule.pause(pending: 2048, meanGap: 1_000, oldestAge: 0, patience: .milliseconds(450)) == nil)
+        // Uploads keep their fixed 10 ms.
+        #expect(Gathering.uploads.pause(pending: 1, meanGap: 400_000, oldestAge: 0) == .milliseconds(10))
+    }
+
     /// A wait that ends when the test says so, and counts how often it was entered.
     final class Gate: Sendable {
         private let state = Locked((open: false, entered: 0, waiters: [CheckedContinuation<Void, Never>]()))
@@ -206,5 +226,28 @@ struct GroupCommitTests {
         #expect(try await lead.value == 100)
         for (offset, other) in others.enumerated() { #expect(try await other.value == 101 + offset) }
         #expect(batches.all.map { Set($0) } == [Set(100...104)])
+    }
+
+    @Test("A batch waits as long as its oldest writer allows: not at all for one that allows none, the rule's wait at most")
+    func oldestWritersPatience() async throws {
+        let asked = Locked<[Duration]>([])
+        let clock = Clock()
+        let gathering = Gathering(wait: .milliseconds(500), below: 64, now: { clock.nanoseconds.load(ordering: .relaxed) },
+                                  sleep: { duration in asked.withLock { $0.append(duration) } })
+        let commits = GroupCommit<Int, Int>(maxBatch: 64, gathering: gathering)
+        let batches = Batches()
+        // Learn a fast pace (0.2 ms apart) from writers that allow no wait: none of them waits.
+        for index in 0..<60 {
+            clock.advance(200_000)
+            #expect(try await commits.write(index, patience: .zero, flush: batches.flush) == index)
+        }
+        #expect(asked.withLock { $0 }.isEmpty)
+        #expect(commits.gathered.load(ordering: .relaxed) == 0)
+        // The same pace, writers that allow 40 ms: the batch waits 40 ms; one allowing a minute waits the rule's 500 ms.
+        clock.advance(200_000)
+        #expect(try await commits.write(60, patience: .milliseconds(40), flush: batches.flush) == 60)
+        clock.advance(200_000)
+        #expect(try await commits.write(61, patience: .seconds(60), flush: batches.flush) == 61)
+        #expect(asked.withLock { $0 } == [.milliseconds(40), .milliseconds(500)])
     }
 }
