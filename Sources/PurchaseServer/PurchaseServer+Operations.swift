@@ -73,6 +73,11 @@ extension PurchaseServer {
             gauges.append(.init(name: "storekeeper_database_connections", help: "Database connections by use.", labels: ["state"],
                                 samples: [(["in_use"], Double(pool.inUse)), (["idle"], Double(pool.idle)), (["waiting"], Double(pool.waiting))]))
         }
+        if let busy = store.database.writerBusySeconds {
+            gauges.append(.init(name: "storekeeper_database_writer_busy_seconds_total",
+                                help: "Seconds SQLite's only writer spent in transactions: its rate near 1 means writes wait for it.",
+                                samples: [([], busy)], type: "counter"))
+        }
         return metrics.render(gauges: gauges)
     }
 }

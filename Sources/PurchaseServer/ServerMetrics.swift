@@ -91,6 +91,8 @@ public final class ServerMetrics: Sendable {
         var help: String
         var labels: [String] = []
         var samples: [([String], Double)]
+        /// `gauge`, or `counter` for a total read from elsewhere when rendered.
+        var type = "gauge"
     }
 
     /// Everything, in the Prometheus text exposition format (version 0.0.4).
@@ -160,7 +162,7 @@ struct PrometheusText {
     }
 
     mutating func gauge(_ gauge: ServerMetrics.Gauge) {
-        header(gauge.name, gauge.help, "gauge")
+        header(gauge.name, gauge.help, gauge.type)
         for (values, value) in gauge.samples { output += "\(gauge.name)\(Self.labels(gauge.labels, values)) \(Self.number(value))\n" }
     }
 }

@@ -10,6 +10,8 @@ public final class SQLiteSQLDatabase: SQLDatabase {
     /// Where `read` runs: nil in memory or out of WAL mode, where no other connection sees the writer's data.
     private let readers: SQLiteReaders?
     public let dialect = SQLDialect.sqlite
+    /// Nanoseconds the writer has spent in transactions.
+    private let writerBusy = Atomic<UInt64>(0)
 
     /// Opens or creates the database at `path`. `readers` is how many connections `read` may open beside the writer
     /// (a write-ahead log only), at first use or at `openReaders()`.
@@ -19,8 +21,18 @@ public final class SQLiteSQLDatabase: SQLDatabase {
     }
 
     public func transaction<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
-        try await database.run { db in try Self.inTransaction(db, begin: "BEGIN IMMEDIATE", body) }
+        try await database.run { [self] db in
+            let started = ContinuousClock.now
+            defer {
+                let elapsed = started.duration(to: .now).components
+                self.writerBusy.add(UInt64(max(0, elapsed.seconds)) &* 1_000_000_000 &+ UInt64(max(0, elapsed.attoseconds / 1_000_000_000)),
+                               ordering: .relaxed)
+            }
+            return try Self.inTransaction(db, begin: "BEGIN IMMEDIATE", body)
+        }
     }
+
+    public var writerBusySeconds: Double? { Double(writerBusy.load(ordering: .relaxed)) / 1e9 }
 
     /// Runs `body` on a reading connection, in one deferred transaction (a snapshot of the last commit): it neither
     /// waits behind the writer's queue nor holds it up. Without readers (or when one cannot be opened), on the writer.

@@ -291,10 +291,14 @@ public protocol SQLDatabase: Sendable {
     func close() async
     /// Connections in use and idle, for a database with a pool (nil for one without).
     var poolStatistics: (inUse: Int, idle: Int, waiting: Int)? { get }
+    /// Seconds the only writer has spent in transactions since the database was opened (SQLite; nil for a database
+    /// with many writers): its rate is the share of the writer in use, which bounds what one process writes.
+    var writerBusySeconds: Double? { get }
 }
 
 extension SQLDatabase {
     public var poolStatistics: (inUse: Int, idle: Int, waiting: Int)? { nil }
+    public var writerBusySeconds: Double? { nil }
 
     public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
         try await transaction(body)

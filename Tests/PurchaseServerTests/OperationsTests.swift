@@ -72,6 +72,13 @@ struct OperationsTests {
         #expect(samples[#"storekeeper_notifications_total{outcome="refused"}"#] == 1)
         #expect(samples[#"storekeeper_webhook_deliveries{state="pending"}"#] == 0)
         #expect(samples["storekeeper_verifications_in_flight"] == 0)
+        // SQLite's writer was in transactions for the upload and its settlement: a positive total, which only grows.
+        let busy = try #require(samples["storekeeper_database_writer_busy_seconds_total"])
+        #expect(busy > 0 && busy < 60)
+        _ = try await world.upload("com.example.coins", user: "carol", receipt: receipt)
+        #expect(try await Self.metrics(world)["storekeeper_database_writer_busy_seconds_total"].map { $0 > busy } == true)
+        let text = String(decoding: try await world.client.send(.get, "/metrics", headers: Self.admin).body, as: UTF8.self)
+        #expect(text.contains("# TYPE storekeeper_database_writer_busy_seconds_total counter\n"))
     }
 
     @Test("A waiting verification shows in the backlog gauges; webhook attempts are counted by outcome")
