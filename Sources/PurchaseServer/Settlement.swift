@@ -201,16 +201,19 @@ extension PurchaseStore {
     }
 
     /// Settles a batch in one transaction (one commit for many jobs, applied in order, as if one by
-    /// one); if that fails, each job in its own transaction, so one job's failure never holds back the others.
+    /// one); if that fails, each half of it the same way, the first half first, down to single jobs: one job's failure
+    /// never holds back the others, and it costs a gathered batch of two thousand about twenty transactions more, not
+    /// two thousand.
     func settle(batch: [Settlement], clock: any WallClock) async -> [Result<(JobState, SettlementResult)?, any Error>] {
-        if batch.count > 1, let all = try? await settleTogether(batch, clock: clock) {
+        guard batch.count > 1 else {
+            guard let settlement = batch.first else { return [] }
+            return [await Result { try await self.settleTogether([settlement], clock: clock)[0] }]
+        }
+        if let all = try? await settleTogether(batch, clock: clock) {
             return all.map { .success($0) }
         }
-        var results: [Result<(JobState, SettlementResult)?, any Error>] = []
-        for settlement in batch {
-            results.append(await Result { try await self.settleTogether([settlement], clock: clock)[0] })
-        }
-        return results
+        let half = batch.count / 2
+        return await settle(batch: Array(batch[..<half]), clock: clock) + settle(batch: Array(batch[half...]), clock: clock)
     }
 
     /// Settles `batch` in one transaction, in order; the reads of all of them first, in one statement per kind.

@@ -228,6 +228,43 @@ struct StatementPipelineTests {
         #expect(try await count(database) == 0)
     }
 
+    @Test("A batch with one settlement that fails is settled in halves: the others settle, in order, and only that one fails", arguments: Engine.available)
+    func failedBatchSettledInHalves(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine, startWorker: false)
+        defer { Task { await world.stop() } }
+        let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF01")
+        for index in 0..<7 {
+            _ = try await world.server.store.enqueue(appId: "com.example.coins", appUserId: "user\(index)", kind: .purchase, receiptData: receipt,
+                                                     now: world.server.clock.now())
+        }
+        let claimed = try await world.server.store.claim(owner: "worker", limit: 10, lease: 60, now: world.server.clock.now())
+            .sorted { $0.appUserId < $1.appUserId }
+        try #require(claimed.count == 7)
+        let batch = claimed.enumerated().map { index, job in
+            var job = job
+            if index == 4 { job.appId = "com.example.gone" }  // an app no longer registered: its settlement throws
+            return Settlement(job: job, owner: "worker", environment: .sandbox,
+                              transactions: [ConfirmedTransaction(transactionId: "\(3000 + index)", productId: "Nada.JPYF01",
+                                                                  purchaseDate: world.server.clock.now(), source: "receipt")],
+                              subscriptions: [], now: world.server.clock.now())
+        }
+        let results = await world.server.store.settle(batch: batch, clock: world.server.clock)
+        #expect(results.count == 7)
+        for (index, result) in results.enumerated() {
+            switch result {
+            case .success(let outcome):
+                #expect(index != 4)
+                #expect(outcome?.0 == .verified)
+                #expect(outcome?.1.granted == ["\(3000 + index)"])
+            case .failure:
+                #expect(index == 4)
+            }
+        }
+        for (index, job) in claimed.enumerated() {
+            #expect(try await world.server.store.job(job.id)?.state == (index == 4 ? .verifying : .verified))
+        }
+    }
+
     @Test("Settlements of one batch that share jobs, transactions and users end as if settled one by one", arguments: Engine.available)
     func batchEqualsOneByOne(engine: Engine) async throws {
         var outcomes: [[String]] = []
