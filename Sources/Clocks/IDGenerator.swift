@@ -115,3 +115,18 @@ extension UUID {
         }
     }
 }
+
+extension RandomIDs {
+    /// The text below which the lowercase form of every version-7 id made before `date`'s millisecond sorts, and above
+    /// which every one made from it on sorts: its first 48 bits, the time, as `xxxxxxxx-xxxx` (byte order, as in SQLite).
+    public static func orderedBound(_ date: Date) -> String {
+        let milliseconds = UInt64(max(0, (date.timeIntervalSince1970 * 1000).rounded(.down))) & 0xffff_ffff_ffff
+        let digits = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        for shift in stride(from: 44, through: 0, by: -4) {
+            if shift == 12 { text.append(UInt8(ascii: "-")) }
+            text.append(digits[Int(milliseconds >> UInt64(shift) & 0xf)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
+}

@@ -124,8 +124,6 @@ public final class PurchaseServer: Sendable {
         recorder = configuration.recorder
     }
 
-    /// How many receipts of settled jobs one pass of the sweep drops (`PurchaseStore.dropSettledReceipts`).
-    static let receiptSweep = 1_000
 
     /// Starts the verification worker, webhook delivery, the key ring's refresh (every second, so a key revoked by
     /// any process sharing the database is refused here within a second), the metrics rollup and young tables'
@@ -149,14 +147,15 @@ public final class PurchaseServer: Sendable {
                     }
                 }
                 group.addTask {
-                    // Receipts that settled jobs kept before this version dropped them at settlement, a thousand at a
-                    // time, then a look every minute (jobs settled by a process of an older version meanwhile).
-                    var (dropped, after) = (0, "")
+                    // Verified jobs' receipts: on SQLite all of them, seconds after settlement; elsewhere those that
+                    // versions before dropping them at settlement kept (`ReceiptSweep`).
+                    var sweep = ReceiptSweep(bounded: store.database.dialect == .sqlite)
+                    var wait = sweep.firstWait
                     while !Task.isCancelled {
-                        try? await Task.sleep(for: dropped == Self.receiptSweep ? .milliseconds(100) : .seconds(60))
-                        let pass = try? await store.dropSettledReceipts(after: after, limit: Self.receiptSweep)
-                        dropped = pass?.dropped ?? 0
-                        after = dropped == Self.receiptSweep ? pass?.last ?? "" : ""
+                        try? await Task.sleep(for: wait)
+                        let pass = sweep.next(now: .now, bound: RandomIDs.orderedBound(Date().addingTimeInterval(-10)))
+                        let result = try? await store.dropSettledReceipts(after: pass.after, before: pass.before, limit: ReceiptSweep.limit)
+                        wait = sweep.finished(pass, dropped: result?.dropped ?? 0, last: result?.last)
                     }
                 }
                 group.addTask {

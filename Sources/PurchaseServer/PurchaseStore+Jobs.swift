@@ -157,11 +157,11 @@ extension PurchaseStore {
         }
     }
 
-    /// Drops the receipts of up to `limit` verified jobs that still have one (settled by a version that kept them;
-    /// this one drops a job's receipt when it settles), the first after the job id `after`; returns how many it
-    /// dropped and the last id, where the next pass starts.
-    public func dropSettledReceipts(after: String = "", limit: Int) async throws -> (dropped: Int, last: String?) {
-        try await database.transaction { db in try self.jobs(db).dropSettledReceipts(after: after, limit: limit) }
+    /// Drops the receipts of up to `limit` verified jobs that still have one (on SQLite every verified job's until this
+    /// runs; elsewhere those settled by a version that kept them), the first after the job id `after` and, with
+    /// `before`, only ids below it; returns how many it dropped and the last id, where the next pass starts.
+    public func dropSettledReceipts(after: String = "", before: String? = nil, limit: Int) async throws -> (dropped: Int, last: String?) {
+        try await database.transaction { db in try self.jobs(db).dropSettledReceipts(after: after, before: before, limit: limit) }
     }
 
     /// How many jobs one replay by id may name: each is looked up on the only writer (SQLite), in one transaction.

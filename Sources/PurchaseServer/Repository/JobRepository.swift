@@ -172,7 +172,11 @@ struct JobRepository {
     /// running totals.
     ///
     /// Nothing reads a settled job's receipt (a replay takes only dead and timed-out jobs), so the receipts table holds
-    /// the queue's receipts and its dead letters', not every receipt ever uploaded (about 5 KB each).
+    /// the queue's receipts and its dead letters', not every receipt ever uploaded (about 5 KB each). On SQLite a
+    /// verified job's receipt is left to the sweep (`dropSettledReceipts`), which drops them seconds later in id order:
+    /// with Apple's latency the jobs settling together were uploaded seconds apart, and each `DELETE` here read and
+    /// rewrote a page of its own on the only writer (a quarter of its time per receipt, bench/README, forty-first round),
+    /// where the sweep frees whole pages of receipts uploaded together.
     ///
     /// The totals come last so that a total's row is the last lock the transaction takes. PostgreSQL writes gathered
     /// changes at the commit in the order they were first gathered; a total added with a batch's first job was locked
@@ -181,7 +185,8 @@ struct JobRepository {
     /// writes (ledger, jobs: they go at the commit), after the jobs' rows were locked by the lease check; an erasure and
     /// a rejection also lock a job before its receipt, so no two of them wait on each other in a cycle.
     func closeSettled(_ settled: [(id: String, state: JobState)]) throws {
-        for chunk in settled.map(\.id).chunked(400) {
+        let dropped = dialect == .sqlite ? settled.filter { $0.state != .verified } : settled
+        for chunk in dropped.map(\.id).chunked(400) {
             let (condition, parameters) = dialect.membership("job_id", in: chunk)
             try db.run("DELETE FROM verification_receipts WHERE " + condition, parameters)
         }
@@ -191,25 +196,28 @@ struct JobRepository {
         }
     }
 
-    /// Drops the receipts of up to `limit` verified jobs that still have one (settled by a version that kept them), the
-    /// first after the job id `after` in id order; returns how many, and the last id dropped (the next pass's `after`).
-    /// Rejected jobs' receipts were always dropped with the rejection.
+    /// Drops the receipts of up to `limit` verified jobs that still have one (on SQLite every verified job's, until this
+    /// runs; elsewhere those settled by a version that kept them), the first after the job id `after` in id order and,
+    /// with `before`, only ids below it; returns how many, and the last id dropped (the next pass's `after`). Rejected
+    /// jobs' receipts were always dropped with the rejection.
     ///
     /// The receipts are walked by their key from the cursor, each job looked up by its own: led by the jobs' index on
     /// the state, every pass would walk again the verified jobs whose receipts earlier passes dropped (seconds per pass
     /// on SQLite's only writer with a million of them). Receipts another transaction holds are skipped (PostgreSQL).
-    func dropSettledReceipts(after: String, limit: Int) throws -> (dropped: Int, last: String?) {
+    func dropSettledReceipts(after: String, before: String? = nil, limit: Int) throws -> (dropped: Int, last: String?) {
+        let below = before == nil ? "" : " AND r.job_id < ?"
         let receipts = dialect == .postgres
             ? """
               SELECT r.job_id FROM verification_receipts r JOIN verification_jobs j ON j.id = r.job_id
-              WHERE r.job_id > ? AND j.state = 'verified' ORDER BY r.job_id LIMIT ? FOR UPDATE OF r SKIP LOCKED
+              WHERE r.job_id > ?\(below) AND j.state = 'verified' ORDER BY r.job_id LIMIT ? FOR UPDATE OF r SKIP LOCKED
               """
             // CROSS JOIN: SQLite keeps the receipts as the outer loop.
             : """
               SELECT r.job_id FROM verification_receipts r CROSS JOIN verification_jobs j ON j.id = r.job_id
-              WHERE r.job_id > ? AND j.state = 'verified' ORDER BY r.job_id LIMIT ?
+              WHERE r.job_id > ?\(below) AND j.state = 'verified' ORDER BY r.job_id LIMIT ?
               """
-        let dropped = try db.query("DELETE FROM verification_receipts WHERE job_id IN (\(receipts)) RETURNING job_id", [after, limit])
+        let parameters: [any SQLBindable] = before.map { [after, $0, limit] } ?? [after, limit]
+        let dropped = try db.query("DELETE FROM verification_receipts WHERE job_id IN (\(receipts)) RETURNING job_id", parameters)
             .compactMap { $0.string("job_id") }
         // Swift's order of text may differ from a PostgreSQL collation's for ids other than the server's UUIDs: a cursor
         // past the database's last then skips some receipts until the next round of passes starts again from the first.
