@@ -106,6 +106,21 @@ struct JobReceiptTests {
         }
     }
 
+    @Test("A running server on SQLite sweeps a verified job's receipt by itself within seconds")
+    func runningServerSweeps() async throws {
+        let world = try await ServerWorld.make(.sqlite)
+        defer { Task { await world.stop() } }
+        let (_, receipt) = try await world.buy("com.example.coins", "Nada.JPYF02")
+        #expect(try await world.upload("com.example.coins", user: "alice", receipt: receipt).state == "verified")
+        func left() async throws -> Int {
+            try await world.server.store.database.read { db in try db.query("SELECT job_id FROM verification_receipts", []).count }
+        }
+        // Its id is below the bound of ten seconds ago within about eleven seconds; a pass runs every second.
+        let deadline = ContinuousClock.now + .seconds(30)
+        while try await left() > 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(250)) }
+        #expect(try await left() == 0)
+    }
+
     @Test("Through the server: receipts settled as a batch are gone once granted and swept, and the receipts table holds nothing",
           arguments: Engine.available)
     func settledThroughTheServer(engine: Engine) async throws {
