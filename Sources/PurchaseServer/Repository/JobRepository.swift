@@ -3,7 +3,8 @@ import Foundation
 import Storage
 
 /// The SQL of the `verification_jobs` table, the durable queue of uploads, their leases and outcomes, and of
-/// `verification_receipts`, each job's receipt (written once, read by the claim, dropped when the job settles).
+/// `verification_receipts`, each job's receipt (written once, read by the claim, dropped when the job settles: on SQLite
+/// a verified job's by the sweep seconds later, `ReceiptSweep`).
 struct JobRepository {
     let db: any SQLConnection
     let dialect: SQLDialect
