@@ -154,8 +154,12 @@ public final class PurchaseServer: Sendable {
                     while !Task.isCancelled {
                         try? await Task.sleep(for: wait)
                         let pass = sweep.next(now: .now, bound: RandomIDs.orderedBound(Date().addingTimeInterval(-10)))
-                        let result = try? await store.dropSettledReceipts(after: pass.after, before: pass.before, limit: ReceiptSweep.limit)
-                        wait = sweep.finished(pass, dropped: result?.dropped ?? 0, last: result?.last)
+                        // A pass that failed (the database busy or gone) is tried again a second later from the same place.
+                        guard let result = try? await store.dropSettledReceipts(after: pass.after, before: pass.before, limit: ReceiptSweep.limit) else {
+                            wait = .seconds(1)
+                            continue
+                        }
+                        wait = sweep.finished(pass, dropped: result.dropped, last: result.last)
                     }
                 }
                 group.addTask {

@@ -24,6 +24,8 @@ struct ReceiptSweep: Equatable {
     private(set) var wholeTable = false
     /// When the last pass from the first id started (nil: none yet).
     private(set) var lastFromStart: ContinuousClock.Instant?
+    /// Where the bounded passes stood when the whole table's pass began: they go on from there after it.
+    private(set) var resume = ""
 
     init(bounded: Bool) {
         self.bounded = bounded
@@ -36,7 +38,7 @@ struct ReceiptSweep: Equatable {
     mutating func next(now: ContinuousClock.Instant, bound: String) -> Pass {
         guard bounded else { return Pass(after: cursor, before: nil) }
         if !wholeTable, let last = lastFromStart, now - last >= Self.fromStartEvery {
-            (wholeTable, cursor, lastFromStart) = (true, "", now)
+            (wholeTable, resume, cursor, lastFromStart) = (true, cursor, "", now)
         }
         if lastFromStart == nil { lastFromStart = now }
         return Pass(after: cursor, before: wholeTable ? nil : bound)
@@ -51,7 +53,7 @@ struct ReceiptSweep: Equatable {
         if let before = pass.before {
             cursor = before
         } else {
-            (cursor, wholeTable) = ("", false)
+            (cursor, wholeTable) = (bounded ? resume : "", false)
         }
         return bounded ? .seconds(1) : Self.fromStartEvery
     }

@@ -31,7 +31,9 @@ struct ReceiptSweepTests {
         #expect(second == .init(after: "b1", before: "b2"))
         // A full pass goes on from its last id after 0.1 s, with the bound of then.
         #expect(sweep.finished(second, dropped: ReceiptSweep.limit, last: "a5") == .milliseconds(100))
-        #expect(sweep.next(now: start + .seconds(2), bound: "b3") == .init(after: "a5", before: "b3"))
+        let third = sweep.next(now: start + .seconds(2), bound: "b3")
+        #expect(third == .init(after: "a5", before: "b3"))
+        #expect(sweep.finished(third, dropped: 2, last: "a7") == .seconds(1))
         // A minute after the first: the whole table from the first id, without a bound, a thousand at a time to its end.
         let whole = sweep.next(now: start + .seconds(61), bound: "b4")
         #expect(whole == .init(after: "", before: nil))
@@ -39,8 +41,8 @@ struct ReceiptSweepTests {
         let rest = sweep.next(now: start + .seconds(62), bound: "b5")
         #expect(rest == .init(after: "c1", before: nil))
         #expect(sweep.finished(rest, dropped: 3, last: "c2") == .seconds(1))
-        // Then bounded passes again, from the first id (the whole table's pass ended there).
-        #expect(sweep.next(now: start + .seconds(63), bound: "b6") == .init(after: "", before: "b6"))
+        // Then bounded passes again, from where they stood (the bound of their last pass), not from the first id.
+        #expect(sweep.next(now: start + .seconds(63), bound: "b6") == .init(after: "b3", before: "b6"))
     }
 
     @Test("Elsewhere: a look every minute for receipts an earlier version kept, a thousand at a time")
