@@ -124,7 +124,6 @@ public final class PurchaseServer: Sendable {
         recorder = configuration.recorder
     }
 
-
     /// Starts the verification worker, webhook delivery, the key ring's refresh (every second, so a key revoked by
     /// any process sharing the database is refused here within a second), the metrics rollup and young tables'
     /// planner statistics (PostgreSQL), and the sweep of receipts settled jobs kept; cancel the task to stop them all.
