@@ -45,8 +45,7 @@ public struct RandomIDs: IDGenerator {
     /// version, 62 after the variant). Ids of the same millisecond are in no particular order.
     public func nextOrdered() -> UUID {
         let (first, second) = Self.randomWords()
-        let milliseconds = UInt64(max(0, (Date().timeIntervalSince1970 * 1000).rounded(.down))) & 0xffff_ffff_ffff
-        let high = milliseconds << 16 | 0x7000 | first & 0x0fff
+        let high = Self.milliseconds(Date()) << 16 | 0x7000 | first & 0x0fff
         let low = second & 0x3fff_ffff_ffff_ffff | 0x8000_0000_0000_0000
         return Self.uuid(high: high, low: low)
     }
@@ -62,6 +61,11 @@ public struct RandomIDs: IDGenerator {
         #endif
         var generator = SystemRandomNumberGenerator()
         return (generator.next(), generator.next())
+    }
+
+    /// A version-7 id's first 48 bits: the Unix time in milliseconds.
+    private static func milliseconds(_ date: Date) -> UInt64 {
+        UInt64(max(0, (date.timeIntervalSince1970 * 1000).rounded(.down))) & 0xffff_ffff_ffff
     }
 
     private static func uuid(high: UInt64, low: UInt64) -> UUID {
@@ -120,13 +124,6 @@ extension RandomIDs {
     /// The text below which the lowercase form of every version-7 id made before `date`'s millisecond sorts, and above
     /// which every one made from it on sorts: its first 48 bits, the time, as `xxxxxxxx-xxxx` (byte order, as in SQLite).
     public static func orderedBound(_ date: Date) -> String {
-        let milliseconds = UInt64(max(0, (date.timeIntervalSince1970 * 1000).rounded(.down))) & 0xffff_ffff_ffff
-        let digits = Array("0123456789abcdef".utf8)
-        var text: [UInt8] = []
-        for shift in stride(from: 44, through: 0, by: -4) {
-            if shift == 12 { text.append(UInt8(ascii: "-")) }
-            text.append(digits[Int(milliseconds >> UInt64(shift) & 0xf)])
-        }
-        return String(decoding: text, as: UTF8.self)
+        String(uuid(high: milliseconds(date) << 16, low: 0).lowercasedString.prefix(13))
     }
 }
