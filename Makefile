@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-DEB_PACKAGES := pkg-config libmicrohttpd-dev libnghttp2-dev libssl-dev libsqlite3-dev libpq-dev postgresql openssl python3-venv wrk tmux chromium
+DEB_PACKAGES := pkg-config libmicrohttpd-dev libnghttp2-dev libjemalloc-dev libssl-dev libsqlite3-dev libpq-dev postgresql openssl python3-venv wrk tmux chromium
 PY_PACKAGES := pytest pyyaml app-store-server-library inapppy itunes-iap schemathesis cryptography prometheus-client playwright axe-playwright-python
 VENV := .venv
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -24,6 +24,8 @@ let package = Package(
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         // HTTP/2 framing, HPACK and flow control for the emulator's server and the purchase server's calls to Apple.
         .systemLibrary(name: "CNGHTTP2", pkgConfig: "libnghttp2", providers: [.apt(["libnghttp2-dev"])]),
+        // jemalloc as the storekeeper program's allocator (see its main.swift).
+        .systemLibrary(name: "CJemalloc", pkgConfig: "jemalloc", providers: [.apt(["libjemalloc-dev"])]),
         // OpenSSL initialised before main without its atexit cleanup (see no_atexit.c).
         .target(name: "COpenSSLSetup", linkerSettings: [.linkedLibrary("crypto")]),
         // SIGINT and SIGTERM caught into a pipe for the serve commands' graceful stop (see shutdown_signals.c).
@@ -64,7 +66,7 @@ let package = Package(
         .executableTarget(name: "storekeeper-bench", dependencies: ["CMicroHTTPD"], swiftSettings: swiftSettings),
         .executableTarget(
             name: "storekeeper",
-            dependencies: ["AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPServer", "HTTPClient", "SQLiteStorage", "PostgresStorage", "PurchaseServer", "StoreKitClient", "Locking", "Clocks", "CSignals"],
+            dependencies: ["AppStoreEmulator", "AppStoreCrypto", "AppStoreModels", "HTTP", "HTTPServer", "HTTPClient", "SQLiteStorage", "PostgresStorage", "PurchaseServer", "StoreKitClient", "Locking", "Clocks", "CSignals", "CJemalloc"],
             swiftSettings: swiftSettings
         ),
 

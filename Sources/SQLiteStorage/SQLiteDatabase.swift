@@ -18,6 +18,14 @@ public final class SQLiteDatabase: @unchecked Sendable {
     /// Copies the write-ahead log into the database file on its own connection and queue (nil in memory).
     private var checkpointer: Checkpointer?  // set once, in init
 
+    /// The writer's page cache, in KiB: 16 MiB rather than SQLite's 2. With Apple taking seconds, a settlement batch
+    /// reads the pages of jobs, users and indexes written seconds before; at 2 MiB they had left the cache, so they were
+    /// read again from the file (`pread`) and the batch's dirty pages spilled into the log before its commit
+    /// (`PcacheFetchStress`), 12% of the server's samples at 3,500 receipts/s with 3–6 s on every call (bench/README,
+    /// forty-second round). Instantly it made no difference (2,400 receipts/s, fourth round); reading
+    /// connections keep SQLite's default.
+    static let writerCacheKiB = 16_384
+
     /// Opens (creating if needed) a database in WAL mode.
     public init(path: String) throws {
         handle = try openHandle(path, flags: SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, for: "")
@@ -37,8 +45,7 @@ public final class SQLiteDatabase: @unchecked Sendable {
             // it restarts, not kept at its largest on disk; under steady writes it stays below that (checkpoints every
             // thousand pages, 4 MiB, and the writer's own every eight thousand).
             try execute("PRAGMA journal_size_limit=67108864")
-            // The page cache stays at SQLite's 2 MiB: 16 MiB made no difference to receipts at 2,400/s (2,212–2,306/s
-            // against 2,225–2,272/s) and grew the process by 14 MiB.
+            try execute("PRAGMA cache_size=-\(Self.writerCacheKiB)")
         }
         checkpointer = walMode ? try Checkpointer(path: path) : nil
         if let checkpointer {

@@ -1,3 +1,10 @@
+// jemalloc as the program's allocator: linked ahead of the C library, its `malloc` and `free` serve the whole process, the
+// Swift runtime and the C libraries included. With Apple taking seconds, the purchase server holds tens of thousands of
+// verifications in flight and the emulator as many held calls, their buffers of every size freed out of order over a heap
+// of hundreds of megabytes; glibc's allocator then spent 12% of the server's samples sorting and merging free chunks
+// (`_int_malloc`, `unlink_chunk`, `malloc_consolidate`) at 3,500 receipts/s with 3–6 s, against 6% instantly
+// (bench/README, forty-second round). Nothing of it is called; the import links it.
+import CJemalloc
 import Foundation
 
 /// The command tree of `storekeeper`.

@@ -84,6 +84,25 @@ def test_probes_metrics_request_ids_and_backup(emulator):
             server.stop()
 
 
+def test_both_services_allocate_with_jemalloc(emulator):
+    """The program's allocator is jemalloc, linked ahead of the C library (main.swift says why): the running emulator
+    and server have it mapped, and the dynamic linker binds `malloc` and `free` to it, the C library's own calls included."""
+    with tempfile.TemporaryDirectory() as data_dir:
+        server = Server(emulator, data_dir)
+        try:
+            for process in (emulator.process, server.process):
+                with open(f"/proc/{process.pid}/maps") as maps:
+                    assert "libjemalloc.so" in maps.read()
+        finally:
+            server.stop()
+    bindings = subprocess.run([BIN, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "LD_DEBUG": "bindings"}).stderr
+    for symbol in ("malloc", "free", "realloc", "malloc_usable_size"):
+        bound = [line for line in bindings.splitlines() if f"normal symbol `{symbol}'" in line]
+        assert bound, symbol
+        assert all("to /" in line and "libjemalloc.so" in line.split(" to ")[1] for line in bound), bound[:3]
+
+
 def test_emulator_probes(emulator):
     assert get(emulator.url + "/healthz")[0] == 200
     assert get(emulator.url + "/readyz")[0] == 200
