@@ -16,11 +16,19 @@ public final class Alarms: @unchecked Sendable {  // every field but `wakeUps` a
     private var pending: [UInt64: @Sendable () -> Void] = [:]
     private var lastID: UInt64 = 0
     private var running = false
+    /// How late an alarm may run (nanoseconds), so that alarms due close together run in one wake of the thread.
+    private let slack: UInt64
 
-    /// `name` names the thread (for profiles and debuggers).
-    public init(name: String) {
+    /// `name` names the thread (for profiles and debuggers). `slack`: how late an alarm may run so that the alarms due
+    /// within it of the soonest run together, in one wake of the thread rather than one each (zero: each at its moment).
+    public init(name: String, slack: Duration = .zero) {
         self.name = name
+        self.slack = Self.nanoseconds(slack)
     }
+
+    /// Batches of alarms the thread has run, each in one wake (for tests and profiles).
+    public var wakes: Int { lock.withLock { wakeCount } }
+    private var wakeCount = 0
 
     /// Alarms not yet fired.
     public var count: Int { lock.withLock { pending.count } }
@@ -32,9 +40,7 @@ public final class Alarms: @unchecked Sendable {  // every field but `wakeUps` a
     /// turn). Returns the alarm's id, for `fireNow`.
     @discardableResult
     public func schedule(after delay: Duration, _ work: @escaping @Sendable () -> Void) -> UInt64 {
-        let (seconds, attoseconds) = delay.components
-        let nanoseconds: UInt64 = seconds < 0 || (seconds == 0 && attoseconds <= 0) ? 0
-            : seconds >= 86_400 ? 86_400 * 1_000_000_000 : UInt64(seconds) * 1_000_000_000 + UInt64(attoseconds / 1_000_000_000)
+        let nanoseconds = Self.nanoseconds(delay)
         lock.lock()
         lastID += 1
         let id = lastID
@@ -53,6 +59,13 @@ public final class Alarms: @unchecked Sendable {  // every field but `wakeUps` a
             wakeUps.signal()
         }
         return id
+    }
+
+    /// `delay` in nanoseconds, from zero (a delay of zero or less) to a day.
+    private static func nanoseconds(_ delay: Duration) -> UInt64 {
+        let (seconds, attoseconds) = delay.components
+        return seconds < 0 || (seconds == 0 && attoseconds <= 0) ? 0
+            : seconds >= 86_400 ? 86_400 * 1_000_000_000 : UInt64(seconds) * 1_000_000_000 + UInt64(attoseconds / 1_000_000_000)
     }
 
     /// Runs the alarm's work now, on the caller's thread, unless it has run already (then false).
@@ -85,6 +98,7 @@ public final class Alarms: @unchecked Sendable {  // every field but `wakeUps` a
             while let id = heap.popDue(now: now) {
                 if let work = pending.removeValue(forKey: id) { due.append(work) }
             }
+            if !due.isEmpty { wakeCount += 1 }
             if pending.isEmpty {
                 // Every entry left belongs to an alarm fired early.
                 heap = DeadlineHeap()
@@ -96,7 +110,7 @@ public final class Alarms: @unchecked Sendable {  // every field but `wakeUps` a
             if heap.count > 1024, heap.count > 2 * pending.count {
                 heap.removeAll { pending[$0] != nil }  // alarms fired early leave their entries behind
             }
-            let wait = heap.soonest.map { $0 > now ? min($0 - now, 1_000_000_000) : 0 } ?? 1_000_000_000
+            let wait = heap.soonest.map { $0 > now ? min($0 - now + slack, 1_000_000_000) : 0 } ?? 1_000_000_000
             lock.unlock()
             for work in due { work() }
             _ = wakeUps.wait(timeout: .now() + .nanoseconds(Int(wait)))
