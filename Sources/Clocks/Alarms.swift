@@ -7,7 +7,7 @@ import Foundation
 /// Work runs on the alarms' thread (or on the caller's, for `fireNow` and `fireAll`), so it must be quick and must
 /// not block: it hands anything longer to a task or a queue. (A thread that found nothing pending may still be running
 /// its last work when an alarm set meanwhile starts the next one.)
-public final class Alarms: @unchecked Sendable {  // every field but `wakeUps` and `name` is guarded by `lock`
+public final class Alarms: @unchecked Sendable {  // every field but `wakeUps`, `name` and `slack` is guarded by `lock`
     private let name: String
     private let lock = NSLock()
     /// Wakes the thread early for an alarm sooner than the one it waits for.

@@ -18,12 +18,13 @@ public final class SQLiteDatabase: @unchecked Sendable {
     /// Copies the write-ahead log into the database file on its own connection and queue (nil in memory).
     private var checkpointer: Checkpointer?  // set once, in init
 
-    /// The writer's page cache, in KiB: 16 MiB rather than SQLite's 2. With Apple taking seconds, a settlement batch
-    /// reads the pages of jobs, users and indexes written seconds before; at 2 MiB they had left the cache, so they were
-    /// read again from the file (`pread`) and the batch's dirty pages spilled into the log before its commit
-    /// (`PcacheFetchStress`), 12% of the server's samples at 3,500 receipts/s with 3–6 s on every call (bench/README,
-    /// forty-second round). Instantly it made no difference (2,400 receipts/s, fourth round); reading
-    /// connections keep SQLite's default.
+    /// A writing connection's page cache, in KiB: 16 MiB rather than SQLite's 2 (every database opened with
+    /// `init(path:)`: the purchase server's, the emulator's, a device's journal; the cache fills only as pages are read,
+    /// so a small database costs no more). With Apple taking seconds, a settlement batch reads the pages of jobs, users
+    /// and indexes written seconds before; at 2 MiB they had left the cache, so they were read again from the file
+    /// (`pread`, 6.8% of the server's samples at 3,500 receipts/s with 3–6 s on every call) and the batch's dirty pages
+    /// spilled into the log before its commit (`PcacheFetchStress`, 5.5%) (bench/README, forty-second round). Instantly
+    /// it made no difference (2,400 receipts/s, fourth round). Reading connections keep SQLite's default.
     static let writerCacheKiB = 16_384
 
     /// Opens (creating if needed) a database in WAL mode.
