@@ -263,6 +263,35 @@ struct ReviewFindingTests {
         #expect(try await again.store.app("com.example.a")?.sharedSecret == "the-shared-secret-42")
         await again.store.database.close()
     }
+
+    @Test("An app is read beside SQLite's writer: a write transaction held open does not hold up the app's reads")
+    func appReadsDoNotWaitForTheWriter() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("app-read-\(UUID().uuidString).sqlite").path
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        let database = try SQLiteSQLDatabase(path: path)
+        let store = try await QueryCostTests.migrate(database)
+        try await store.createApp(ServerApp(id: "com.example.a", sharedSecret: "the-shared-secret-42"), now: Date())
+        // The writer, held until the reads are done or ten seconds pass: it tells which came first.
+        let entered = DispatchSemaphore(value: 0), readsDone = DispatchSemaphore(value: 0)
+        let writer = Task {
+            try await database.transaction { db -> Bool in
+                try db.run("UPDATE apps SET name = 'renamed, not committed yet' WHERE id = ?", ["com.example.a"])
+                entered.signal()
+                return readsDone.wait(timeout: .now() + 10) == .success
+            }
+        }
+        await Task.detached { entered.wait() }.value
+        let app = try await store.app("com.example.a")
+        let apps = try await store.apps()
+        let cached = try await store.cachedApp("com.example.a")
+        readsDone.signal()
+        #expect(try await writer.value, "the reads waited for the writer's transaction to end")
+        // The last commit, not the writer's change in progress.
+        #expect(app?.sharedSecret == "the-shared-secret-42" && app?.name != "renamed, not committed yet")
+        #expect(apps.map(\.id) == ["com.example.a"])
+        #expect(cached?.id == "com.example.a")
+        await database.close()
+    }
 }
 
 /// A transport that never reaches Apple.
