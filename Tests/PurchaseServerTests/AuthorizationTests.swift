@@ -266,10 +266,9 @@ struct ReviewFindingTests {
 
     @Test("An app is read beside SQLite's writer: a write transaction held open does not hold up the app's reads")
     func appReadsDoNotWaitForTheWriter() async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("app-read-\(UUID().uuidString).sqlite").path
-        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
-        let database = try SQLiteSQLDatabase(path: path)
-        let store = try await QueryCostTests.migrate(database)
+        let scratch = try await SQLiteScratch("app-read")
+        defer { scratch.remove() }
+        let (database, store) = (scratch.database, scratch.store)
         try await store.createApp(ServerApp(id: "com.example.a", sharedSecret: "the-shared-secret-42"), now: Date())
         // The writer, held until the reads are done or ten seconds pass: it tells which came first.
         let entered = DispatchSemaphore(value: 0), readsDone = DispatchSemaphore(value: 0)

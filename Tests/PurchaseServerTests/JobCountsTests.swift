@@ -170,10 +170,9 @@ struct JobCountsTests {
 
     @Test("Counting jobs and listing the latest read about as much with 20,000 settled jobs as with 2,000")
     func countsAndListsDoNotGrowWithTheJobs() async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("counts-\(UUID().uuidString).sqlite").path
-        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
-        let database = try SQLiteSQLDatabase(path: path)
-        let store = try await QueryCostTests.migrate(database)
+        let scratch = try await SQLiteScratch("counts")
+        defer { scratch.remove() }
+        let (database, store) = (scratch.database, scratch.store)
         var pages: [[Int]] = []
         var settled = 0
         for target in [2_000, 20_000] {

@@ -169,10 +169,9 @@ struct JobReceiptTests {
 
     @Test("Each pass of the receipts' sweep reads about as much at the end of a long drain as at its start (SQLite)")
     func sweepDoesNotGrow() async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("sweep-\(UUID().uuidString).sqlite").path
-        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
-        let database = try SQLiteSQLDatabase(path: path)
-        let store = try await QueryCostTests.migrate(database)
+        let scratch = try await SQLiteScratch("sweep")
+        defer { scratch.remove() }
+        let (database, store) = (scratch.database, scratch.store)
         let count = 20_000
         _ = try await database.transaction { db in
             for index in 0..<count {

@@ -11,10 +11,9 @@ import Testing
 struct QueryCostTests {
     @Test("Checking the leases of a settlement batch reads those jobs only, not every job being verified")
     func leasesReadTheirJobsOnly() async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("cost-\(UUID().uuidString).sqlite").path
-        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
-        let database = try SQLiteSQLDatabase(path: path)
-        let store = try await QueryCostTests.migrate(database)
+        let scratch = try await SQLiteScratch("cost")
+        defer { scratch.remove() }
+        let (database, store) = (scratch.database, scratch.store)
         // Thousands of jobs being verified, each with a receipt of a real one's size, as while Apple is slow.
         let receipt = String(repeating: "MIIQTgYJKoZIhvcNAQcCoIIQPzCCEDsCAQExDzAN", count: 140)
         let now = Date()
@@ -307,5 +306,31 @@ struct PlannerStatisticsTests {
         }
         #expect(analyses == 1)
         for other in stores { await other.database.close() }
+    }
+}
+
+/// A migrated store on an SQLite file of its own (a write-ahead log, reading connections beside the writer), for tests
+/// that need a file rather than memory; `remove()` deletes the file and its log.
+struct SQLiteScratch {
+    let path: String
+    let database: SQLiteSQLDatabase
+    let store: PurchaseStore
+
+    init(_ name: String) async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("\(name)-\(UUID().uuidString).sqlite").path
+        self.path = path
+        do {
+            database = try SQLiteSQLDatabase(path: path)
+            store = try await QueryCostTests.migrate(database)
+        } catch {
+            Self.remove(path)
+            throw error
+        }
+    }
+
+    func remove() { Self.remove(path) }
+
+    private static func remove(_ path: String) {
+        for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
     }
 }
