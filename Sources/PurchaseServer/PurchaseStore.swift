@@ -18,8 +18,9 @@ public final class PurchaseStore: Sendable {
     let keyRing = Locked(KeyRing())
     /// Seals shared secrets, Server API private keys and user-token secrets at rest (nil: stored as given).
     let secrets: SecretBox?
-    private let appCache = Locked<[String: (app: ServerApp, expires: Date)]>([:])
-    private let appsCache = Locked<(apps: [ServerApp], expires: Date)?>(nil)
+    /// Apps remembered for two seconds (`cachedApp`), and a generation that a change of an app moves on once committed:
+    /// an app read before that is not remembered, so no read that began before the change keeps it out of date.
+    private let appCache = Locked(AppCache())
     /// Whether `users.app_user_id` sorts by code point, once asked (the customer search's prefix range relies on it).
     let userIdOrder = Locked<Bool?>(nil)
     /// Each app's product mappings as a user view reads them, remembered for two seconds (dropped here at once
@@ -68,9 +69,10 @@ public final class PurchaseStore: Sendable {
     /// An app, remembered for two seconds (the worker asks once per job).
     func cachedApp(_ id: String) async throws -> ServerApp? {
         let now = Date()
-        if let cached = appCache.withLock({ $0[id] }), now < cached.expires { return cached.app }
+        let (cached, generation) = appCache.withLock { ($0.byId[id], $0.generation) }
+        if let cached, now < cached.expires { return cached.app }
         guard let app = try await app(id) else { return nil }
-        appCache.withLock { $0[id] = (app, now.addingTimeInterval(2)) }
+        appCache.withLock { if $0.generation == generation { $0.byId[id] = (app, now.addingTimeInterval(2)) } }
         return app
     }
 
@@ -78,11 +80,12 @@ public final class PurchaseStore: Sendable {
     func cachedApp(forBundle bundleId: String) async throws -> ServerApp? {
         let now = Date()
         let apps: [ServerApp]
-        if let cached = appsCache.withLock({ $0 }), now < cached.expires {
+        let (cached, generation) = appCache.withLock { ($0.all, $0.generation) }
+        if let cached, now < cached.expires {
             apps = cached.apps
         } else {
             apps = try await self.apps()
-            appsCache.withLock { $0 = (apps, now.addingTimeInterval(2)) }
+            appCache.withLock { if $0.generation == generation { $0.all = (apps, now.addingTimeInterval(2)) } }
         }
         return apps.first { $0.bundleIds.contains(bundleId) }
     }
@@ -120,7 +123,7 @@ public final class PurchaseStore: Sendable {
     /// Registers an app (fails if it exists).
     public func createApp(_ app: ServerApp, now: Date) async throws {
         try Self.validate(app)
-        appsCache.withLock { $0 = nil }
+        defer { forgetApps() }
         try await database.transaction { db in
             let apps = self.apps(db)
             guard try !apps.exists(app.id) else { throw ServerError(.appExists, "App \(app.id) is already registered.") }
@@ -130,11 +133,15 @@ public final class PurchaseStore: Sendable {
 
     /// Replaces an app's settings.
     public func updateApp(_ app: ServerApp) async throws {
-        appCache.withLock { $0[app.id] = nil }
-        appsCache.withLock { $0 = nil }
         try Self.validate(app)
+        defer { forgetApps() }
         let updated = try await database.transaction { db in try self.apps(db).update(app) }
         guard updated else { throw ServerError(.appNotFound, "App \(app.id) is not registered.") }
+    }
+
+    /// Drops the remembered apps once a change of one has committed (or failed), and moves the generation on.
+    private func forgetApps() {
+        appCache.withLock { $0 = AppCache(generation: $0.generation + 1) }
     }
 
     static func validate(_ app: ServerApp) throws {
@@ -155,10 +162,10 @@ public final class PurchaseStore: Sendable {
         }
     }
 
-    /// One app, or nil, as last committed: read beside SQLite's only writer, not queued behind it. The cache's reads
-    /// (`cachedApp`) came to 160 write transactions a second at 4,500 receipts/s with Apple's latency: every job
-    /// starting in the 70 ms a read waited for the writer's queue when the cache's two seconds ran out (bench/README,
-    /// forty-third round).
+    /// One app, or nil, as last committed: read beside SQLite's only writer, not queued behind it (on the writer when the
+    /// database has no reading connections: in memory, or out of WAL mode). The cache's reads (`cachedApp`) came to 160
+    /// write transactions a second at 4,500 receipts/s with Apple's latency: every job starting in the 70 ms a read
+    /// waited for the writer's queue when the cache's two seconds ran out (bench/README, forty-third round).
     public func app(_ id: String) async throws -> ServerApp? {
         try await database.read { db in try self.apps(db).app(id) }
     }
@@ -235,4 +242,11 @@ extension Date {
     /// Unix milliseconds, as the App Store writes them (one definition: ReceiptDate's).
     var milliseconds: Int64 { ReceiptDate.milliseconds(self) }
     init(milliseconds: Int64) { self = ReceiptDate.date(milliseconds: milliseconds) }
+}
+
+/// The apps `PurchaseStore` remembers: by id, all of them (for notifications, by bundle id), and the generation.
+struct AppCache {
+    var byId: [String: (app: ServerApp, expires: Date)] = [:]
+    var all: (apps: [ServerApp], expires: Date)?
+    var generation = 0
 }

@@ -264,7 +264,8 @@ struct ReviewFindingTests {
         await again.store.database.close()
     }
 
-    @Test("An app is read beside SQLite's writer: a write transaction held open does not hold up the app's reads")
+    @Test("An app is read beside SQLite's writer: a write transaction held open does not hold up the app's reads",
+          .timeLimit(.minutes(1)))
     func appReadsDoNotWaitForTheWriter() async throws {
         let scratch = try await SQLiteScratch("app-read")
         defer { scratch.remove() }
@@ -279,7 +280,8 @@ struct ReviewFindingTests {
                 return readsDone.wait(timeout: .now() + 10) == .success
             }
         }
-        await Task.detached { entered.wait() }.value
+        defer { readsDone.signal() }  // a read that throws lets the writer go at once
+        try #require(await Task.detached { entered.wait(timeout: .now() + 10) == .success }.value, "the write transaction never began")
         let app = try await store.app("com.example.a")
         let apps = try await store.apps()
         let cached = try await store.cachedApp("com.example.a")
@@ -290,6 +292,25 @@ struct ReviewFindingTests {
         #expect(apps.map(\.id) == ["com.example.a"])
         #expect(cached?.id == "com.example.a")
         await database.close()
+    }
+
+    @Test("A changed app is what the cache gives at once, by id and by bundle id")
+    func appCacheFollowsChanges() async throws {
+        let scratch = try await SQLiteScratch("app-cache")
+        defer { scratch.remove() }
+        let store = scratch.store
+        try await store.createApp(ServerApp(id: "com.example.a", sharedSecret: "the-first-secret-000"), now: Date())
+        #expect(try await store.cachedApp("com.example.a")?.sharedSecret == "the-first-secret-000")
+        #expect(try await store.cachedApp(forBundle: "com.example.b") == nil)
+        var changed = try #require(try await store.app("com.example.a"))
+        changed.sharedSecret = "the-second-secret-00"
+        changed.bundleIds = ["com.example.a", "com.example.b"]
+        try await store.updateApp(changed)
+        #expect(try await store.cachedApp("com.example.a")?.sharedSecret == "the-second-secret-00")
+        #expect(try await store.cachedApp(forBundle: "com.example.b")?.id == "com.example.a")
+        try await store.createApp(ServerApp(id: "com.example.c"), now: Date())
+        #expect(try await store.cachedApp(forBundle: "com.example.c")?.id == "com.example.c")
+        await scratch.database.close()
     }
 }
 
