@@ -18,8 +18,9 @@ public final class PurchaseStore: Sendable {
     let keyRing = Locked(KeyRing())
     /// Seals shared secrets, Server API private keys and user-token secrets at rest (nil: stored as given).
     let secrets: SecretBox?
-    /// Apps remembered for two seconds (`cachedApp`), and a generation that a change of an app moves on once committed:
-    /// an app read before that is not remembered, so no read that began before the change keeps it out of date.
+    /// Apps remembered for two seconds (`cachedApp`), and a generation that a change of an app in this process moves on
+    /// once committed: an app read before that is not remembered, so no read that began before the change keeps it out of
+    /// date (another process's change shows within the two seconds).
     private let appCache = Locked(AppCache())
     /// Whether `users.app_user_id` sorts by code point, once asked (the customer search's prefix range relies on it).
     let userIdOrder = Locked<Bool?>(nil)

@@ -271,17 +271,21 @@ struct ReviewFindingTests {
         defer { scratch.remove() }
         let (database, store) = (scratch.database, scratch.store)
         try await store.createApp(ServerApp(id: "com.example.a", sharedSecret: "the-shared-secret-42"), now: Date())
-        // The writer, held until the reads are done or ten seconds pass: it tells which came first.
-        let entered = DispatchSemaphore(value: 0), readsDone = DispatchSemaphore(value: 0)
+        // The writer, held until the reads are done or ten seconds pass: it tells which came first. It says when it holds
+        // the transaction through a stream, so no thread of the shared pool is blocked waiting for it.
+        let (entered, holding) = AsyncStream<Void>.makeStream()
+        let readsDone = DispatchSemaphore(value: 0)
         let writer = Task {
             try await database.transaction { db -> Bool in
+                defer { holding.finish() }
                 try db.run("UPDATE apps SET name = 'renamed, not committed yet' WHERE id = ?", ["com.example.a"])
-                entered.signal()
+                holding.yield()
                 return readsDone.wait(timeout: .now() + 10) == .success
             }
         }
         defer { readsDone.signal() }  // a read that throws lets the writer go at once
-        try #require(await Task.detached { entered.wait(timeout: .now() + 10) == .success }.value, "the write transaction never began")
+        var holds = entered.makeAsyncIterator()
+        try #require(await holds.next() != nil, "the write transaction never began")
         let app = try await store.app("com.example.a")
         let apps = try await store.apps()
         let cached = try await store.cachedApp("com.example.a")
