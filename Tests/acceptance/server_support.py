@@ -118,6 +118,18 @@ class Server:
             self.cli(*product_args)
         return self.cli("server", "key", "create", bundle)["apiKey"]
 
+    def wait_for_key(self, key, timeout=10):
+        """Returns once this server accepts `key`. A key made elsewhere (the CLI, another process on the database) is
+        loaded by the server's refresh, once a second: a test that goes on at once can be refused on a fast host."""
+        deadline = time.time() + timeout
+        while True:
+            status, body = self.request("GET", "/v1/users/key-probe", key=key)
+            if status != 401:
+                return
+            if time.time() > deadline:
+                raise AssertionError(f"the server still refuses the key after {timeout} s: {body}")
+            time.sleep(0.05)
+
     def upload(self, key, user, receipt, wait=30):
         status, body = self.request("POST", f"/v1/receipts?wait={wait}", {"appUserId": user, "receiptData": receipt}, key=key)
         assert status in (200, 202), body

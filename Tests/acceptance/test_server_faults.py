@@ -128,6 +128,8 @@ def test_three_servers_share_postgres_and_survive_losing_one(emulator):
             servers.append(Server(emulator, directory.name, database=database, master_key=master_key,
                                   extra=["--lease", "3", "--call-timeout", "1", "--concurrency", "16"]))
         key = servers[0].setup_app("com.example.coins")
+        for server in servers:
+            server.wait_for_key(key)
         uploads = buy_many(emulator, testers=30, per_tester=10)
         emulator.cli("appstore", "fault", "add", "--endpoint", "verifyReceipt", "--latency", "100ms-300ms")
         ids = []
