@@ -70,10 +70,10 @@ public final class PurchaseStore: Sendable {
     /// An app, remembered for two seconds (the worker asks once per job).
     func cachedApp(_ id: String) async throws -> ServerApp? {
         let now = Date()
-        let (cached, generation) = appCache.withLock { ($0.byId[id], $0.generation) }
-        if let cached, now < cached.expires { return cached.app }
+        let (cached, generation) = appCache.withLock { ($0.app(id, at: now), $0.generation) }
+        if let cached { return cached }
         guard let app = try await app(id) else { return nil }
-        appCache.withLock { if $0.generation == generation { $0.byId[id] = (app, now.addingTimeInterval(2)) } }
+        appCache.withLock { $0.remember(app, readAt: now, generation: generation) }
         return app
     }
 
@@ -81,12 +81,12 @@ public final class PurchaseStore: Sendable {
     func cachedApp(forBundle bundleId: String) async throws -> ServerApp? {
         let now = Date()
         let apps: [ServerApp]
-        let (cached, generation) = appCache.withLock { ($0.all, $0.generation) }
-        if let cached, now < cached.expires {
-            apps = cached.apps
+        let (cached, generation) = appCache.withLock { ($0.apps(at: now), $0.generation) }
+        if let cached {
+            apps = cached
         } else {
             apps = try await self.apps()
-            appCache.withLock { if $0.generation == generation { $0.all = (apps, now.addingTimeInterval(2)) } }
+            appCache.withLock { $0.remember(all: apps, readAt: now, generation: generation) }
         }
         return apps.first { $0.bundleIds.contains(bundleId) }
     }
@@ -142,7 +142,7 @@ public final class PurchaseStore: Sendable {
 
     /// Drops the remembered apps once a change of one has committed (or failed), and moves the generation on.
     private func forgetApps() {
-        appCache.withLock { $0 = AppCache(generation: $0.generation + 1) }
+        appCache.withLock { $0.forget() }
     }
 
     static func validate(_ app: ServerApp) throws {
@@ -245,9 +245,43 @@ extension Date {
     init(milliseconds: Int64) { self = ReceiptDate.date(milliseconds: milliseconds) }
 }
 
-/// The apps `PurchaseStore` remembers: by id, all of them (for notifications, by bundle id), and the generation.
+/// The apps `PurchaseStore` remembers for `lifetime`: by id, and all of them (for notifications, by bundle id). A read
+/// is remembered only if no change was made since it began (`generation`, moved on by `forget()`), so a read that began
+/// before a change cannot put back what the change replaced.
 struct AppCache {
-    var byId: [String: (app: ServerApp, expires: Date)] = [:]
-    var all: (apps: [ServerApp], expires: Date)?
-    var generation = 0
+    static let lifetime: TimeInterval = 2
+    private var byId: [String: (app: ServerApp, expires: Date)] = [:]
+    private var all: (apps: [ServerApp], expires: Date)?
+    /// Moved on by every change; a read takes it before it begins and hands it back to `remember`.
+    private(set) var generation = 0
+
+    /// The app remembered for `id`, unless it expired by `now`.
+    func app(_ id: String, at now: Date) -> ServerApp? {
+        byId[id].flatMap { now < $0.expires ? $0.app : nil }
+    }
+
+    /// Every app, if remembered and not expired by `now`.
+    func apps(at now: Date) -> [ServerApp]? {
+        all.flatMap { now < $0.expires ? $0.apps : nil }
+    }
+
+    /// Remembers `app`, read from `readAt` on, if nothing changed since `generation` was taken.
+    mutating func remember(_ app: ServerApp, readAt: Date, generation: Int) {
+        guard generation == self.generation else { return }
+        byId[app.id] = (app, readAt.addingTimeInterval(Self.lifetime))
+    }
+
+    /// Remembers every app, as `remember(_:readAt:generation:)` does one.
+    mutating func remember(all apps: [ServerApp], readAt: Date, generation: Int) {
+        guard generation == self.generation else { return }
+        all = (apps, readAt.addingTimeInterval(Self.lifetime))
+    }
+
+    /// Forgets every app (one changed) and moves the generation on.
+    mutating func forget() {
+        self = AppCache(generation: generation + 1)
+    }
+
+    private init(generation: Int) { self.generation = generation }
+    init() {}
 }

@@ -298,6 +298,31 @@ struct ReviewFindingTests {
         await database.close()
     }
 
+    @Test("The app cache drops a read that began before a change, and what it remembers expires after its lifetime")
+    func appCacheRule() {
+        let start = Date(timeIntervalSince1970: 1_800_000_000)
+        let old = ServerApp(id: "com.example.a", sharedSecret: "the-first-secret-000")
+        var cache = AppCache()
+        // A read begins (taking the generation), the app changes meanwhile, the read ends: not remembered.
+        let readBegan = cache.generation
+        cache.forget()
+        cache.remember(old, readAt: start, generation: readBegan)
+        cache.remember(all: [old], readAt: start, generation: readBegan)
+        #expect(cache.app("com.example.a", at: start) == nil)
+        #expect(cache.apps(at: start) == nil)
+        // A read begun after the change is remembered, until its lifetime is over.
+        cache.remember(old, readAt: start, generation: cache.generation)
+        cache.remember(all: [old], readAt: start, generation: cache.generation)
+        #expect(cache.app("com.example.a", at: start.addingTimeInterval(AppCache.lifetime - 0.001)) == old)
+        #expect(cache.apps(at: start.addingTimeInterval(AppCache.lifetime - 0.001)) == [old])
+        #expect(cache.app("com.example.a", at: start.addingTimeInterval(AppCache.lifetime)) == nil)
+        #expect(cache.apps(at: start.addingTimeInterval(AppCache.lifetime)) == nil)
+        #expect(cache.app("com.example.other", at: start) == nil)
+        // A change forgets both.
+        cache.forget()
+        #expect(cache.app("com.example.a", at: start) == nil && cache.apps(at: start) == nil)
+    }
+
     @Test("A changed app is what the cache gives at once, by id and by bundle id")
     func appCacheFollowsChanges() async throws {
         let scratch = try await SQLiteScratch("app-cache")
