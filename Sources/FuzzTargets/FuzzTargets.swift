@@ -43,10 +43,29 @@ public enum FuzzTargets {
     static func receipt(_ bytes: [UInt8]) {
         _ = try? ReceiptDecoder.decode(bytes)
         fastPathsAgree(bytes)
-        if let text = String(validating: bytes, as: UTF8.self), let decoded = ReceiptDecoder.base64Decode(text) {
-            _ = try? ReceiptDecoder.decode(decoded)
-            fastPathsAgree(decoded)
+        if let text = String(validating: bytes, as: UTF8.self) {
+            storedFormsAgree(text)
+            if let decoded = ReceiptDecoder.base64Decode(text) {
+                _ = try? ReceiptDecoder.decode(decoded)
+                fastPathsAgree(decoded)
+            }
         }
+    }
+
+    /// An upload stored without its certificates (`StoredReceipt`), the parts learnt from itself, gives back the same
+    /// characters; one whose own alignment is compactable is compacted; any text read as a stored form does not trap.
+    private static func storedFormsAgree(_ text: String) {
+        let known = Dictionary(StoredReceipt.parts(of: text).map { (Digest.sha256.hash($0.utf8).hexString, $0) }) { first, _ in first }
+        let (stored, digest) = StoredReceipt.compact(text) { part in
+            let digest = Digest.sha256.hash(part).hexString
+            return known[digest] == nil ? nil : digest
+        }
+        if digest != nil {
+            precondition(StoredReceipt.expand(stored, part: { known[$0] }) == text, "a stored receipt expanded to other characters")
+        } else {
+            precondition(stored == text && StoredReceipt.sharedPart(of: Array(text.utf8)) == nil, "a compactable receipt was not compacted")
+        }
+        _ = StoredReceipt.expand(text) { _ in text }
     }
 
     /// The fast paths of the PKCS#7 container and of the payload read nothing the general parsers would not read the

@@ -9,11 +9,13 @@ extension PurchaseStore {
     /// A job refused by the look before storage (`rejection`) is written already rejected, with the
     /// upload's hash and size but not its bytes, and never reaches the queue. Any other is written pending, or with
     /// a `lease` already claimed (its first attempt counted, as a claim counts it) by the worker that holds the lease.
+    /// `storedReceipt`: the receipt as `verification_receipts` is to hold it, when not as it came (`storedReceipt(_:)`).
     public func enqueue(appId: String, appUserId: String, kind: VerificationJob.Kind, receiptData: String, userAuthenticated: Bool = true,
                         deliver: DeliveryHint? = nil, rejection: ReceiptRejection? = nil, lease: VerificationJob.Lease? = nil,
-                        now: Date) async throws -> VerificationJob {
+                        storedReceipt: String? = nil, now: Date) async throws -> VerificationJob {
         var job = newJob(appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData, userAuthenticated: userAuthenticated,
                          deliver: deliver, now: now)
+        job.storedReceipt = storedReceipt
         if let rejection {
             job.state = .rejected
             job.reason = rejection.reason

@@ -52,6 +52,8 @@ public final class PurchaseStore: Sendable {
     /// Console password hashing and checks (scrypt, ~32 MB and tens of ms each): two at a time off the shared threads, 8 in flight at most.
     /// JWS headers seen and stored (`StoredJWS`, `jws_headers`).
     let jwsHeaders = JWSHeaderBook()
+    /// Receipts' certificates seen in receipts that verified, and stored (`StoredReceipt`, `jws_headers`).
+    let receiptCertificates = JWSHeaderBook()
     let passwordChecks = BoundedWork(label: "storekeeper.passwords", width: 2, maximumPending: 8)
 
     public init(database: any SQLDatabase, secrets: SecretBox? = nil, ids: any IDGenerator = RandomIDs()) {

@@ -73,6 +73,8 @@ public struct VerificationEngine: Sendable {
         private let unsent: Mutex<String?>
         /// A signed transaction's decoding, when this process verified it before writing the job (a notification's).
         let inspected: InspectedTransaction?
+        /// Whether the upload was stored without its certificates (`StoredReceipt`): they are known already.
+        let storedCompacted: Bool
 
         public convenience init(_ claimed: consuming VerificationJob) {
             self.init(claimed, inspected: nil)
@@ -82,6 +84,8 @@ public struct VerificationEngine: Sendable {
             let text = claimed.receiptData
             claimed.receiptDigest = claimed.receiptSHA256
             claimed.receiptData = ""
+            storedCompacted = claimed.storedReceipt != nil
+            claimed.storedReceipt = nil
             job = claimed
             unsent = Mutex(text)
             self.inspected = inspected
@@ -198,7 +202,10 @@ public struct VerificationEngine: Sendable {
             return .done(try await runSignedTransaction(job, jws: claimed.receipt, inspected: claimed.inspected, app: app, owner: owner))
         }
         switch inspectLocally(job, receipt: claimed.receipt, app: app) {
-        case .success(let inspected): return .ask(ReceiptInFlight(app: app, inspected: inspected))
+        case .success(let inspected):
+            // Its chain verified: later uploads with the same certificates are stored without them.
+            if !claimed.storedCompacted { store.learnCertificates(of: claimed.receipt) }
+            return .ask(ReceiptInFlight(app: app, inspected: inspected))
         case .failure(let rejection): return .done(try await reject(job, owner: owner, rejection, environment: nil))
         }
     }

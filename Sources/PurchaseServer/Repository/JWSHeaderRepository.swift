@@ -29,12 +29,13 @@ struct JWSHeaderRepository {
     }
 }
 
-/// This process's memory of JWS headers: the digest of each header seen (so a notification's header is hashed once,
-/// not per notification), and which are known to be in `jws_headers` (so they are not written again), for a minute at a
-/// time: a database restored or failed over beneath a running process gets them again within that minute. Bounded:
-/// past `capacity` headers, or for a header longer than a JWS header may be, a header gets no digest and its JWS is
-/// stored with it. Headers come from notifications whose envelope verified (Apple's signing keys, a few a year), so
-/// the bound is not reached in use.
+/// This process's memory of JWS headers (or of receipts' certificates, `StoredReceipt`): the digest of each header seen
+/// (so a notification's header is hashed once, not per notification), and which are known to be in `jws_headers` (so
+/// they are not written again), for a minute at a time: a database restored or failed over beneath a running process
+/// gets them again within that minute. Bounded: past `capacity` headers, or for a header longer than `maximumLength`, a
+/// header gets no digest and its JWS is stored with it. Headers come from notifications whose envelope verified, and
+/// receipts' certificates from receipts whose chain verified (Apple's signing keys, a few a year), so the bound is not
+/// reached in use.
 final class JWSHeaderBook: Sendable {
     static let capacity = 64
     /// A JWS header's Base64url at its longest (`JWS.maximumHeaderLength` bytes).
@@ -47,15 +48,18 @@ final class JWSHeaderBook: Sendable {
     }
     private let entries = Locked<[Entry]>([])
     private let now: @Sendable () -> ContinuousClock.Instant
+    /// The longest header given a digest.
+    let maximumLength: Int
 
-    init(now: @escaping @Sendable () -> ContinuousClock.Instant = { ContinuousClock.now }) {
+    init(maximumLength: Int = JWSHeaderBook.maximumHeaderLength, now: @escaping @Sendable () -> ContinuousClock.Instant = { ContinuousClock.now }) {
+        self.maximumLength = maximumLength
         self.now = now
     }
 
     /// The header's SHA-256 in lowercase hex; nil for a header too long, or once `capacity` others are known. Found by
     /// comparing bytes (a few headers, kilobytes each: cheaper than hashing them for a dictionary).
     func digest(_ header: ArraySlice<UInt8>) -> String? {
-        guard header.count <= Self.maximumHeaderLength else { return nil }
+        guard header.count <= maximumLength else { return nil }
         if let known = entries.withLock({ $0.first { $0.header.hasSameBytes(as: header) }?.digest }) { return known }
         let digest = Digest.sha256.hash(header).hexString
         return entries.withLock { entries in
@@ -64,6 +68,15 @@ final class JWSHeaderBook: Sendable {
             entries.append(Entry(header: Array(header), digest: digest))
             return digest
         }
+    }
+
+    /// Whether no header has a digest yet.
+    var isEmpty: Bool { entries.withLock { $0.isEmpty } }
+
+    /// The digest of a header already given one (`digest`); nil for any other, which this does not add.
+    func knownDigest(_ header: ArraySlice<UInt8>) -> String? {
+        guard header.count <= maximumLength else { return nil }
+        return entries.withLock { $0.first { $0.header.hasSameBytes(as: header) }?.digest }
     }
 
     /// The headers of these digests (those a stored form names) not known to be stored, with their text, by digest.
@@ -96,13 +109,35 @@ extension PurchaseStore {
     /// fails afterwards is only unused.
     func storedJWS(_ jws: String, carried: [String] = [], decodedPayload: [UInt8]? = nil) async throws -> String {
         let (text, digests) = StoredJWS.compactNaming(jws, carried: carried, decodedPayload: decodedPayload, digest: jwsHeaders.digest)
-        let missing = jwsHeaders.unstored(digests)
-        if !missing.isEmpty {
-            let dialect = database.dialect
-            try await database.transaction { db in try JWSHeaderRepository(db: db, dialect: dialect).add(missing) }
-            jwsHeaders.stored(missing.map(\.digest))
-        }
+        try await storeHeaders(digests, of: jwsHeaders)
         return text
+    }
+
+    /// An uploaded app receipt as stored (`StoredReceipt`): its certificates named by their digest when a receipt with
+    /// the same ones verified before in this process (`learnCertificates`), else nil (stored as it came). The part is
+    /// added to `jws_headers` first, as `storedJWS` adds headers.
+    func storedReceipt(_ receipt: String) async throws -> String? {
+        guard !receiptCertificates.isEmpty else { return nil }  // nothing learnt yet: not worth decoding the receipt
+        let (text, digest) = StoredReceipt.compact(receipt, digest: receiptCertificates.knownDigest)
+        guard let digest else { return nil }
+        try await storeHeaders([digest], of: receiptCertificates)
+        return text
+    }
+
+    /// Remembers the certificates of a receipt whose chain verified, so that later uploads with the same ones are stored
+    /// without them. Only verified receipts teach it: an upload's own certificates could be anything, and each one
+    /// remembered takes a place (`JWSHeaderBook.capacity`) and a row.
+    func learnCertificates(of receipt: String) {
+        for part in StoredReceipt.parts(of: receipt) { _ = receiptCertificates.digest(Array(part.utf8)[...]) }
+    }
+
+    /// Adds the headers of these digests that `book` does not know to be stored, in a transaction of their own.
+    private func storeHeaders(_ digests: [String], of book: JWSHeaderBook) async throws {
+        let missing = book.unstored(digests)
+        guard !missing.isEmpty else { return }
+        let dialect = database.dialect
+        try await database.transaction { db in try JWSHeaderRepository(db: db, dialect: dialect).add(missing) }
+        book.stored(missing.map(\.digest))
     }
 
     /// The compact JWS a stored text stands for, its headers read in `db`; `internal_error` if one is missing.
@@ -120,8 +155,9 @@ extension PurchaseStore {
         let notFound = ServerError(.notificationNotFound, "No notification \(uuid.utf8.count <= 64 ? uuid : "with an id that long") is recorded.")
         guard uuid.utf8.count <= 64 else { throw notFound }
         return try await database.longRead { db in
-            guard var (notification, stored) = try NotificationRepository(db: db).find(uuid) else { throw notFound }
-            notification.signedPayload = try self.expandedJWS(stored, db)
+            guard let found = try NotificationRepository(db: db).find(uuid) else { throw notFound }
+            var notification = found.0
+            notification.signedPayload = try self.expandedJWS(found.1, db)
             return notification
         }
     }

@@ -54,7 +54,8 @@ struct JobRepository {
     }
 
     /// Receipts as uploaded, from their stored texts: a notification's transaction, stored with its headers named by
-    /// digest (`StoredJWS`), gets them back from `jws_headers`, read once for all of them. Uploads never begin with
+    /// digest (`StoredJWS`), and an app receipt stored with its certificates named so (`StoredReceipt`), get them back
+    /// from `jws_headers`, read once for all of them. Uploads never begin with
     /// `~` (`ReceiptShape`). A text that does not expand (a header missing, or one an earlier version took) is given
     /// as stored, and its check rejects it as malformed: one job, never the claim of the others.
     private func expanded(_ stored: [String]) throws -> [String] {
@@ -62,13 +63,18 @@ struct JobRepository {
         // more, or anything but digests, was not written by it and is given as stored without a look-up.
         let named = stored.map { text -> [String] in
             guard text.utf8.first == UInt8(ascii: "~") else { return [] }
+            if StoredReceipt.isCompacted(text) { return StoredReceipt.digest(of: text).map { [$0] } ?? [] }
             let digests = StoredJWS.headerDigests(of: text)
             return digests.count <= 4 && digests.allSatisfy({ StoredJWS.isDigest($0.utf8) }) ? digests : []
         }
         let digests = Set(named.joined())
         guard !digests.isEmpty else { return stored }
         let headers = try JWSHeaderRepository(db: db, dialect: dialect).headers(digests.sorted())
-        return zip(stored, named).map { text, digests in digests.isEmpty ? text : StoredJWS.expand(text, header: { headers[$0] }) ?? text }
+        return zip(stored, named).map { text, digests in
+            guard !digests.isEmpty else { return text }
+            if StoredReceipt.isCompacted(text) { return StoredReceipt.expand(text, part: { headers[$0] }) ?? text }
+            return StoredJWS.expand(text, header: { headers[$0] }) ?? text
+        }
     }
 
     /// Drops a job's receipt (its SHA-256 stays on the job).
