@@ -184,12 +184,14 @@ public final class PurchaseServer: Sendable {
             return try await store.enqueue(appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData, userAuthenticated: userAuthenticated,
                                            deliver: deliver, rejection: rejection, now: now)
         }
-        // An app receipt whose certificates a verified receipt had is stored without them (about a quarter of its size).
-        let stored = kind != .signedTransaction ? try await store.storedReceipt(receiptData) : nil
-        return try await worker.takeUpload(now: now) { [store] lease in
+        // An app receipt whose certificates a verified receipt had is stored without them (under a third of its size).
+        let stored = kind != .signedTransaction ? store.storedReceipt(receiptData) : nil
+        var job = try await worker.takeUpload(now: now) { [store] lease in
             try await store.enqueue(appId: appId, appUserId: appUserId, kind: kind, receiptData: receiptData, userAuthenticated: userAuthenticated,
                                     deliver: deliver, lease: lease, storedReceipt: stored, now: now)
         }
+        job.storedReceipt = nil  // written (and told to the worker): not held while the caller waits for the settlement
+        return job
     }
 
     /// The job after waiting up to `timeout` for it to settle.

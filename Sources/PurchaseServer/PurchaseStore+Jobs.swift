@@ -56,6 +56,7 @@ extension PurchaseStore {
     /// no free place (`localWorkerHasRoom`). A worker with a free place claims in batches and again as places free up.
     func insert(_ jobs: [VerificationJob], _ db: any SQLConnection) throws {
         let repository = self.jobs(db)
+        try addReceiptParts(of: jobs, db)
         for job in jobs {
             try repository.insert(job)
             if job.state == .rejected {

@@ -13,6 +13,11 @@ public struct InspectedReceipt: Sendable {
     public let purchases: [(productId: String, transactionId: String)]
     /// Whether this is an iOS 6 style transaction receipt.
     public let isTransactionReceipt: Bool
+    /// Whether the app receipt's embedded certificates are its signer's chain and nothing else, in order (the signer,
+    /// then each one's issuer, at most `ReceiptInspector.chainLengthLearnt`), as the App Store writes them. Only such a
+    /// receipt's certificates are remembered for storing later uploads without them (`StoredReceipt`): the field is not
+    /// signed, so a receipt that verifies may carry them reordered, or with anything else beside them.
+    public var certificatesAreChain = false
 }
 
 /// A receipt refused by the local checks, with the reason shown to the app.
@@ -54,7 +59,13 @@ public final class ReceiptInspector: Sendable {
         let key: PublicKey
         let notBefore: Date
         let notAfter: Date
+        /// Whether the embedded certificates are the chain and nothing else, in order (`InspectedReceipt.certificatesAreChain`).
+        let certificatesAreChain: Bool
     }
+
+    /// The longest chain of embedded certificates remembered (`InspectedReceipt.certificatesAreChain`): the App Store's
+    /// receipts carry three (the signer, Apple's intermediate, Apple's root).
+    static let chainLengthLearnt = 4
 
     public init(trust: TrustStore) { self.trust = trust }
 
@@ -73,9 +84,11 @@ public final class ReceiptInspector: Sendable {
             guard let environment = receipt.receiptType.environment else {
                 throw ReceiptRejection(code: "untrusted_environment", reason: "receipt type '\(receipt.receiptType.rawValue)' is not from the App Store")
             }
-            try checkChain(signed, at: receipt.creationDate ?? Date())
-            inspected = InspectedReceipt(environment: environment, bundleId: receipt.bundleId,
-                                         purchases: receipt.inApp.map { ($0.productId, $0.transactionId) }, isTransactionReceipt: false)
+            let chained = try checkChain(signed, at: receipt.creationDate ?? Date())
+            var app = InspectedReceipt(environment: environment, bundleId: receipt.bundleId,
+                                       purchases: receipt.inApp.map { ($0.productId, $0.transactionId) }, isTransactionReceipt: false)
+            app.certificatesAreChain = chained
+            inspected = app
         case .transaction(let legacy):
             do {
                 try legacy.verify(with: trust.verifier, intermediates: trust.intermediates)
@@ -98,7 +111,8 @@ public final class ReceiptInspector: Sendable {
         return inspected
     }
 
-    private func checkChain(_ signed: SignedData, at date: Date) throws(ReceiptRejection) {
+    /// Checks the signature and the chain; returns whether the embedded certificates are the chain and nothing else.
+    private func checkChain(_ signed: SignedData, at date: Date) throws(ReceiptRejection) -> Bool {
         // A signer seen before (same embedded certificates, same signer id) already chained to a trusted
         // root: only its validity window and the signature remain to check, with its key already parsed.
         let cacheKey = SignerKey(certificates: signed.certificates, issuer: signed.signerIssuer, serial: signed.signerSerial)
@@ -106,7 +120,7 @@ public final class ReceiptInspector: Sendable {
             do { try signed.verifySignature(with: known.key) } catch {
                 throw ReceiptRejection(code: "invalid_signature", reason: "the receipt signature is invalid")
             }
-            return
+            return known.certificatesAreChain
         }
         let signer: Certificate
         do {
@@ -122,11 +136,26 @@ public final class ReceiptInspector: Sendable {
             throw ReceiptRejection(code: "untrusted_certificate", reason: "the receipt's certificate chain is not trusted: \(error)")
         }
         let fields = ([signer] + others).compactMap { try? $0.fields }
+        let chained = Self.isChain(signed.certificates, signer: signer)
         if let key = signer.publicKey, let notBefore = fields.map(\.notBefore).max(), let notAfter = fields.map(\.notAfter).min() {
             trustedSigners.withLock { cache in
                 if cache.count > 64 { cache.removeAll() }
-                cache[cacheKey] = TrustedSigner(key: key, notBefore: notBefore, notAfter: notAfter)
+                cache[cacheKey] = TrustedSigner(key: key, notBefore: notBefore, notAfter: notAfter, certificatesAreChain: chained)
             }
         }
+        return chained
+    }
+
+    /// Whether `certificates` are the signer's, then each one's issuer's, and nothing else: at most `chainLengthLearnt`,
+    /// each read whole, none repeated.
+    static func isChain(_ certificates: [[UInt8]], signer: Certificate) -> Bool {
+        guard (1...chainLengthLearnt).contains(certificates.count), certificates[0].hasSameBytes(as: signer.der) else { return false }
+        let read = certificates.compactMap { try? Certificate(der: $0).fields }
+        guard read.count == certificates.count else { return false }
+        for index in 1..<certificates.count {
+            guard read[index].subject.hasSameBytes(as: read[index - 1].issuer),
+                  !certificates[..<index].contains(where: { $0.hasSameBytes(as: certificates[index]) }) else { return false }
+        }
+        return true
     }
 }

@@ -15,17 +15,25 @@ import Foundation
 /// wherever the field starts (one of three alignments). Only a receipt whose text is plain Base64 up to the part's end
 /// is compacted, so that characters and bytes line up there; what follows (padding, line breaks) is kept as it came.
 public enum StoredReceipt {
+    /// A stored text in the compacted form whose part could not be read back (`jws_headers` lost the row).
+    public struct PartMissing: Error {}
+
     /// A part shorter than this is not worth a name.
     public static let minimumPart = 512
+    /// A receipt longer than this is stored as it came: the request's thread does not decode megabytes to spare a few
+    /// kilobytes.
+    public static let maximumCompacted = 64 * 1024
+    /// A certificates field longer than this is not made into parts (its Base64 would pass `JWSHeaderBook`'s bound).
+    public static let maximumField = 12 * 1024
     private static let marker = Array("~R".utf8)
     private static let dot = UInt8(ascii: ".")
 
     /// The characters of `receipt` that its certificates' whole three-byte groups are written in; nil when the receipt
     /// is not plain Base64 PKCS#7 with certificates up to there, or the part would be short.
     public static func sharedPart(of receipt: [UInt8]) -> Range<Int>? {
-        guard receipt.first != UInt8(ascii: "~"),
+        guard receipt.first != UInt8(ascii: "~"), receipt.count <= maximumCompacted,
               let der = receipt.withUnsafeBufferPointer({ ReceiptDecoder.decode(base64: $0) }),
-              let field = SignedData.certificatesRange(inDER: der) else { return nil }
+              let field = SignedData.certificatesRange(inDER: der), field.count <= maximumField else { return nil }
         let first = (field.lowerBound + 2) / 3, last = field.upperBound / 3  // whole groups, in groups
         guard last > first, (last - first) * 4 >= minimumPart, last * 4 <= receipt.count,
               receipt[..<(last * 4)].allSatisfy(isPlainBase64) else { return nil }
@@ -37,7 +45,8 @@ public enum StoredReceipt {
     /// is not Base64 PKCS#7 with certificates.
     public static func parts(of receipt: String) -> [String] {
         var text = receipt
-        guard let der = text.withUTF8({ ReceiptDecoder.decode(base64: $0) }), let field = SignedData.certificatesRange(inDER: der) else { return [] }
+        guard text.utf8.count <= maximumCompacted, let der = text.withUTF8({ ReceiptDecoder.decode(base64: $0) }),
+              let field = SignedData.certificatesRange(inDER: der), field.count <= maximumField else { return [] }
         return (0..<3).compactMap { start -> String? in
             // The field starting at `start` past a group's first byte: its whole groups are from `skip` to `end`.
             let skip = (3 - start) % 3, end = (start + field.count) / 3 * 3 - start

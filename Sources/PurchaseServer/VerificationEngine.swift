@@ -201,10 +201,14 @@ public struct VerificationEngine: Sendable {
         if job.kind == .signedTransaction {
             return .done(try await runSignedTransaction(job, jws: claimed.receipt, inspected: claimed.inspected, app: app, owner: owner))
         }
+        // Stored without its certificates, which the database no longer holds (`StoredReceipt`): not the receipt's fault.
+        // The job is left to be claimed again, and after its open claims it waits among the dead with its receipt.
+        if StoredReceipt.isCompacted(claimed.receipt) { throw StoredReceipt.PartMissing() }
         switch inspectLocally(job, receipt: claimed.receipt, app: app) {
         case .success(let inspected):
-            // Its chain verified: later uploads with the same certificates are stored without them.
-            if !claimed.storedCompacted { store.learnCertificates(of: claimed.receipt) }
+            // Its chain verified, the certificates as the App Store writes them: later uploads with the same ones are
+            // stored without them.
+            if inspected.certificatesAreChain, !claimed.storedCompacted { store.learnCertificates(of: claimed.receipt) }
             return .ask(ReceiptInFlight(app: app, inspected: inspected))
         case .failure(let rejection): return .done(try await reject(job, owner: owner, rejection, environment: nil))
         }

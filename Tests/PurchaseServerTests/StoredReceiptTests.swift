@@ -57,12 +57,16 @@ struct StoredReceiptTests {
         let receipt = try Self.real("r01")
         let stored = StoredReceipt.compact(receipt, digest: headers.digest).text
         #expect(StoredReceipt.expand(stored, part: { _ in nil }) == nil)
+        let digest = try #require(StoredReceipt.digest(of: stored))
         let bytes = Array(stored.utf8)
+        // Cut before the digest's end, before the part's place, or with the place's dot gone; a digest not in hex.
         for broken in [String(decoding: bytes[..<66], as: UTF8.self), String(decoding: bytes[..<67], as: UTF8.self),
-                       "~R" + String(repeating: "g", count: 64) + ".A.B", "~R" + String(repeating: "0", count: 63) + ".A.B",
-                       "~R" + String(repeating: "0", count: 64) + ".AB"] {
+                       "~R" + digest + ".AB", "~R" + digest + "." + String(repeating: "A", count: 400),
+                       "~R" + digest.uppercased() + ".A.B", "~R" + digest.dropLast() + ".A.B"] {
             #expect(StoredReceipt.expand(broken, part: headers.header) == nil)
         }
+        // With the place's dot, what a form names is put back, whatever is around it.
+        #expect(StoredReceipt.expand("~R" + digest + "..", part: headers.header) == headers.header(digest))
     }
 
     @Test("Once a receipt's chain verified, later uploads with the same certificates are stored without them, and a queued one is claimed and verified whole",
@@ -92,10 +96,23 @@ struct StoredReceiptTests {
         let foreignClaim = try await server.store.claim(owner: "worker", limit: 10, lease: 30, now: Date())
         #expect(await server.engine.process(try #require(foreignClaim.first), owner: "worker") == .rejected)
         #expect(try await server.store.job(foreignJob.id)?.reason?.contains("not trusted") == true)
-        #expect(try await server.store.storedReceipt(foreign) == nil)
+        #expect(server.store.storedReceipt(foreign) == nil)
 
-        // Nothing verified yet: the first receipt is stored as it came.
+        // The same receipt with its certificates reordered still verifies (the field is not signed), and teaches nothing.
         let (_, first) = try await world.buy("com.example.coins", "Nada.JPYF01")
+        var der = try #require(ReceiptDecoder.base64Decode(first))
+        guard case .app(_, let signed) = try ReceiptDecoder.decode(der) else { Issue.record("not an app receipt"); return }
+        let certificates = signed.certificates, field = try #require(SignedData.certificatesRange(inDER: der))
+        #expect(certificates.count == 3)
+        der.replaceSubrange((field.upperBound - certificates.map(\.count).reduce(0, +))..<field.upperBound,
+                            with: certificates[0] + certificates[2] + certificates[1])
+        let reordered = Data(der).base64EncodedString()
+        _ = try await server.submit(appId: "com.example.coins", appUserId: "alice", receiptData: reordered, kind: .purchase)
+        let reorderedClaim = try await server.store.claim(owner: "worker", limit: 10, lease: 30, now: Date())
+        #expect(await server.engine.process(try #require(reorderedClaim.first), owner: "worker") == .verified)
+        #expect(server.store.storedReceipt(reordered) == nil && server.store.storedReceipt(first) == nil)
+
+        // Nothing learnt yet: the first receipt is stored as it came.
         let firstJob = try await server.submit(appId: "com.example.coins", appUserId: "alice", receiptData: first, kind: .purchase)
         #expect(try await rawReceipt(firstJob.id) == first)
         let claimed = try await server.store.claim(owner: "worker", limit: 10, lease: 30, now: Date())
@@ -115,5 +132,38 @@ struct StoredReceiptTests {
         _ = try await verify(try await world.buy("com.example.coins", "Nada.JPYF01").1)
         let balances = try #require(try await world.user("com.example.coins", "alice")["balances"] as? [String: Any])
         #expect(balances["coins"] as? Int64 == 60)
+
+        // The database lost the part (a restore of an older copy): the job is not rejected, and keeps its receipt. The
+        // next upload that names the part (here the same receipt, sent again) writes it again, with itself.
+        let (_, fourth) = try await world.buy("com.example.coins", "Nada.JPYF01")
+        let fourthJob = try await server.submit(appId: "com.example.coins", appUserId: "alice", receiptData: fourth, kind: .purchase)
+        let fourthStored = try #require(try await rawReceipt(fourthJob.id))
+        let lost = try #require(StoredReceipt.digest(of: fourthStored))
+        try await server.store.database.transaction { db in try db.run("DELETE FROM jws_headers WHERE digest = ?", [lost]) }
+        let stranded = try await server.store.claim(owner: "worker", limit: 10, lease: 30, now: Date())
+        #expect(stranded.map(\.id) == [fourthJob.id])
+        #expect(await server.engine.process(try #require(stranded.first), owner: "worker") == nil)
+        #expect(try await server.store.job(fourthJob.id)?.state == .verifying)
+        #expect(try await rawReceipt(fourthJob.id)?.hasPrefix("~R") == true)
+        #expect(try await server.store.receipt(of: fourthJob.id) != fourth)
+        _ = try await server.submit(appId: "com.example.coins", appUserId: "alice", receiptData: fourth, kind: .purchase)
+        #expect(try await server.store.receipt(of: fourthJob.id) == fourth)
+    }
+
+    @Test("Only certificates that are the signer's chain, in order and nothing else, are learnt")
+    func chainOrder() throws {
+        let receipt = try Self.real("r04")
+        let bytes = try #require(ReceiptDecoder.base64Decode(receipt))
+        guard case .app(_, let signed) = try ReceiptDecoder.decode(bytes) else { Issue.record("not an app receipt"); return }
+        let signer = try signed.signerCertificate()
+        let chain = signed.certificates
+        #expect(chain.count == 3)
+        #expect(ReceiptInspector.isChain(chain, signer: signer))
+        #expect(ReceiptInspector.isChain(Array(chain.prefix(2)), signer: signer))
+        #expect(!ReceiptInspector.isChain([chain[0], chain[2], chain[1]], signer: signer))
+        #expect(!ReceiptInspector.isChain([chain[1], chain[0], chain[2]], signer: signer))
+        #expect(!ReceiptInspector.isChain(chain + [chain[2]], signer: signer))
+        #expect(!ReceiptInspector.isChain(chain + [[0x30, 0x00]], signer: signer))
+        #expect(!ReceiptInspector.isChain([], signer: signer))
     }
 }

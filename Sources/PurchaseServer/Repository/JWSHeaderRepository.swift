@@ -34,8 +34,8 @@ struct JWSHeaderRepository {
 /// they are not written again), for a minute at a time: a database restored or failed over beneath a running process
 /// gets them again within that minute. Bounded: past `capacity` headers, or for a header longer than `maximumLength`, a
 /// header gets no digest and its JWS is stored with it. Headers come from notifications whose envelope verified, and
-/// receipts' certificates from receipts whose chain verified (Apple's signing keys, a few a year), so the bound is not
-/// reached in use.
+/// receipts' certificates from receipts whose chain verified and that carry exactly that chain, in order (Apple's
+/// signing keys, a few a year, three parts each), so the bound is not reached in use.
 final class JWSHeaderBook: Sendable {
     static let capacity = 64
     /// A JWS header's Base64url at its longest (`JWS.maximumHeaderLength` bytes).
@@ -79,6 +79,15 @@ final class JWSHeaderBook: Sendable {
         return entries.withLock { $0.first { $0.header.hasSameBytes(as: header) }?.digest }
     }
 
+    /// The headers of these digests, those given one (in the digests' order).
+    func headers(_ digests: [String]) -> [(digest: String, header: String)] {
+        entries.withLock { entries in
+            digests.compactMap { digest in
+                entries.first { $0.digest == digest }.map { (digest, String(decoding: $0.header, as: UTF8.self)) }
+            }
+        }
+    }
+
     /// The headers of these digests (those a stored form names) not known to be stored, with their text, by digest.
     func unstored(_ digests: [String]) -> [(digest: String, header: String)] {
         guard !digests.isEmpty else { return [] }
@@ -109,35 +118,40 @@ extension PurchaseStore {
     /// fails afterwards is only unused.
     func storedJWS(_ jws: String, carried: [String] = [], decodedPayload: [UInt8]? = nil) async throws -> String {
         let (text, digests) = StoredJWS.compactNaming(jws, carried: carried, decodedPayload: decodedPayload, digest: jwsHeaders.digest)
-        try await storeHeaders(digests, of: jwsHeaders)
+        let missing = jwsHeaders.unstored(digests)
+        if !missing.isEmpty {
+            let dialect = database.dialect
+            try await database.transaction { db in try JWSHeaderRepository(db: db, dialect: dialect).add(missing) }
+            jwsHeaders.stored(missing.map(\.digest))
+        }
         return text
     }
 
     /// An uploaded app receipt as stored (`StoredReceipt`): its certificates named by their digest when a receipt with
     /// the same ones verified before in this process (`learnCertificates`), else nil (stored as it came). The part is
-    /// added to `jws_headers` first, as `storedJWS` adds headers.
-    func storedReceipt(_ receipt: String) async throws -> String? {
+    /// written with the upload, in its transaction (`insert(_:_:)`).
+    func storedReceipt(_ receipt: String) -> String? {
         guard !receiptCertificates.isEmpty else { return nil }  // nothing learnt yet: not worth decoding the receipt
         let (text, digest) = StoredReceipt.compact(receipt, digest: receiptCertificates.knownDigest)
-        guard let digest else { return nil }
-        try await storeHeaders([digest], of: receiptCertificates)
-        return text
+        return digest == nil ? nil : text
     }
 
-    /// Remembers the certificates of a receipt whose chain verified, so that later uploads with the same ones are stored
-    /// without them. Only verified receipts teach it: an upload's own certificates could be anything, and each one
-    /// remembered takes a place (`JWSHeaderBook.capacity`) and a row.
+    /// Writes the parts that these new jobs' stored receipts name, in the transaction that writes the jobs: a receipt
+    /// stored without its certificates is never committed without them, whatever the database lost or another process
+    /// wrote before (a failover, a restore). One statement per part (a batch of uploads names one to three); a part
+    /// already there is left as it is.
+    func addReceiptParts(of jobs: [VerificationJob], _ db: any SQLConnection) throws {
+        let digests = Set(jobs.compactMap { $0.storedReceipt.flatMap(StoredReceipt.digest(of:)) })
+        guard !digests.isEmpty else { return }
+        try JWSHeaderRepository(db: db, dialect: database.dialect).add(receiptCertificates.headers(digests.sorted()))
+    }
+
+    /// Remembers the certificates of a receipt whose chain verified and that carries exactly that chain, in order
+    /// (`InspectedReceipt.certificatesAreChain`), so that later uploads with the same ones are stored without them. Only
+    /// such receipts teach it: an upload's own certificates could be anything, and each one remembered takes a place
+    /// (`JWSHeaderBook.capacity`) and, once an upload names it, a row.
     func learnCertificates(of receipt: String) {
         for part in StoredReceipt.parts(of: receipt) { _ = receiptCertificates.digest(Array(part.utf8)[...]) }
-    }
-
-    /// Adds the headers of these digests that `book` does not know to be stored, in a transaction of their own.
-    private func storeHeaders(_ digests: [String], of book: JWSHeaderBook) async throws {
-        let missing = book.unstored(digests)
-        guard !missing.isEmpty else { return }
-        let dialect = database.dialect
-        try await database.transaction { db in try JWSHeaderRepository(db: db, dialect: dialect).add(missing) }
-        book.stored(missing.map(\.digest))
     }
 
     /// The compact JWS a stored text stands for, its headers read in `db`; `internal_error` if one is missing.
