@@ -18,8 +18,9 @@ extension SignedData {
     }
 
     /// Where a PKCS#7 SignedData's certificates field (`[0] IMPLICIT`, its identifier and length included) lies in its
-    /// DER, or nil when it has none or the bytes are not laid out as the App Store lays receipts out. Reads only the
-    /// elements' headers up to that field: it says where the certificates are, not whether they or the rest are valid.
+    /// DER, or nil when it has none, its length is not in its shortest form, or the bytes are not laid out as the App
+    /// Store lays receipts out. Reads only the elements' headers up to that field: it says where the certificates are,
+    /// not whether they or the rest are valid.
     public static func certificatesRange(inDER bytes: [UInt8]) -> Range<Int>? {
         bytes.withUnsafeBufferPointer { buffer -> Range<Int>? in
             var outer = DERCursor(bytes: buffer)
@@ -32,6 +33,10 @@ extension SignedData {
             var fields = wrapper.children(of: signedData)
             guard fields.next() != nil, fields.next() != nil, fields.next(tagged: DER.Tag.sequence) != nil,
                   let certificates = fields.next(tagged: 0xa0) else { return nil }
+            // Its length in the fewest bytes, as DER writes it (the cursor also reads longer forms).
+            let length = certificates.end - certificates.start
+            let lengthBytes = length < 0x80 ? 0 : length < 0x100 ? 1 : length < 0x10000 ? 2 : 3
+            guard certificates.start - certificates.headerStart == 2 + lengthBytes else { return nil }
             return certificates.headerStart..<certificates.end
         }
     }

@@ -136,7 +136,7 @@ public final class ReceiptInspector: Sendable {
             throw ReceiptRejection(code: "untrusted_certificate", reason: "the receipt's certificate chain is not trusted: \(error)")
         }
         let fields = ([signer] + others).compactMap { try? $0.fields }
-        let chained = Self.isChain(signed.certificates, signer: signer)
+        let chained = Self.isChain(signed.certificates, signer: signer, roots: trust.roots, at: date)
         if let key = signer.publicKey, let notBefore = fields.map(\.notBefore).max(), let notAfter = fields.map(\.notAfter).min() {
             trustedSigners.withLock { cache in
                 if cache.count > 64 { cache.removeAll() }
@@ -146,15 +146,25 @@ public final class ReceiptInspector: Sendable {
         return chained
     }
 
-    /// Whether `certificates` are the signer's, then each one's issuer's, and nothing else: at most `chainLengthLearnt`,
-    /// each read whole, none repeated.
-    static func isChain(_ certificates: [[UInt8]], signer: Certificate) -> Bool {
-        guard (1...chainLengthLearnt).contains(certificates.count), certificates[0].hasSameBytes(as: signer.der) else { return false }
-        let read = certificates.compactMap { try? Certificate(der: $0).fields }
-        guard read.count == certificates.count else { return false }
+    /// Whether `certificates` are the signer's chain and nothing else, in order: the signer, then each one's issuer (at
+    /// most `chainLengthLearnt`, none repeated), the last one of `roots` byte for byte, and the chain verifying with
+    /// those certificates alone at `date`. The field is not signed: a receipt verifies with its root altered or left
+    /// out, its certificates reordered, or others beside them, and none of those is learnt.
+    static func isChain(_ certificates: [[UInt8]], signer: Certificate, roots: [Certificate], at date: Date) -> Bool {
+        guard (2...chainLengthLearnt).contains(certificates.count), certificates[0].hasSameBytes(as: signer.der),
+              let last = certificates.last, let root = roots.first(where: { $0.der.hasSameBytes(as: last) }) else { return false }
+        let read = certificates.compactMap { try? Certificate(der: $0) }
+        let fields = read.compactMap { try? $0.fields }
+        guard fields.count == certificates.count else { return false }
         for index in 1..<certificates.count {
-            guard read[index].subject.hasSameBytes(as: read[index - 1].issuer),
+            guard fields[index].subject.hasSameBytes(as: fields[index - 1].issuer),
                   !certificates[..<index].contains(where: { $0.hasSameBytes(as: certificates[index]) }) else { return false }
+        }
+        do {
+            try ChainVerifier(roots: [root]).verify(leaf: signer, intermediates: Array(read.dropFirst().dropLast()), at: date,
+                                                    policy: .appleReceiptSigning)
+        } catch {
+            return false
         }
         return true
     }

@@ -150,20 +150,30 @@ struct StoredReceiptTests {
         #expect(try await server.store.receipt(of: fourthJob.id) == fourth)
     }
 
-    @Test("Only certificates that are the signer's chain, in order and nothing else, are learnt")
+    @Test("Only certificates that are the signer's chain, in order, ending at a trusted root and nothing else, are learnt")
     func chainOrder() throws {
         let receipt = try Self.real("r04")
         let bytes = try #require(ReceiptDecoder.base64Decode(receipt))
-        guard case .app(_, let signed) = try ReceiptDecoder.decode(bytes) else { Issue.record("not an app receipt"); return }
+        guard case .app(let decoded, let signed) = try ReceiptDecoder.decode(bytes) else { Issue.record("not an app receipt"); return }
         let signer = try signed.signerCertificate()
+        let pem = String(decoding: try TestSupport.fixtureNamed(prefix: "apple-inc-root-ca", suffix: ".pem", in: "../certs"), as: UTF8.self)
+        let roots = try Certificate.parsePEM(pem)
+        let date = try #require(decoded.creationDate)
         let chain = signed.certificates
+        func learnt(_ certificates: [[UInt8]]) -> Bool { ReceiptInspector.isChain(certificates, signer: signer, roots: roots, at: date) }
         #expect(chain.count == 3)
-        #expect(ReceiptInspector.isChain(chain, signer: signer))
-        #expect(ReceiptInspector.isChain(Array(chain.prefix(2)), signer: signer))
-        #expect(!ReceiptInspector.isChain([chain[0], chain[2], chain[1]], signer: signer))
-        #expect(!ReceiptInspector.isChain([chain[1], chain[0], chain[2]], signer: signer))
-        #expect(!ReceiptInspector.isChain(chain + [chain[2]], signer: signer))
-        #expect(!ReceiptInspector.isChain(chain + [[0x30, 0x00]], signer: signer))
-        #expect(!ReceiptInspector.isChain([], signer: signer))
+        #expect(learnt(chain))
+        // Its root altered in a byte its verification does not read (the trusted one is used), left out, or not trusted.
+        var altered = chain
+        altered[2][altered[2].count - 1] ^= 1
+        #expect(!learnt(altered))
+        #expect(!learnt(Array(chain.prefix(2))))
+        #expect(!ReceiptInspector.isChain(chain, signer: signer, roots: [], at: date))
+        // Reordered, repeated, with others beside, or empty.
+        #expect(!learnt([chain[0], chain[2], chain[1]]))
+        #expect(!learnt([chain[1], chain[0], chain[2]]))
+        #expect(!learnt(chain + [chain[2]]))
+        #expect(!learnt([chain[0], chain[1], [0x30, 0x00], chain[2]]))
+        #expect(!learnt([]))
     }
 }
