@@ -305,6 +305,8 @@ public struct VerificationEngine: Sendable {
     @inline(never)
     private func receiptAgain(of id: String) async throws -> String? {
         guard let text = try await store.receipt(of: id), !text.isEmpty else { return nil }
+        // Stored without its certificates, which the database no longer holds: not sent to Apple as it stands.
+        if StoredReceipt.isCompacted(text) { throw StoredReceipt.PartMissing() }
         return text
     }
 
