@@ -17,20 +17,25 @@ extension SignedData {
         Array(DER.objectIdentifier(dotted).dropFirst(2))
     }
 
+    /// A cursor over the fields of the SignedData that a ContentInfo in `buffer` wraps, or nil where the fast path stops.
+    private static func signedDataFields(_ buffer: UnsafeBufferPointer<UInt8>) -> DERCursor? {
+        var outer = DERCursor(bytes: buffer)
+        guard let contentInfo = outer.next(tagged: DER.Tag.sequence), outer.isAtEnd else { return nil }
+        var info = outer.children(of: contentInfo)
+        guard let type = info.next(tagged: DER.Tag.objectIdentifier), info.content(of: type, equals: signedDataIdentifier),
+              let explicit = info.next(tagged: 0xa0), info.isAtEnd else { return nil }
+        var wrapper = info.children(of: explicit)
+        guard let signedData = wrapper.next(tagged: DER.Tag.sequence), wrapper.isAtEnd else { return nil }
+        return wrapper.children(of: signedData)
+    }
+
     /// Where a PKCS#7 SignedData's certificates field (`[0] IMPLICIT`, its identifier and length included) lies in its
     /// DER, or nil when it has none, its length is not in its shortest form, or the bytes are not laid out as the App
     /// Store lays receipts out. Reads only the elements' headers up to that field: it says where the certificates are,
     /// not whether they or the rest are valid.
     public static func certificatesRange(inDER bytes: [UInt8]) -> Range<Int>? {
         bytes.withUnsafeBufferPointer { buffer -> Range<Int>? in
-            var outer = DERCursor(bytes: buffer)
-            guard let contentInfo = outer.next(tagged: DER.Tag.sequence), outer.isAtEnd else { return nil }
-            var info = outer.children(of: contentInfo)
-            guard let type = info.next(tagged: DER.Tag.objectIdentifier), info.content(of: type, equals: signedDataIdentifier),
-                  let explicit = info.next(tagged: 0xa0), info.isAtEnd else { return nil }
-            var wrapper = info.children(of: explicit)
-            guard let signedData = wrapper.next(tagged: DER.Tag.sequence), wrapper.isAtEnd else { return nil }
-            var fields = wrapper.children(of: signedData)
+            guard var fields = signedDataFields(buffer) else { return nil }
             guard fields.next() != nil, fields.next() != nil, fields.next(tagged: DER.Tag.sequence) != nil,
                   let certificates = fields.next(tagged: 0xa0) else { return nil }
             // Its length in the fewest bytes, as DER writes it (the cursor also reads longer forms).
@@ -44,15 +49,8 @@ extension SignedData {
     /// The SignedData read in one DER pass, or nil to have the general parser read it.
     package static func parseDER(_ bytes: [UInt8]) -> SignedData? {
         bytes.withUnsafeBufferPointer { buffer -> SignedData? in
-            var outer = DERCursor(bytes: buffer)
-            guard let contentInfo = outer.next(tagged: DER.Tag.sequence), outer.isAtEnd else { return nil }
-            var info = outer.children(of: contentInfo)
-            guard let type = info.next(tagged: DER.Tag.objectIdentifier), info.content(of: type, equals: signedDataIdentifier),
-                  let explicit = info.next(tagged: 0xa0), info.isAtEnd else { return nil }
-            var wrapper = info.children(of: explicit)
-            guard let signedData = wrapper.next(tagged: DER.Tag.sequence), wrapper.isAtEnd else { return nil }
-
-            var fields = wrapper.children(of: signedData)
+            let outer = DERCursor(bytes: buffer)
+            guard var fields = signedDataFields(buffer) else { return nil }
             guard fields.next() != nil, fields.next() != nil,  // the version and the digest algorithms, not read
                   let encapsulated = fields.next(tagged: DER.Tag.sequence) else { return nil }
             var encapsulatedFields = fields.children(of: encapsulated)
