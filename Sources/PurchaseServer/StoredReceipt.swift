@@ -2,10 +2,10 @@ import AppStoreCrypto
 import Foundation
 
 /// An uploaded app receipt as this server stores it, and back. An App Store receipt is PKCS#7: its purchases are a few
-/// hundred bytes, and the certificates it embeds (the same for every receipt the same key signed) about 3.4 KB of a
-/// one-purchase receipt's 4.2. Every upload is written to `verification_receipts` until its job settles, so a stored
-/// receipt names the Base64 text of its certificates by its SHA-256, kept once in `jws_headers`, and gives back the same
-/// characters.
+/// hundred bytes, and the certificates it embeds (the same for every receipt the same key signed) about 3 KB of one of
+/// the emulator's one-purchase receipts' 4.2 (4.0 KB of its 5.6 in Base64). Every upload is written to
+/// `verification_receipts` until its job settles, so a stored receipt names the Base64 text of its certificates by its
+/// SHA-256, kept once in `jws_headers`, and gives back the same characters.
 ///
 /// The stored forms (`~` is not a Base64 character, so no receipt begins with one):
 /// - the receipt as it came;
