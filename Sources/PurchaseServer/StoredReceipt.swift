@@ -75,9 +75,10 @@ public enum StoredReceipt {
 
     /// The digest a compacted form names; nil for any other text.
     public static func digest(of stored: String) -> String? {
-        let bytes = Array(stored.utf8)
-        guard bytes.starts(with: marker), bytes.count > 66, bytes[66] == dot, StoredJWS.isDigest(bytes[2..<66]) else { return nil }
-        return String(decoding: bytes[2..<66], as: UTF8.self)
+        // Only the head is read: every job of an upload batch is asked on the writer's thread (`addReceiptParts`).
+        let head = Array(stored.utf8.prefix(67))
+        guard head.count == 67, head.starts(with: marker), head[66] == dot, StoredJWS.isDigest(head[2..<66]) else { return nil }
+        return String(decoding: head[2..<66], as: UTF8.self)
     }
 
     /// The receipt a compacted form stands for, the part read with `part`; nil when the form is not one, or its part is
