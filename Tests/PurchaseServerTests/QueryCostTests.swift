@@ -85,10 +85,12 @@ extension QueryCostTests {
         // The claim's branch for expired leases, as `JobRepository.claim` writes it: the index of the jobs in flight.
         ("expired leases", "SELECT id, next_attempt_at FROM verification_jobs WHERE state = 'verifying' AND lease_expires_at <= 5 ORDER BY lease_expires_at LIMIT 10",
          "verification_jobs_lapsing"),
-        // A transaction's appAccountToken finds its user without a scan of the app's users.
-        ("a user by token", UserRepository.userByToken.replacingOccurrences(of: "app_id = ?", with: "app_id = 'com.example.app'")
-            .replacingOccurrences(of: "lower(app_user_id) = ?", with: "lower(app_user_id) = '6b3f1d2e-4c5a-4e8f-9a7b-0c1d2e3f4a5b'"),
-         "users_by_token"),
+        // A transaction's appAccountToken finds its user without a scan of the app's users: by the primary key, and
+        // among ids in mixed case by the index that holds only those.
+        ("a user by token", bound(UserRepository.userByToken, ["'com.example.app'", "'6b3f1d2e-4c5a-4e8f-9a7b-0c1d2e3f4a5b'",
+                                                                "'6B3F1D2E-4C5A-4E8F-9A7B-0C1D2E3F4A5B'", "'com.example.app'",
+                                                                "'6b3f1d2e-4c5a-4e8f-9a7b-0c1d2e3f4a5b'"]),
+         "users_by_mixed_case_id"),
         // The gauges of GET /metrics read one index entry each, not every notification or pending delivery.
         ("the newest notification", HealthRepository.newestNotificationSQL, "apple_notifications_received"),
         ("the oldest pending delivery", HealthRepository.oldestPendingDeliverySQL, "webhook_deliveries_pending"),
@@ -191,6 +193,36 @@ extension QueryCostTests {
         // The merge keeps the page's rows before the next app's at equal times, and stops at the page's size.
         let merged = LedgerReader.merged([(5, "a1"), (3, "a2")], [(5, "b1"), (4, "b2"), (1, "b3")], limit: 4).map(\.row)
         #expect(merged == ["a1", "b1", "b2", "a2"])
+        await database.close()
+    }
+
+    @Test("An appAccountToken names the user whose id is its UUID in lower, upper or mixed case, without a scan of the app's users",
+          arguments: Engine.available)
+    func userByToken(engine: Engine) async throws {
+        let database = try await Self.migratedDatabase(engine)
+        let app = "com.example.app"
+        let lower = UUID(), upper = UUID(), mixed = UUID(), missing = UUID()
+        let mixedId = mixed.uuidString.enumerated().map { $0.offset % 2 == 0 ? $0.element.lowercased() : $0.element.uppercased() }.joined()
+        try await database.transaction { db in
+            for (user, appId) in [(lower.uuidString.lowercased(), app), (upper.uuidString, app), (mixedId, app),
+                                  (missing.uuidString.lowercased(), "com.example.other"), ("alice", app)] {
+                try db.query("INSERT INTO users (app_id, app_user_id, flagged, created_at) VALUES (?, ?, 0, 0)", [appId, user])
+            }
+            // Other customers, so that a scan would have something to read.
+            for index in 0..<500 {
+                try db.query("INSERT INTO users (app_id, app_user_id, flagged, created_at) VALUES (?, ?, 0, 0)", [app, UUID().uuidString])
+            }
+        }
+        #expect(mixedId != mixedId.lowercased() && mixedId != mixedId.uppercased())
+        let found = try await database.read { db in
+            let users = UserRepository(db: db, appId: app)
+            return try [lower, upper, mixed, missing].map { try users.user(uuid: $0) }
+        }
+        #expect(found == [lower.uuidString.lowercased(), upper.uuidString, mixedId, nil])
+        let plan = try await Self.plan(Self.bound(UserRepository.userByToken, ["'\(app)'", "'\(lower.uuidString.lowercased())'", "'\(lower.uuidString)'",
+                                                                                 "'\(app)'", "'\(lower.uuidString.lowercased())'"]), in: database)
+        #expect(plan.contains("users_by_mixed_case_id") && !plan.contains("SCAN users") && !plan.contains("Seq Scan"), "\(plan)")
+        #expect(!plan.contains("(app_id=?)"), "\(plan)")  // not every id of the app, in the primary key's order
         await database.close()
     }
 

@@ -49,13 +49,23 @@ struct UserRepository {
         return (row?.bool("flagged") ?? false, row?.string("flag_reason"), row?.bool("promotional") ?? false)
     }
 
-    /// The user whose id is this UUID, compared without case (an `appAccountToken`), or nil.
+    /// The user whose id is this UUID, compared without case (an `appAccountToken`), or nil; an id in lower case first,
+    /// then one in upper case, then one in mixed case.
     func user(uuid: UUID) throws -> String? {
-        try db.query(Self.userByToken, [appId, uuid.uuidString.lowercased()]).first?.string("app_user_id")
+        let lower = uuid.uuidString.lowercased(), upper = uuid.uuidString.uppercased()
+        return try db.query(Self.userByToken, [appId, lower, upper, appId, lower]).first?.string("app_user_id")
     }
 
-    /// Found through the index on `lower(app_user_id)` (migration 25): the expression must stay written as that index's.
-    static let userByToken = "SELECT app_user_id FROM users WHERE app_id = ? AND lower(app_user_id) = ? LIMIT 1"
+    /// An id equal to a UUID without case is either the UUID in lower case, or in upper case (both found by the
+    /// primary key), or in mixed case of the same length: those alone are in the index of migration 30, whose condition
+    /// the second branch repeats word for word (SQLite uses a partial index only for a query that states its condition).
+    static let userByToken = """
+        SELECT app_user_id FROM users WHERE app_id = ? AND app_user_id IN (?, ?)
+        UNION ALL
+        SELECT app_user_id FROM users WHERE app_id = ? AND lower(app_user_id) = ?
+            AND length(app_user_id) = 36 AND app_user_id <> lower(app_user_id) AND app_user_id <> upper(app_user_id)
+        LIMIT 1
+        """
 
     /// Every ledger row the user owns (through ownership) and every consumable credited to them, oldest first.
     func transactions(_ appUserId: String) throws -> [UserView.Transaction] {
