@@ -345,11 +345,11 @@ enum Schema {
             "CREATE TABLE IF NOT EXISTS jws_headers (digest TEXT PRIMARY KEY, header TEXT NOT NULL)",
         ]),
         // A user named by an appAccountToken (`UserRepository.userByToken`) is looked up by the primary key, the token in
-        // lower and in upper case; the index only holds ids of a UUID's length in mixed case, the others a token can name
+        // lower and in upper case; the index only holds 36-character ids in mixed case, the others a token can name
         // (with the id as its last key, as migration 25's: SQLite otherwise walks the app's part of the primary key).
         // Migration 25's index held every user: one more page of an index in no useful order written for each new
         // customer, whose id (a UUID, say) falls anywhere in it (bench/README, forty-fifth round). On PostgreSQL writes to
-        // the users table wait while it is built, as for migration 18.
+        // the users table wait while it is built, as for migration 25, and reads of it too while the old one is dropped.
         SQLMigration(version: 30, statements: [
             """
             CREATE INDEX IF NOT EXISTS users_by_mixed_case_id ON users (app_id, lower(app_user_id), app_user_id)

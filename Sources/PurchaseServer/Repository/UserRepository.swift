@@ -49,22 +49,25 @@ struct UserRepository {
         return (row?.bool("flagged") ?? false, row?.string("flag_reason"), row?.bool("promotional") ?? false)
     }
 
-    /// The user whose id is this UUID, compared without case (an `appAccountToken`), or nil; an id in lower case first,
-    /// then one in upper case, then one in mixed case.
+    /// The user whose id is this UUID, compared without case (an `appAccountToken`), or nil; nil too when two users'
+    /// ids both are (ids that differ only in case): the token does not say which, and the purchase waits for its own
+    /// user's upload rather than go to whichever an index lists first.
     func user(uuid: UUID) throws -> String? {
         let lower = uuid.uuidString.lowercased(), upper = uuid.uuidString.uppercased()
-        return try db.query(Self.userByToken, [appId, lower, upper, appId, lower]).first?.string("app_user_id")
+        let users = try db.query(Self.userByToken, [appId, lower, upper, appId, lower]).compactMap { $0.string("app_user_id") }
+        return users.count == 1 ? users[0] : nil
     }
 
     /// An id equal to a UUID without case is either the UUID in lower case, or in upper case (both found by the
-    /// primary key), or in mixed case of the same length: those alone are in the index of migration 30, whose condition
-    /// the second branch repeats word for word (SQLite uses a partial index only for a query that states its condition).
+    /// primary key), or 36 characters in mixed case: those alone are in the index of migration 30, whose condition the
+    /// second branch repeats word for word (SQLite uses a partial index only for a query that states its condition).
+    /// Two rows are enough to tell that the token names more than one user.
     static let userByToken = """
         SELECT app_user_id FROM users WHERE app_id = ? AND app_user_id IN (?, ?)
         UNION ALL
         SELECT app_user_id FROM users WHERE app_id = ? AND lower(app_user_id) = ?
             AND length(app_user_id) = 36 AND app_user_id <> lower(app_user_id) AND app_user_id <> upper(app_user_id)
-        LIMIT 1
+        LIMIT 2
         """
 
     /// Every ledger row the user owns (through ownership) and every consumable credited to them, oldest first.
