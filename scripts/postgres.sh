@@ -23,8 +23,17 @@ case "${1:-}" in
       # each written whole after every checkpoint) forced a checkpoint every 6-35 s (STOREKEEPER_PG_OPTIONS adds more).
       # 300 connections: the Swift suites run tests in parallel, each with a pool of its own (one run of 2026-12-05 was
       # refused past 200).
-      as_owner "$PGBIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w \
-        -o "-c listen_addresses=127.0.0.1 -p $PORT -k $DIR -c fsync=off -c max_connections=300 -c max_wal_size=8GB -c wal_compression=on ${STOREKEEPER_PG_OPTIONS:-}" start >/dev/null
+      # The port is in the kernel's range of ephemeral ports: a connection the suites or benchmarks just made from it
+      # (to another service on loopback) can hold it for a minute (TIME_WAIT), and the start fails. Tried again then.
+      for attempt in $(seq 12); do
+        : > "$DIR/server.log"; [ "$(id -u)" = 0 ] && chown postgres "$DIR/server.log"
+        as_owner "$PGBIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w \
+          -o "-c listen_addresses=127.0.0.1 -p $PORT -k $DIR -c fsync=off -c max_connections=300 -c max_wal_size=8GB -c wal_compression=on ${STOREKEEPER_PG_OPTIONS:-}" start >/dev/null \
+          && break
+        grep -q "Address already in use" "$DIR/server.log" && [ "$attempt" -lt 12 ] || { cat "$DIR/server.log" >&2; exit 1; }
+        echo "port $PORT in use; starting PostgreSQL again in 5 s" >&2
+        sleep 5
+      done
     fi
     as_owner "$PGBIN/psql" -h 127.0.0.1 -p "$PORT" -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='storekeeper_test'" postgres | grep -q 1 \
       || as_owner "$PGBIN/createdb" -h 127.0.0.1 -p "$PORT" -U postgres storekeeper_test
