@@ -225,7 +225,7 @@ extension QueryCostTests {
         #expect(!plan.contains("(app_id=?)"), "\(plan)")  // not every id of the app, in the primary key's order
         // Migration 25's index, which every new customer wrote, is gone.
         let old = try await database.read { db in
-            try db.query(database.dialect == .postgres ? "SELECT indexname FROM pg_indexes WHERE indexname = 'users_by_token'"
+            try db.query(database.dialect == .postgres ? "SELECT indexname FROM pg_indexes WHERE indexname = 'users_by_token' AND schemaname = current_schema()"
                                                        : "SELECT name FROM sqlite_master WHERE type = 'index' AND name = 'users_by_token'")
         }
         #expect(old.isEmpty)
