@@ -4,8 +4,9 @@ Writes WORK/steady-receipts.txt, one upload body ({"appUserId", "receiptData"}) 
 Each customer's app user id is a UUID made from the tester's email, as an app that names its users by UUID (or sets
 appAccountToken to its user id) sends: ids in no order, so the customers uploading in the same second are spread over
 every index keyed by user. Ids numbered in upload order (they were `steadyN@bench.example.com`) put each second's new
-customers side by side in those indexes, a page written for dozens of them, which no app's customers do: SQLite's
-figures with them were up to 1.6 times these (bench/README.md, forty-fifth round)."""
+customers side by side in those indexes, a page written for dozens of them: SQLite's figures with them were 1.5 to 1.7
+times these instantly and 1.2 times with 3-6 s (bench/README.md, forty-fifth round). Ids in no order are the common case
+and the harder one; an app whose new customers buy in the order of their ids gets the easier figures."""
 import http.client
 import json
 import multiprocessing

@@ -24,13 +24,13 @@ case "${1:-}" in
       # 300 connections: the Swift suites run tests in parallel, each with a pool of its own (one run of 2026-12-05 was
       # refused past 200).
       # The port is in the kernel's range of ephemeral ports: a connection the suites or benchmarks just made from it
-      # (to another service on loopback) can hold it for a minute (TIME_WAIT), and the start fails. Tried again then.
-      for attempt in $(seq 12); do
+      # (to another service on loopback) can hold it for a minute (TIME_WAIT), and the start fails. Tried again for 75 s.
+      for attempt in $(seq 16); do
         : > "$DIR/server.log"; [ "$(id -u)" = 0 ] && chown postgres "$DIR/server.log"
         as_owner "$PGBIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w \
           -o "-c listen_addresses=127.0.0.1 -p $PORT -k $DIR -c fsync=off -c max_connections=300 -c max_wal_size=8GB -c wal_compression=on ${STOREKEEPER_PG_OPTIONS:-}" start >/dev/null \
           && break
-        grep -q "Address already in use" "$DIR/server.log" && [ "$attempt" -lt 12 ] || { cat "$DIR/server.log" >&2; exit 1; }
+        grep -q "Address already in use" "$DIR/server.log" && [ "$attempt" -lt 16 ] || { cat "$DIR/server.log" >&2; exit 1; }
         echo "port $PORT in use; starting PostgreSQL again in 5 s" >&2
         sleep 5
       done
