@@ -79,6 +79,41 @@ struct NotificationTests {
         #expect(unmatched["outcome"] as? String == "unmatched")
     }
 
+    @Test("A purchase nobody owns goes to the user whose id is its appAccountToken in another case; a token two users' ids share names neither",
+          arguments: Engine.available)
+    func appAccountTokenNamesItsUser(engine: Engine) async throws {
+        let world = try await ServerWorld.make(engine)
+        defer { Task { await world.stop() } }
+        try await Self.prepare(world, ["com.example.coins"])
+        let bundle = "com.example.coins"
+        // A customer named by an iOS UUID (upper case) exists once something is granted to them.
+        let token = UUID()
+        let (_, first) = try await world.buy(bundle, "Nada.JPYF01")
+        _ = try await world.upload(bundle, user: token.uuidString, receipt: first)
+        let balance = try #require(try await world.user(bundle, token.uuidString).balances["coins"])
+        // The app buys for them with the token in lower case; the notification arrives before any upload.
+        func chargeFor(_ token: String) async throws -> [String: Any] {
+            var request = PaymentRequest(productId: "Nada.JPYF02")
+            request.appAccountToken = token
+            let bought = try await world.emulator.addPayment(bundleId: bundle, deviceId: world.device, request: request)
+            let charge = try #require(try await Self.notifications(world, bundle, type: "ONE_TIME_CHARGE").first { $0.transactionId == bought.id })
+            let (status, answer) = try await Self.post(world, charge.signedPayload)
+            #expect(status == 200)
+            try await Self.settle(world, answer, bundle: bundle)
+            return answer
+        }
+        let matched = try await chargeFor(token.uuidString.lowercased())
+        #expect(matched["outcome"] as? String != "unmatched", "\(matched)")
+        #expect(try await world.user(bundle, token.uuidString).balances["coins"] == balance + 100)
+        // A second user whose id is the same UUID in lower case: the token no longer says whose purchase it is.
+        let (_, other) = try await world.buy(bundle, "Nada.JPYF01")
+        _ = try await world.upload(bundle, user: token.uuidString.lowercased(), receipt: other)
+        let ambiguous = try await chargeFor(token.uuidString)
+        #expect(ambiguous["outcome"] as? String == "unmatched", "\(ambiguous)")
+        #expect(try await world.user(bundle, token.uuidString).balances["coins"] == balance + 100)
+        #expect(try await world.user(bundle, token.uuidString.lowercased()).balances["coins"] == balance)
+    }
+
     @Test("A prorated REFUND revokes; the revenue report and the metrics give back only its share", arguments: Engine.available)
     func proratedRefund(engine: Engine) async throws {
         let world = try await ServerWorld.make(engine)
